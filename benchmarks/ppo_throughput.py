@@ -1,0 +1,134 @@
+"""PPO throughput on HalfCheetah-v5, side by side in one run on the same cores.
+
+(a) raw env stepping with random actions, one process per core;
+(b) surreal PPO with Stable-Baselines3's hyperparameters (2,048 steps per update, minibatch 64, 10 epochs,
+    64x64 tanh MLPs) through the real CLI and local backend;
+(c) Stable-Baselines3 PPO with the same hyperparameters (and the same obs/reward normalization);
+(d) surreal PPO with the default HalfCheetah-v5 preset.
+Prints the figures and the ratios (b)/(c) (target >= 3) and (d)/(a) (target >= 0.5).
+
+    python benchmarks/ppo_throughput.py [--steps 60000] [--sb3-steps 20480]
+
+Shared machines are noisy: read the ratios of one run, not absolute figures across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ENV_ID = "HalfCheetah-v5"
+SB3_EQUAL = {
+    "steps_per_update": "2048",
+    "minibatch_size": "64",
+    "epochs": "10",
+    "hidden_sizes": "64,64",
+    "activation": "tanh",
+    "learning_rate": "0.0003",
+}
+
+
+def _raw_worker(env_id: str, seconds: float, seed: int, out: mp.Queue) -> None:
+    import gymnasium as gym
+
+    env = gym.make(env_id, disable_env_checker=True)
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(1000):
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+        steps += 1000
+    out.put(steps / (time.perf_counter() - start))
+
+
+def raw_rate(cores: int, seconds: float = 10.0) -> float:
+    """Env steps/s of `cores` processes stepping with random actions (no policy, no learning)."""
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()
+    procs = [ctx.Process(target=_raw_worker, args=(ENV_ID, seconds, i, out)) for i in range(cores)]
+    for p in procs:
+        p.start()
+    rates = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(rates)
+
+
+def surreal_rate(steps: int, agents: int, sets: dict[str, str]) -> dict:
+    """Run `surreal create` in the foreground; env steps/s as the learner measured them."""
+    home = Path(tempfile.mkdtemp(prefix="surreal-bench-"))
+    try:
+        exe = shutil.which("surreal") or sys.exit("the surreal command is not installed")
+        argv = [exe, "create", "bench", "--algo", "ppo", "--env", ENV_ID, "--agents", str(agents),
+                "--steps", str(steps), "--seed", "0", "--set", "eval_episodes=1"]  # fmt: skip
+        for key, value in sets.items():
+            argv += ["--set", f"{key}={value}"]
+        env = {**os.environ, "SURREAL_HOME": str(home)}
+        subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        status = json.loads(
+            subprocess.run(
+                [exe, "status", "bench", "-o", "json"], check=True, env=env, capture_output=True, text=True
+            ).stdout  # fmt: skip
+        )
+        return {
+            "rate": status["env_steps"] / status["elapsed_seconds"],
+            "env_steps": status["env_steps"],
+            "elapsed": status["elapsed_seconds"],
+            "eval_return": status["eval_return"],
+        }
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def sb3_rate(steps: int) -> float:
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = VecNormalize(make_vec_env(ENV_ID, n_envs=1, seed=0))
+    model = PPO(
+        "MlpPolicy", env, n_steps=2048, batch_size=64, n_epochs=10, learning_rate=3e-4,
+        policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": torch.nn.Tanh},
+        device="cpu", seed=0, verbose=0,
+    )  # fmt: skip
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return model.num_timesteps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60_000, help="env steps per surreal run")
+    parser.add_argument("--sb3-steps", type=int, default=20_480, help="env steps for SB3")
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+
+    print(f"HalfCheetah-v5 on {args.cores} cores; torch threads default {os.cpu_count()}", flush=True)
+    a = raw_rate(args.cores)
+    print(f"(a) raw env stepping, random actions     {a:10,.0f} steps/s", flush=True)
+    c = sb3_rate(args.sb3_steps)
+    print(f"(c) Stable-Baselines3 PPO, SB3 params    {c:10,.0f} steps/s", flush=True)
+    b = surreal_rate(args.steps, args.cores, SB3_EQUAL)
+    print(f"(b) surreal PPO, SB3 params              {b['rate']:10,.0f} steps/s", flush=True)
+    d = surreal_rate(args.steps, args.cores, {})
+    print(f"(d) surreal PPO, default preset          {d['rate']:10,.0f} steps/s", flush=True)
+    print()
+    print(f"(b)/(c) surreal vs SB3, equal params     {b['rate'] / c:10.2f}   (target >= 3)")
+    print(f"(d)/(a) default preset vs raw stepping   {d['rate'] / a:10.2f}   (target >= 0.5)")
+    print(f"(b)/(a) SB3 params vs raw stepping       {b['rate'] / a:10.2f}")
+
+
+if __name__ == "__main__":
+    main()

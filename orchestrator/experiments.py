@@ -1,0 +1,154 @@
+"""Experiment lifecycle on the local backend: create, list, status, logs, delete.
+
+An experiment lives in `HOME/experiments/NAME/`: spec.yaml, token (0600), program.json, state.json
+(the supervisor's), status.json (the learner's), logs/, checkpoints/, tb/. `create` assembles the
+directory under a temporary name and renames it into place, so a failed create leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from surreal.orchestrator import local
+from surreal.orchestrator.components import Program
+from surreal.orchestrator.program import Target, make_program
+from surreal.spec import ExperimentSpec
+
+SPEC_FILE = "spec.yaml"
+TOKEN_FILE = "token"
+STATUS_FILE = "status.json"
+METRIC_FIELDS = (
+    "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
+    "best_eval_return", "steps_per_second", "elapsed_seconds",
+)  # fmt: skip
+
+
+class ExperimentError(RuntimeError):
+    """A lifecycle operation that cannot be done; the message says why."""
+
+
+def experiments_root(home: Path) -> Path:
+    return home / "experiments"
+
+
+def experiment_dir(home: Path, name: str) -> Path:
+    return experiments_root(home) / name
+
+
+def existing_dir(home: Path, name: str) -> Path:
+    path = experiment_dir(home, name)
+    if not path.is_dir():
+        raise ExperimentError(f"no experiment named {name!r} in {experiments_root(home)}")
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
+    """Create the experiment directory with everything needed to run it; return it and the program."""
+    final = experiment_dir(home, spec.name)
+    if final.exists():
+        raise ExperimentError(
+            f"experiment {spec.name!r} already exists in {experiments_root(home)} "
+            f"(`surreal delete {spec.name}` removes it)"
+        )
+    target = Target(
+        spec_path=str(final / SPEC_FILE),
+        learner_addr=f"127.0.0.1:{free_port()}",
+        bind_host="127.0.0.1",
+        exp_dir=str(final),
+        command=(sys.executable, "-m", "surreal"),
+        token_file=str(final / TOKEN_FILE),
+    )
+    program = make_program(spec, target)
+    experiments_root(home).mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=experiments_root(home)))
+    try:
+        (staging / SPEC_FILE).write_text(spec.to_yaml())
+        token_path = staging / TOKEN_FILE
+        token_path.touch(mode=0o600)
+        token_path.write_text(secrets.token_urlsafe(32))
+        local.save_program(program, staging)
+        try:
+            # rename(2) onto an existing non-empty directory fails, so two concurrent creates of
+            # the same name cannot both win.
+            os.rename(staging, final)
+        except OSError:
+            raise ExperimentError(f"experiment {spec.name!r} already exists") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final, program
+
+
+def run_foreground(exp_dir: Path, program: Program, on_tick: Callable[[], None] | None) -> int:
+    supervisor = local.Supervisor(program, exp_dir)
+    return local.exit_code_for(supervisor.run(on_tick=on_tick))
+
+
+def run_detached(exp_dir: Path) -> int:
+    return local.spawn_detached(exp_dir)
+
+
+def read_metrics(exp_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((exp_dir / STATUS_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def status(exp_dir: Path) -> dict[str, Any]:
+    """The contract's status object: spec identity, phase, learner metrics, components."""
+    from surreal.spec import load_yaml_file
+
+    spec = load_yaml_file(exp_dir / SPEC_FILE)
+    state = local.read_state(exp_dir)
+    metrics = read_metrics(exp_dir)
+    out: dict[str, Any] = {
+        "name": spec.get("name", exp_dir.name),
+        "algo": spec.get("algo"),
+        "env": spec.get("env"),
+        "backend": spec.get("backend", "local"),
+        "agents": spec.get("agents"),
+        "target_steps": spec.get("steps"),
+        "phase": local.current_phase(state),
+    }
+    for key in METRIC_FIELDS:
+        out[key] = metrics.get(key)
+    for key in ("dropped_fragments", "connected_actors", "restored_from_checkpoint"):
+        if key in metrics:
+            out[key] = metrics[key]
+    out["components"] = [
+        {
+            "name": c["name"],
+            "role": c["role"],
+            "state": c["state"],
+            "restarts": c["restarts"],
+        }
+        for c in (state or {}).get("components", [])
+    ]
+    return out
+
+
+def list_all(home: Path) -> list[dict[str, Any]]:
+    return [status(path) for path in local.list_experiment_dirs(home) if (path / SPEC_FILE).exists()]
+
+
+def delete(home: Path, name: str) -> None:
+    path = existing_dir(home, name)
+    local.stop_experiment(path)
+    shutil.rmtree(path)

@@ -1,0 +1,309 @@
+"""The local backend: run a program as supervised subprocesses, and manage such experiments.
+
+An experiment directory holds `program.json` (what to run), `state.json` (written by the
+supervisor: phase, pids, restarts) and `logs/<component>.log`. The supervisor itself lives in
+`supervisor.py`; this module is what the CLI calls: start one detached, read its state, check it is
+alive, stop it, tail its logs, list experiments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from surreal.orchestrator.components import Program
+from surreal.orchestrator.supervisor import (
+    LOG_DIR,
+    STATE_FILE,
+    TERMINAL_PHASES,
+    ComponentState,
+    Phase,
+    Supervisor,
+    write_json_atomic,
+)
+
+__all__ = [
+    "PROGRAM_FILE",
+    "SUPERVISOR_LOG",
+    "Phase",
+    "ComponentState",
+    "Supervisor",
+    "current_phase",
+    "exit_code_for",
+    "is_alive",
+    "list_experiment_dirs",
+    "load_program",
+    "read_state",
+    "run_supervisor",
+    "save_program",
+    "spawn_detached",
+    "stop_experiment",
+    "tail_log",
+]
+
+PROGRAM_FILE = "program.json"
+SUPERVISOR_LOG = "supervisor"  # logs/supervisor.log: a detached supervisor's own output
+_CREATE_TIME_TOLERANCE = 0.05  # seconds; psutil reports the same value for the same process
+
+
+def save_program(program: Program, exp_dir: Path | str) -> Path:
+    """Write `exp_dir/program.json` (atomically) and return its path."""
+    path = Path(exp_dir) / PROGRAM_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, program.to_dict())
+    return path
+
+
+def load_program(exp_dir: Path | str) -> Program:
+    return Program.from_dict(json.loads((Path(exp_dir) / PROGRAM_FILE).read_text()))
+
+
+def exit_code_for(phase: Phase | str) -> int:
+    """Process exit code for a final phase: Succeeded 0, Stopped 130 (as after Ctrl-C), else 1."""
+    return {Phase.SUCCEEDED: 0, Phase.STOPPED: 130}.get(Phase(phase), 1)
+
+
+def run_supervisor(
+    exp_dir: Path | str, *, max_restarts: int = 5, grace_seconds: float = 5.0
+) -> int:
+    """Body of the hidden `surreal supervise EXP_DIR` command: run program.json to the end."""
+    supervisor = Supervisor(
+        load_program(exp_dir), exp_dir, max_restarts=max_restarts, grace_seconds=grace_seconds
+    )
+    return exit_code_for(supervisor.run())
+
+
+def spawn_detached(
+    exp_dir: Path | str, *, command: Sequence[str] | None = None, wait_seconds: float = 10.0
+) -> int:
+    """Start a supervisor for `exp_dir/program.json` in a new session; return its pid.
+
+    `command` defaults to `python -m surreal supervise EXP_DIR`. Waits (up to `wait_seconds`) until
+    the supervisor has written state.json, so `is_alive(read_state(exp_dir))` holds on return;
+    raises RuntimeError, quoting logs/supervisor.log, if it exits before that.
+    """
+    exp_dir = Path(exp_dir).resolve()
+    argv = list(command or [sys.executable, "-m", "surreal", "supervise", str(exp_dir)])
+    log_path = exp_dir / LOG_DIR / f"{SUPERVISOR_LOG}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            cwd=exp_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # survives the terminal and the CLI that started it
+        )
+    # Reaps it if it ends while we still run (no zombie, no "still running" warning); a daemon
+    # thread, so the CLI exits without waiting and the supervisor is handed to init.
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        state = read_state(exp_dir)
+        if state is not None and state.get("supervisor_pid") == proc.pid:
+            return proc.pid
+        if proc.returncode is not None or not _same_process(proc.pid, None):
+            proc.wait()
+            tail = "\n".join(tail_log(exp_dir, SUPERVISOR_LOG, lines=20))
+            raise RuntimeError(f"supervisor exited with code {proc.returncode}:\n{tail}")
+        time.sleep(0.05)
+    return proc.pid
+
+
+def read_state(exp_dir: Path | str) -> dict[str, Any] | None:
+    """The supervisor's last state.json, or None if there is none yet."""
+    try:
+        return json.loads((Path(exp_dir) / STATE_FILE).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def is_alive(state: dict[str, Any] | None) -> bool:
+    """True if the supervisor that wrote `state` still runs (a recycled pid does not count)."""
+    if not state or state.get("supervisor_pid") is None:
+        return False
+    return _same_process(state["supervisor_pid"], state.get("supervisor_create_time"))
+
+
+def current_phase(state: dict[str, Any] | None) -> str:
+    """The phase to show: Pending without state; Failed if the supervisor vanished mid-run."""
+    if state is None:
+        return Phase.PENDING.value
+    phase = str(state["phase"])
+    if phase not in TERMINAL_PHASES and not is_alive(state):
+        return Phase.FAILED.value
+    return phase
+
+
+def stop_experiment(exp_dir: Path | str, timeout: float = 20.0) -> None:
+    """Stop an experiment: SIGTERM its supervisor and wait; kill leftover components directly.
+
+    If the supervisor does not end within `timeout` it is SIGKILLed. Components whose pids in
+    state.json are still alive (a supervisor killed without its pdeathsig, or a non-Linux host) get
+    their process groups TERMed then KILLed, and state.json is marked Stopped.
+    """
+    state = read_state(exp_dir)
+    if state is None:
+        return
+    if is_alive(state):
+        supervisor = psutil.Process(state["supervisor_pid"])
+        supervisor.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs([supervisor], timeout=timeout)
+        for proc in alive:
+            proc.kill()
+        psutil.wait_procs(alive, timeout=5.0)
+    state = read_state(exp_dir) or state
+    leftovers = [
+        c["pid"]
+        for c in state.get("components", [])
+        if c.get("pid") and _same_process(c["pid"], c.get("pid_create_time"))
+    ]
+    _kill_groups(leftovers, grace=min(timeout, 5.0))
+    if str(state.get("phase")) not in TERMINAL_PHASES:
+        _mark_stopped(exp_dir, state)
+
+
+def tail_log(
+    exp_dir: Path | str,
+    component: str,
+    follow: bool = False,
+    lines: int | None = 100,
+    *,
+    poll_seconds: float = 0.2,
+) -> Iterator[str]:
+    """Lines (without their newline) of `logs/<component>.log`: the last `lines` (None = all).
+
+    With `follow`, keeps yielding new lines as they are written (across restarts, which append)
+    until the experiment's supervisor is gone. Raises FileNotFoundError (naming the logs that
+    exist) at the call if there is no such log.
+    """
+    log_dir = Path(exp_dir) / LOG_DIR
+    path = log_dir / f"{component}.log"
+    if not path.is_file():
+        known = sorted(p.stem for p in log_dir.glob("*.log")) if log_dir.is_dir() else []
+        raise FileNotFoundError(f"no log for {component!r} in {log_dir} (logs: {known})")
+    return _tail(path, Path(exp_dir), follow, lines, poll_seconds)
+
+
+def list_experiment_dirs(home: Path | str) -> list[Path]:
+    """Experiment directories under `home/experiments` (home = $SURREAL_HOME), sorted by name."""
+    root = Path(home) / "experiments"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _tail(
+    path: Path, exp_dir: Path, follow: bool, lines: int | None, poll_seconds: float
+) -> Iterator[str]:
+    with open(path, "rb") as f:
+        f.seek(_start_of_last_lines(f, lines))
+        pending = b""
+        drained_after_end = False
+        while True:
+            chunk = f.read(1 << 16)
+            if chunk:
+                *complete, pending = (pending + chunk).split(b"\n")
+                yield from (line.decode(errors="replace") for line in complete)
+                continue
+            if not follow or drained_after_end:
+                break
+            if not is_alive(read_state(exp_dir)):
+                drained_after_end = True  # one more read for what was written before it ended
+                continue
+            if os.stat(path).st_size < f.tell():  # truncated: start over
+                f.seek(0)
+            time.sleep(poll_seconds)
+        if pending:
+            yield pending.decode(errors="replace")
+
+
+def _start_of_last_lines(f: IO[bytes], lines: int | None) -> int:
+    """Byte offset where the last `lines` lines of `f` begin (a trailing newline ends a line)."""
+    end = f.seek(0, os.SEEK_END)
+    if lines is None or end == 0:
+        return 0
+    if lines <= 0:
+        return end
+    f.seek(end - 1)
+    pos = end - 1 if f.read(1) == b"\n" else end  # search before the final line's own newline
+    found = 0
+    while pos > 0:
+        size = min(1 << 13, pos)
+        f.seek(pos - size)
+        block = f.read(size)
+        i = len(block)
+        while (i := block.rfind(b"\n", 0, i)) >= 0:
+            found += 1
+            if found == lines:
+                return pos - size + i + 1
+        pos -= size
+    return 0
+
+
+def _same_process(pid: int, create_time: float | None) -> bool:
+    """pid runs, is not a zombie, and (if known) was created when recorded (not recycled)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return create_time is None or abs(proc.create_time() - create_time) < _CREATE_TIME_TOLERANCE
+    except psutil.Error:
+        return False
+
+
+def _kill_groups(pgids: list[int], grace: float) -> None:
+    """SIGTERM each process group, then SIGKILL what is left after `grace` seconds."""
+    if not pgids:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in pgids:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_group_alive(g) for g in pgids):
+            time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return any(
+        p.info["status"] != psutil.STATUS_ZOMBIE
+        for p in psutil.process_iter(["pid", "status"])
+        if _pgid(p.info["pid"]) == pgid
+    )
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _mark_stopped(exp_dir: Path | str, state: dict[str, Any]) -> None:
+    """Record that the experiment was stopped when its supervisor could not do it itself."""
+    state = dict(state, phase=Phase.STOPPED.value, ended_at=state.get("ended_at") or time.time())
+    state["components"] = [
+        dict(c, state=ComponentState.STOPPED.value)
+        if c.get("state") not in {"Succeeded", "Failed", "Stopped"}
+        else c
+        for c in state.get("components", [])
+    ]
+    write_json_atomic(Path(exp_dir) / STATE_FILE, state)

@@ -1,0 +1,394 @@
+"""Runs a program's components as supervised local subprocesses.
+
+Each component runs in its own session/process group with stdout+stderr appended to
+`exp_dir/logs/<name>.log`, and (on Linux) with PR_SET_PDEATHSIG=SIGKILL so that a supervisor killed
+with SIGKILL takes its children with it. The supervisor records everything it knows in
+`exp_dir/state.json` (atomically replaced on every change) so other processes (`surreal status`,
+`surreal delete`) can read it.
+
+Outcomes:
+- the "learner" exits 0 -> Succeeded (the others are stopped);
+- a component crashes (non-zero exit or signal) -> restarted after a backoff, up to `max_restarts`
+  times; one more crash -> Failed (the others are stopped);
+- a component with restart=False crashes -> that component is Failed; the experiment fails only
+  if it is the learner;
+- every component ended on its own -> Succeeded if none failed, else Failed;
+- SIGINT/SIGTERM/SIGHUP or `request_stop()` -> Stopped. A second signal skips the grace period.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from surreal.orchestrator.components import LEARNER_ROLE, Component, Program
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+LOG_DIR = "logs"
+_PR_SET_PDEATHSIG = 1
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+
+
+class ComponentState(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+
+
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED})
+_ENDED = frozenset({ComponentState.SUCCEEDED, ComponentState.FAILED, ComponentState.STOPPED})
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so readers see either the old file or the new one, never a torn one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def describe_exit(code: int) -> str:
+    """'exit code 3' or 'killed by SIGKILL' for a Popen-style return code."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _child_preexec() -> Callable[[], None] | None:
+    """A preexec hook that makes the child die with the supervisor (Linux only).
+
+    The kernel sends the signal when the *thread* that forked the child exits, so components must
+    be spawned from the thread that runs the supervisor loop (they are).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded before fork: no dlopen in the child
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+@dataclass
+class _Child:
+    """What the supervisor knows about one component (mutable, supervisor thread only)."""
+
+    component: Component
+    state: ComponentState = ComponentState.PENDING
+    restarts: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    pid: int | None = None
+    pid_create_time: float | None = None
+    exit_code: int | None = None
+    started: float = 0.0  # time.monotonic() of the last start, for the backoff
+    restart_at: float = 0.0  # time.monotonic() at which a Restarting child is started again
+    quick_crashes: int = 0  # consecutive crashes, each within _HEALTHY_SECONDS of its start
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.component.name,
+            "role": self.component.role,
+            "index": self.component.index,
+            "state": self.state,
+            "restarts": self.restarts,
+            "pid": self.pid,
+            "pid_create_time": self.pid_create_time,
+            "exit_code": self.exit_code,  # negative = killed by that signal
+        }
+
+
+_HEALTHY_SECONDS = 30.0  # a crash after running this long resets the backoff to its base
+_MAX_BACKOFF_SECONDS = 10.0
+
+
+class Supervisor:
+    """Starts, watches, restarts and stops the components of one program.
+
+    Use: `phase = Supervisor(program, exp_dir).run(on_tick=print_progress)`. `run()` blocks until
+    the experiment ends and returns its phase; `on_tick` is called from the loop about every
+    `tick_seconds` (a foreground CLI draws its progress line there). `request_stop()` may be called
+    from any thread or from `on_tick`. Signal handlers are installed only when `run()` is called
+    from the main thread. A Supervisor runs once.
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        exp_dir: Path | str,
+        *,
+        max_restarts: int = 5,
+        grace_seconds: float = 5.0,
+        backoff_seconds: float = 0.5,
+        poll_seconds: float = 0.05,
+    ) -> None:
+        self.program = program
+        self.exp_dir = Path(exp_dir).resolve()
+        self.max_restarts = max_restarts  # restarts allowed per component before Failed
+        self.grace_seconds = grace_seconds  # SIGTERM -> SIGKILL delay when stopping
+        self.backoff_seconds = backoff_seconds  # first restart delay; doubles per quick crash
+        self.poll_seconds = poll_seconds  # monitor loop period
+        self._children = [_Child(c) for c in program.components]
+        self._phase = Phase.PENDING
+        self._started_at: float | None = None
+        self._ended_at: float | None = None
+        self._stop_requests = 0
+        self._ran = False
+        self._create_time = psutil.Process().create_time()
+        self._preexec = _child_preexec()
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    def request_stop(self) -> None:
+        """Stop every component and end as Stopped; a second request skips the grace period."""
+        self._stop_requests += 1
+
+    def state(self) -> dict[str, Any]:
+        """The dict written to state.json."""
+        return {
+            "experiment": self.program.experiment,
+            "phase": self._phase,
+            "supervisor_pid": os.getpid(),
+            "supervisor_create_time": self._create_time,
+            "started_at": self._started_at,
+            "ended_at": self._ended_at,
+            "max_restarts": self.max_restarts,
+            "components": [child.to_dict() for child in self._children],
+        }
+
+    def run(self, on_tick: Callable[[], None] | None = None, tick_seconds: float = 0.5) -> Phase:
+        """Run until the experiment ends; returns Succeeded, Failed or Stopped."""
+        if self._ran:
+            raise RuntimeError("a Supervisor runs once")
+        self._ran = True
+        (self.exp_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
+        restore = self._install_signal_handlers()
+        outcome = Phase.FAILED  # if the loop or on_tick raises, we still stop everything
+        try:
+            self._started_at = time.time()
+            self._write_state()
+            if all(self._start(child) for child in self._children):
+                self._phase = Phase.RUNNING
+                self._write_state()
+                outcome = self._loop(on_tick, tick_seconds)
+        finally:
+            self._shutdown(outcome)
+            restore()
+        return self._phase
+
+    def _loop(self, on_tick: Callable[[], None] | None, tick_seconds: float) -> Phase:
+        next_tick = time.monotonic()
+        while True:
+            if self._stop_requests:
+                return Phase.STOPPED
+            outcome = self._step()
+            if outcome is not None:
+                return outcome
+            if on_tick is not None and time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + tick_seconds
+                on_tick()
+            time.sleep(self.poll_seconds)
+
+    def _step(self) -> Phase | None:
+        """Reap exits and due restarts once; returns the experiment's outcome once it is decided."""
+        now = time.monotonic()
+        for child in self._children:
+            if child.state is ComponentState.RUNNING:
+                code = self._poll(child)
+                if code is not None:
+                    outcome = self._on_exit(child, code)
+                    self._write_state()
+                    if outcome is not None:
+                        return outcome
+            elif child.state is ComponentState.RESTARTING and now >= child.restart_at:
+                started = self._start(child)
+                self._write_state()
+                if not started:
+                    return Phase.FAILED
+                self._note(child, f"restarted (restart {child.restarts} of {self.max_restarts})")
+        if all(child.state in _ENDED for child in self._children):
+            failed = any(child.state is ComponentState.FAILED for child in self._children)
+            return Phase.FAILED if failed else Phase.SUCCEEDED
+        return None
+
+    def _start(self, child: _Child) -> bool:
+        """Start the component; False (and the component Failed) if it cannot be executed."""
+        component = child.component
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **component.env}
+        with open(self._log_path(component), "ab") as out:
+            try:
+                proc = subprocess.Popen(
+                    component.argv,
+                    cwd=self.exp_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # own group: a terminal Ctrl-C reaches only us
+                    preexec_fn=self._preexec,
+                )
+            except OSError as exc:
+                self._note(child, f"failed to start {component.argv[0]!r}: {exc}")
+                child.state = ComponentState.FAILED
+                child.exit_code = 127
+                return False
+        child.proc = proc
+        child.pid = proc.pid
+        child.pid_create_time = _create_time(proc.pid)
+        child.exit_code = None
+        child.state = ComponentState.RUNNING
+        child.started = time.monotonic()
+        log.info("started %s (pid %d)", component.name, proc.pid)
+        return True
+
+    def _poll(self, child: _Child) -> int | None:
+        """The exit code if the child exited; its process group's leftovers are killed first."""
+        assert child.proc is not None
+        try:
+            # WNOWAIT leaves the zombie in place, so its pid (= the group id) cannot be recycled
+            # while we kill grandchildren the component left behind.
+            flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+            if os.waitid(os.P_PID, child.proc.pid, flags) is None:
+                return None
+        except ChildProcessError:
+            pass  # reaped elsewhere; Popen.wait() below still returns the code
+        _killpg(child.proc.pid, signal.SIGKILL)
+        code = child.proc.wait()
+        child.proc = None
+        child.exit_code = code
+        return code
+
+    def _on_exit(self, child: _Child, code: int) -> Phase | None:
+        component = child.component
+        is_learner = component.role == LEARNER_ROLE
+        if code == 0:
+            child.state = ComponentState.SUCCEEDED
+            self._note(child, "exited with code 0")
+            return Phase.SUCCEEDED if is_learner else None
+        why = describe_exit(code)
+        if not component.restart:
+            child.state = ComponentState.FAILED
+            self._note(child, f"{why}; restart disabled")
+            return Phase.FAILED if is_learner else None
+        if child.restarts >= self.max_restarts:
+            child.state = ComponentState.FAILED
+            self._note(child, f"{why}; giving up after {child.restarts} restarts")
+            return Phase.FAILED
+        if time.monotonic() - child.started >= _HEALTHY_SECONDS:
+            child.quick_crashes = 0
+        delay = min(self.backoff_seconds * 2**child.quick_crashes, _MAX_BACKOFF_SECONDS)
+        child.quick_crashes += 1
+        child.restarts += 1
+        child.state = ComponentState.RESTARTING
+        child.restart_at = time.monotonic() + delay
+        self._note(
+            child,
+            f"{why}; restarting in {delay:.1f}s (restart {child.restarts} of {self.max_restarts})",
+        )
+        return None
+
+    def _shutdown(self, outcome: Phase) -> None:
+        """Stop whatever still runs, then record the final phase."""
+        self._stop_all()
+        self._phase = outcome
+        self._ended_at = time.time()
+        self._write_state()
+        log.info("experiment %s: %s", self.program.experiment, outcome)
+
+    def _stop_all(self) -> None:
+        """SIGTERM every live process group, SIGKILL after the grace period (or a 2nd request)."""
+        stop_count = self._stop_requests
+        running = [c for c in self._children if c.proc is not None]
+        for child in self._children:
+            if child.state not in _ENDED:
+                child.state = ComponentState.STOPPED
+        for child in running:
+            assert child.proc is not None
+            self._note(child, "stopping (SIGTERM)")
+            _killpg(child.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_seconds
+        while running and time.monotonic() < deadline and self._stop_requests <= stop_count:
+            running = [c for c in running if self._poll(c) is None]
+            time.sleep(self.poll_seconds)
+        for child in running:
+            assert child.proc is not None
+            self._note(child, "did not stop in time; SIGKILL")
+            _killpg(child.proc.pid, signal.SIGKILL)
+        for child in running:
+            while self._poll(child) is None:
+                time.sleep(self.poll_seconds)
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, lambda signum, frame: self.request_stop())
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def _log_path(self, component: Component) -> Path:
+        return self.exp_dir / LOG_DIR / f"{component.name}.log"
+
+    def _note(self, child: _Child, message: str) -> None:
+        """Say what the supervisor did in the component's own log (and the supervisor's)."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        line = f"[surreal supervisor {stamp}] {child.component.name}: {message}\n"
+        with open(self._log_path(child.component), "a") as out:
+            out.write(line)
+        log.info("%s: %s", child.component.name, message)
+
+    def _write_state(self) -> None:
+        write_json_atomic(self.exp_dir / STATE_FILE, self.state())
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None

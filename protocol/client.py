@@ -1,0 +1,222 @@
+"""Client of the learner: used by actors (experience up, parameters down) and the evaluator."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Mapping
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from surreal.protocol.auth import TOKEN_METADATA_KEY
+from surreal.protocol.codec import decode_map, encode_map
+from surreal.protocol.types import EvalReport, Params
+from surreal.protocol.v1 import surreal_pb2 as pb
+from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
+
+_EXPERIENCE_SERVICE = pb.DESCRIPTOR.services_by_name["Experience"].full_name
+# How long close() waits for queued fragments to reach the learner before cancelling.
+_CLOSE_DRAIN_SECONDS = 5.0
+
+
+class ProtocolError(RuntimeError):
+    """A call to the learner failed; `code` is the grpc status code name, e.g. "UNAVAILABLE"."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def from_rpc(cls, error: grpc.RpcError) -> ProtocolError:
+        # Errors raised by calls are also grpc.Call objects, which carry code and details.
+        code = error.code() if isinstance(error, grpc.Call) else None
+        details = error.details() if isinstance(error, grpc.Call) else None
+        return cls(code.name if code is not None else "UNKNOWN", details or str(error))
+
+
+class ExperienceStream:
+    """One actor worker's experience stream. `send` blocks while the learner owes no credit.
+
+    A background thread reads credits; the grpc call consumes requests from a queue. Meant for
+    one sending thread (concurrent senders are safe, but their fragments' order is not defined).
+    """
+
+    def __init__(self, stub: pb_grpc.ExperienceStub, metadata: tuple, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._requests.put(pb.ExperienceRequest(hello=pb.Hello(worker_id=worker_id)))
+        self._cond = threading.Condition()
+        self._credits = 0
+        self._error: ProtocolError | None = None
+        self._closed = False
+        self._call = stub.Stream(self._request_iter(), metadata=metadata)
+        self._reader = threading.Thread(
+            target=self._read_credits, name=f"surreal-credits-{worker_id}", daemon=True
+        )
+        self._reader.start()
+
+    def _request_iter(self) -> Iterator[pb.ExperienceRequest]:
+        while (request := self._requests.get()) is not None:
+            yield request
+
+    def _read_credits(self) -> None:
+        try:
+            for credit in self._call:
+                with self._cond:
+                    self._credits += credit.credits
+                    self._cond.notify_all()
+            error = ProtocolError("UNAVAILABLE", "the learner closed the experience stream")
+        except grpc.RpcError as e:
+            error = ProtocolError.from_rpc(e)
+        with self._cond:
+            self._error = error
+            self._cond.notify_all()
+        self._requests.put(None)  # unblocks grpc's request-consuming thread
+
+    def send(
+        self,
+        policy_version: int,
+        tensors: Mapping[str, np.ndarray],
+        timeout: float | None = None,
+    ) -> None:
+        """Queue one fragment once a credit is available. The arrays are copied before this
+        returns. Raises ProtocolError if the stream broke or was closed, TimeoutError if no
+        credit came within `timeout` seconds (the stream stays usable)."""
+        request = pb.ExperienceRequest(
+            fragment=pb.Fragment(policy_version=policy_version, tensors=encode_map(tensors))
+        )
+        with self._cond:
+            ready = self._cond.wait_for(
+                lambda: self._credits > 0 or self._error is not None or self._closed, timeout
+            )
+            if self._closed:
+                raise ProtocolError("CANCELLED", "the experience stream was closed")
+            if self._error is not None:
+                raise self._error
+            if not ready:
+                raise TimeoutError(f"no credit from the learner within {timeout} s")
+            self._credits -= 1
+        self._requests.put(request)
+
+    @property
+    def credits(self) -> int:
+        """Credits currently available (fragments that can be sent without blocking)."""
+        with self._cond:
+            return self._credits
+
+    def close(self) -> None:
+        """Half-close (the learner still gets every fragment already sent), wait briefly for
+        the learner to end the stream, then cancel. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self._requests.put(None)
+        self._reader.join(_CLOSE_DRAIN_SECONDS)
+        self._call.cancel()
+        self._reader.join(_CLOSE_DRAIN_SECONDS)
+
+
+class LearnerClient:
+    """One channel to the learner; get_params, report_eval and status are thread-safe."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        *,
+        max_message_bytes: int = 64 * 2**20,
+        tls_root: bytes | None = None,
+    ) -> None:
+        options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+        ]
+        if tls_root is None:
+            self._channel = grpc.insecure_channel(address, options=options)
+        else:
+            creds = grpc.ssl_channel_credentials(root_certificates=tls_root)
+            self._channel = grpc.secure_channel(address, creds, options=options)
+        self._metadata = ((TOKEN_METADATA_KEY, token),)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._experience = pb_grpc.ExperienceStub(self._channel)
+        self._parameters = pb_grpc.ParametersStub(self._channel)
+        self._status = pb_grpc.StatusStub(self._channel)
+        self._streams: weakref.WeakSet[ExperienceStream] = weakref.WeakSet()
+
+    def wait_ready(self, timeout: float) -> None:
+        """Poll the health service until the learner reports SERVING; ProtocolError (code
+        UNAVAILABLE) after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        request = health_pb2.HealthCheckRequest(service=_EXPERIENCE_SERVICE)
+        last = "no answer"
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProtocolError("UNAVAILABLE", f"learner not ready after {timeout} s: {last}")
+            try:
+                reply = self._health.Check(request, timeout=min(left, 1.0), wait_for_ready=True)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.RpcError as e:
+                last = str(ProtocolError.from_rpc(e))
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def get_params(self, known_version: int = -1, timeout: float = 10.0) -> Params | None:
+        """The learner's parameters, or None if `known_version` is current or none exist yet.
+        The arrays are read-only views of the received message."""
+        try:
+            reply = self._parameters.Get(
+                pb.GetParams(known_version=known_version), timeout=timeout, metadata=self._metadata
+            )
+        except grpc.RpcError as e:
+            raise ProtocolError.from_rpc(e) from None
+        if reply.unchanged:
+            return None
+        return Params(
+            version=reply.version,
+            weights=decode_map(reply.weights),
+            extras=decode_map(reply.extras),
+        )
+
+    def experience(self, worker_id: str) -> ExperienceStream:
+        """Open an experience stream; it is granted its credits once the learner accepts it."""
+        stream = ExperienceStream(self._experience, self._metadata, worker_id)
+        self._streams.add(stream)
+        return stream
+
+    def report_eval(self, report: EvalReport, timeout: float = 10.0) -> None:
+        request = pb.EvalReport(
+            policy_version=report.policy_version,
+            env_steps=report.env_steps,
+            mean_return=report.mean_return,
+            std_return=report.std_return,
+            episodes=report.episodes,
+            mean_length=report.mean_length,
+        )
+        try:
+            self._status.ReportEval(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise ProtocolError.from_rpc(e) from None
+
+    def status(self, timeout: float = 5.0) -> dict:
+        """The learner's status dict (what its status_provider returned)."""
+        try:
+            reply = self._status.Get(pb.StatusRequest(), timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise ProtocolError.from_rpc(e) from None
+        return json.loads(reply.json)
+
+    def close(self) -> None:
+        """Close every open stream, then the channel. Idempotent."""
+        for stream in list(self._streams):
+            stream.close()
+        self._channel.close()

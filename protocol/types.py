@@ -1,0 +1,51 @@
+"""The values that travel over the protocol, as plain Python (no protobuf, no grpc)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# eq=False: the fields hold numpy arrays, whose `==` is element-wise, so generated equality and
+# hashing would raise; identity is the only meaningful equality for these.
+
+
+@dataclass(frozen=True, eq=False)
+class Params:
+    """A policy snapshot published by the learner."""
+
+    # Monotonic policy version; actors tag their fragments with it.
+    version: int
+    # Network weights by parameter name.
+    weights: dict[str, np.ndarray]
+    # Anything else actors need with the weights, e.g. observation-normalization statistics.
+    extras: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class Fragment:
+    """A slice of experience received from an actor worker."""
+
+    # The worker_id the stream introduced itself with (Hello).
+    worker_id: str
+    # Version of the policy that collected this experience.
+    policy_version: int
+    # Tensors by name, validated against the server's experience schema; read-only arrays.
+    tensors: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """One deterministic evaluation of a policy, sent by the evaluator."""
+
+    # Policy version that was evaluated.
+    policy_version: int
+    # Learner env steps at the time of that version.
+    env_steps: int
+    # Mean and standard deviation of the undiscounted episode return.
+    mean_return: float
+    std_return: float
+    # Number of evaluation episodes.
+    episodes: int
+    # Mean episode length in env steps.
+    mean_length: float

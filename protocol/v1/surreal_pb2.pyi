@@ -1,0 +1,114 @@
+# ruff: noqa
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DTYPE_UNSPECIFIED: _ClassVar[DType]
+    FLOAT32: _ClassVar[DType]
+    FLOAT64: _ClassVar[DType]
+    INT32: _ClassVar[DType]
+    INT64: _ClassVar[DType]
+    UINT8: _ClassVar[DType]
+    BOOL: _ClassVar[DType]
+DTYPE_UNSPECIFIED: DType
+FLOAT32: DType
+FLOAT64: DType
+INT32: DType
+INT64: DType
+UINT8: DType
+BOOL: DType
+
+class Tensor(_message.Message):
+    __slots__ = ("name", "dtype", "shape", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: DType
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("worker_id",)
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+
+class Fragment(_message.Message):
+    __slots__ = ("policy_version", "tensors")
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    policy_version: int
+    tensors: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, policy_version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+
+class ExperienceRequest(_message.Message):
+    __slots__ = ("hello", "fragment")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    fragment: Fragment
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., fragment: _Optional[_Union[Fragment, _Mapping]] = ...) -> None: ...
+
+class Credit(_message.Message):
+    __slots__ = ("credits",)
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    credits: int
+    def __init__(self, credits: _Optional[int] = ...) -> None: ...
+
+class GetParams(_message.Message):
+    __slots__ = ("known_version",)
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    known_version: int
+    def __init__(self, known_version: _Optional[int] = ...) -> None: ...
+
+class Params(_message.Message):
+    __slots__ = ("version", "unchanged", "weights", "extras")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    EXTRAS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    unchanged: bool
+    weights: _containers.RepeatedCompositeFieldContainer[Tensor]
+    extras: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, version: _Optional[int] = ..., unchanged: _Optional[bool] = ..., weights: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., extras: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("json",)
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    json: str
+    def __init__(self, json: _Optional[str] = ...) -> None: ...
+
+class EvalReport(_message.Message):
+    __slots__ = ("policy_version", "env_steps", "mean_return", "std_return", "episodes", "mean_length")
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENV_STEPS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_RETURN_FIELD_NUMBER: _ClassVar[int]
+    STD_RETURN_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    policy_version: int
+    env_steps: int
+    mean_return: float
+    std_return: float
+    episodes: int
+    mean_length: float
+    def __init__(self, policy_version: _Optional[int] = ..., env_steps: _Optional[int] = ..., mean_return: _Optional[float] = ..., std_return: _Optional[float] = ..., episodes: _Optional[int] = ..., mean_length: _Optional[float] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

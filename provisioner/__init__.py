@@ -1,0 +1,1 @@
+"""Node pools and cluster providers."""

@@ -1,0 +1,3 @@
+"""surreal: a Kubernetes-native, layered stack for distributed deep reinforcement learning."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from surreal.cli import main
+
+main()

@@ -1,0 +1,64 @@
+"""The one entry point of every component on every backend: `surreal component ROLE --spec FILE`.
+
+Addresses and secrets come from environment variables set by the launcher (127.0.0.1 locally, a
+Service's DNS name in a cluster), so a component cannot tell which backend runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from surreal.algorithms.common.run import RunContext
+from surreal.algorithms.registry import get_algorithm
+from surreal.orchestrator import program as prog
+from surreal.spec import ExperimentSpec, load_spec_file
+
+
+class ComponentError(RuntimeError):
+    pass
+
+
+def _require(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise ComponentError(f"environment variable {name} is not set (the launcher sets it)")
+    return value
+
+
+def read_token() -> str:
+    token = os.environ.get(prog.ENV_TOKEN)
+    if token:
+        return token
+    path = os.environ.get(prog.ENV_TOKEN_FILE)
+    if path:
+        return Path(path).read_text().strip()
+    raise ComponentError(f"neither {prog.ENV_TOKEN} nor {prog.ENV_TOKEN_FILE} is set")
+
+
+def build_context(spec: ExperimentSpec, index: int) -> RunContext:
+    bind_host = os.environ.get(prog.ENV_BIND_HOST, "127.0.0.1")
+    exp_dir = Path(os.environ.get(prog.ENV_EXP_DIR, "."))
+    return RunContext(
+        env_id=spec.env,
+        seed=spec.seed,
+        total_steps=spec.steps,
+        num_agents=spec.agents,
+        exp_dir=exp_dir,
+        learner_addr=_require(prog.ENV_LEARNER_ADDR),
+        token=read_token(),
+        index=index,
+        agents_in_worker=int(os.environ.get(prog.ENV_AGENTS_IN_WORKER, "1")),
+        bind_all=bind_host == "0.0.0.0",
+    )
+
+
+def run_component(role: str, spec_path: Path, index: int) -> int:
+    # A launcher stops components with SIGTERM; turn it into a clean exit so `finally` blocks run.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    spec = load_spec_file(spec_path)
+    ctx = build_context(spec, index)
+    main = get_algorithm(spec.algo).role_main(role)
+    return int(main(spec.config, ctx))

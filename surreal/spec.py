@@ -1,0 +1,287 @@
+"""ExperimentSpec: what an experiment is, loaded from flags, a YAML file and `--set` overrides.
+
+Precedence, lowest first: the algorithm's tuned preset for the environment, the YAML file, command-line
+flags, `--set KEY=VALUE`. Everything is validated here, before anything is created or started, and every
+problem is reported as a `SpecError` whose message names the offending key or value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from surreal.algorithms.registry import get_algorithm
+
+# Experiment names become Kubernetes object names with suffixes such as "-evaluator" and a StatefulSet
+# pod ordinal, so they are DNS-1123 labels kept short enough for every derived name to stay within 63.
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MAX_NAME_LENGTH = 40
+BACKENDS = ("local", "kube")
+TOP_LEVEL_KEYS = (
+    "algo",
+    "env",
+    "agents",
+    "steps",
+    "seed",
+    "backend",
+    "agents_per_pod",
+    "namespace",
+    "image",
+    "gpu",
+)
+
+
+class SpecError(ValueError):
+    """An experiment description that cannot be run; the message names the problem."""
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    name: str
+    """Experiment name: a DNS-1123 label of at most 40 characters."""
+    algo: str
+    """Algorithm: "ppo" (or "es")."""
+    env: str
+    """Gymnasium environment id, e.g. "CartPole-v1"."""
+    agents: int = 2
+    """Logical agents. PPO: each steps `envs_per_agent` environments."""
+    steps: int = 100_000
+    """Environment steps to train for; the experiment succeeds when they are done."""
+    seed: int = 0
+    """Base random seed; every component derives its own from it."""
+    backend: str = "local"
+    """Where components run: "local" processes or "kube" (Kubernetes)."""
+    agents_per_pod: int = 1
+    """Kubernetes only: logical agents packed into one actor pod."""
+    namespace: str = "default"
+    """Kubernetes only: namespace of the experiment's objects."""
+    image: str = ""
+    """Kubernetes only: container image of every component."""
+    gpu: int = 0
+    """GPUs for the learner (placed on the GPU node pool when > 0)."""
+    config: Any = field(default=None)
+    """The algorithm's frozen config dataclass (e.g. PPOConfig), preset for `env` then overridden."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: getattr(self, k) for k in ("name", *TOP_LEVEL_KEYS)}
+        data[self.algo] = _plain(dataclasses.asdict(self.config))
+        return data
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def validate_name(name: str) -> None:
+    if len(name) > MAX_NAME_LENGTH:
+        raise SpecError(f"invalid experiment name {name!r}: longer than {MAX_NAME_LENGTH} characters")
+    if not NAME_RE.match(name):
+        raise SpecError(
+            f"invalid experiment name {name!r}: use lower-case letters, digits and '-', "
+            "starting with a letter and ending with a letter or digit (a DNS-1123 label)"
+        )
+
+
+def load_yaml_file(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SpecError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"malformed YAML in config file {str(path)!r}{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(f"config file {str(path)!r} must hold a mapping of keys to values")
+    return data
+
+
+def parse_set(items: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"--set {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def build_spec(
+    name: str,
+    *,
+    flags: Mapping[str, Any],
+    config_file: Path | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> ExperimentSpec:
+    """Merge preset < YAML file < flags < --set overrides into a validated ExperimentSpec.
+
+    `flags` holds only the flags the user gave (None values are ignored).
+    """
+    validate_name(name)
+    file_data = load_yaml_file(config_file) if config_file is not None else {}
+    top: dict[str, Any] = {}
+    algo_section: dict[str, Any] = {}
+    for key, value in file_data.items():
+        if key in TOP_LEVEL_KEYS:
+            top[key] = value
+        elif isinstance(value, dict):
+            algo_section_name = key
+            algo_section.update({f"{algo_section_name}.{k}": v for k, v in value.items()})
+        else:
+            raise SpecError(f"unknown key {key!r} in config file {str(config_file)!r}")
+    top.update({k: v for k, v in flags.items() if v is not None})
+
+    overrides = dict(overrides or {})
+    for key in list(overrides):
+        if key in TOP_LEVEL_KEYS:
+            top[key] = overrides.pop(key)
+
+    algo_name = str(top.get("algo") or "")
+    if not algo_name:
+        raise SpecError("no algorithm given: use --algo (ppo)")
+    try:
+        algorithm = get_algorithm(algo_name)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    env_id = str(top.get("env") or _default_env(algo_name))
+    try:
+        algorithm.check_env(env_id)
+        base_config = algorithm.preset(env_id)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+    algo_values: dict[str, Any] = {}
+    for key, value in algo_section.items():
+        section, _, sub = key.partition(".")
+        if section != algo_name:
+            raise SpecError(f"config file section {section!r} does not match algorithm {algo_name!r}")
+        algo_values[sub] = value
+    for key, value in overrides.items():
+        sub = key[len(algo_name) + 1 :] if key.startswith(f"{algo_name}.") else key
+        algo_values[sub] = value
+    config = _apply(base_config, algo_values, prefix=algo_name)
+
+    spec_values = {k: _coerce(f"{k}", _field_type(ExperimentSpec, k), v) for k, v in top.items()}
+    spec = ExperimentSpec(name=name, config=config, **{**spec_values, "algo": algo_name, "env": env_id})
+    _validate(spec)
+    return spec
+
+
+def _default_env(algo: str) -> str:
+    return "CartPole-v1"
+
+
+def _apply(config: Any, values: Mapping[str, Any], prefix: str) -> Any:
+    known = {f.name: f for f in dataclasses.fields(config)}
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise SpecError(
+                f"unknown setting {key!r} (not an experiment key nor a field of the {prefix} config; "
+                f"see `surreal create --help` and docs/algorithms/{prefix}.md)"
+            )
+        changes[key] = _coerce(f"{prefix}.{key}", _field_type(type(config), key), value)
+    new = dataclasses.replace(config, **changes)
+    try:
+        new.validate()
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    return new
+
+
+def _field_type(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
+
+
+def _coerce(key: str, target: Any, value: Any) -> Any:
+    """Convert a YAML or command-line value to the field's declared type, or raise SpecError."""
+    origin = typing.get_origin(target)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(target) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
+            return None
+        return _coerce(key, options[0], value)
+    if origin is tuple:
+        item_type = typing.get_args(target)[0]
+        if isinstance(value, str):
+            parts = [p for p in value.strip("[]() ").split(",") if p.strip()]
+        elif isinstance(value, list | tuple):
+            parts = list(value)
+        else:
+            raise SpecError(f"{key}: expected a list, got {value!r}")
+        return tuple(_coerce(key, item_type, p) for p in parts)
+    try:
+        if target is bool:
+            return _to_bool(value)
+        if target is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(str(value).replace("_", "")) if isinstance(value, str) else int(value)
+        if target is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if target is str:
+            if not isinstance(value, str | int | float):
+                raise ValueError
+            return str(value)
+    except ValueError:
+        names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+        raise SpecError(f"{key}: expected {names.get(target, target)}, got {value!r}") from None
+    return value
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError
+
+
+def _validate(spec: ExperimentSpec) -> None:
+    if spec.agents < 1:
+        raise SpecError(f"agents must be a positive integer, got {spec.agents}")
+    if spec.steps < 1:
+        raise SpecError(f"steps must be a positive integer, got {spec.steps}")
+    if spec.seed < 0:
+        raise SpecError(f"seed must be >= 0, got {spec.seed}")
+    if spec.backend not in BACKENDS:
+        raise SpecError(f"unknown backend {spec.backend!r} (known: {', '.join(BACKENDS)})")
+    if spec.agents_per_pod < 1:
+        raise SpecError(f"agents_per_pod must be a positive integer, got {spec.agents_per_pod}")
+    if spec.gpu < 0:
+        raise SpecError(f"gpu must be >= 0, got {spec.gpu}")
+
+
+def load_spec_file(path: Path) -> ExperimentSpec:
+    """Load a spec written by `ExperimentSpec.to_yaml` (what every component reads at start)."""
+    data = load_yaml_file(path)
+    name = data.pop("name")
+    algo = data["algo"]
+    section = data.pop(algo, {}) or {}
+    return build_spec(
+        name,
+        flags={k: v for k, v in data.items() if k in TOP_LEVEL_KEYS},
+        overrides={f"{algo}.{k}": v for k, v in section.items()},
+    )

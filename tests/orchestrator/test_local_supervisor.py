@@ -1,0 +1,230 @@
+"""The local Supervisor with tiny `python -c` components: restarts, outcomes, stopping, cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from surreal.orchestrator.components import Component, Program
+from surreal.orchestrator.local import read_state
+from surreal.orchestrator.supervisor import Supervisor
+
+SLEEP = "import time; time.sleep(600)"
+WAIT_FOR_DONE = "import os, time\nwhile not os.path.exists('done'): time.sleep(0.02)"
+
+
+def py(name: str, role: str, code: str, **kw: Any) -> Component:
+    return Component(name, role, (sys.executable, "-c", textwrap.dedent(code)), **kw)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def by_name(state: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in (state or {}).get("components", [])}
+
+
+def running(exp_dir: Path, *names: str) -> dict[str, dict[str, Any]] | None:
+    comps = by_name(read_state(exp_dir))
+    ok = all(comps.get(n, {}).get("state") == "Running" for n in names)
+    return comps if ok else None
+
+
+def start_in_thread(sup: Supervisor) -> tuple[threading.Thread, list[str]]:
+    result: list[str] = []
+    thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_crash_is_restarted_counted_and_logged(tmp_path: Path) -> None:
+    # Crashes once (leaving a marker in its cwd = exp_dir), then succeeds as the learner.
+    code = """
+        import os, sys
+        print('hello from', os.environ['WHO'])
+        if not os.path.exists('crashed'):
+            open('crashed', 'w').close()
+            sys.exit(3)
+    """
+    program = Program("exp", (py("learner", "learner", code, env={"WHO": "the learner"}),))
+    ticks: list[float] = []
+    sup = Supervisor(program, tmp_path, backoff_seconds=0.05)
+    phase = sup.run(on_tick=lambda: ticks.append(time.monotonic()), tick_seconds=0.01)
+
+    assert phase == "Succeeded"
+    state = read_state(tmp_path)
+    assert state is not None and state["phase"] == "Succeeded"
+    assert state["supervisor_pid"] == os.getpid()
+    assert state["started_at"] <= state["ended_at"]
+    learner = by_name(state)["learner"]
+    assert (learner["state"], learner["restarts"], learner["exit_code"]) == ("Succeeded", 1, 0)
+    log = (tmp_path / "logs" / "learner.log").read_text()
+    assert log.count("hello from the learner") == 2
+    assert "exit code 3; restarting" in log and "restarted (restart 1 of 5)" in log
+    assert ticks
+
+
+def test_sigkilled_component_is_restarted(tmp_path: Path) -> None:
+    program = Program(
+        "exp", (py("learner", "learner", WAIT_FOR_DONE), py("actor-0", "actor", SLEEP))
+    )
+    sup = Supervisor(program, tmp_path, backoff_seconds=0.05, grace_seconds=2.0)
+    thread, result = start_in_thread(sup)
+    try:
+        first = wait_for(lambda: running(tmp_path, "learner", "actor-0"), what="Running")
+        old_pid = first["actor-0"]["pid"]
+        os.kill(old_pid, signal.SIGKILL)
+
+        def restarted() -> dict[str, Any] | None:
+            actor = by_name(read_state(tmp_path))["actor-0"]
+            fresh = actor["state"] == "Running" and actor["pid"] != old_pid
+            return actor if fresh and actor["restarts"] == 1 else None
+
+        actor = wait_for(restarted, what="actor restarted")
+        (tmp_path / "done").touch()
+        thread.join(15)
+    finally:
+        sup.request_stop()
+        thread.join(15)
+    assert result == ["Succeeded"]
+    final = by_name(read_state(tmp_path))
+    assert final["learner"]["state"] == "Succeeded"
+    assert (final["actor-0"]["state"], final["actor-0"]["restarts"]) == ("Stopped", 1)
+    assert all(gone(pid) for pid in (old_pid, actor["pid"], first["learner"]["pid"]))
+    assert "killed by SIGKILL; restarting" in (tmp_path / "logs" / "actor-0.log").read_text()
+
+
+def test_component_that_always_crashes_fails_the_experiment(tmp_path: Path) -> None:
+    program = Program(
+        "exp",
+        (py("learner", "learner", SLEEP), py("actor-0", "actor", "import sys; sys.exit(2)")),
+    )
+    sup = Supervisor(program, tmp_path, max_restarts=2, backoff_seconds=0.02, grace_seconds=2.0)
+    assert sup.run() == "Failed"
+    state = read_state(tmp_path)
+    assert state is not None and state["phase"] == "Failed"
+    comps = by_name(state)
+    assert (comps["actor-0"]["state"], comps["actor-0"]["restarts"]) == ("Failed", 2)
+    assert comps["actor-0"]["exit_code"] == 2
+    assert comps["learner"]["state"] == "Stopped"
+    assert gone(comps["learner"]["pid"])
+    assert "giving up after 2 restarts" in (tmp_path / "logs" / "actor-0.log").read_text()
+
+
+def test_learner_success_stops_the_others_even_stubborn_ones(tmp_path: Path) -> None:
+    stubborn = """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open('stubborn.ready', 'w').close()
+        time.sleep(600)
+    """
+    parent = """
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
+        open('g.tmp', 'w').write(str(child.pid))
+        os.replace('g.tmp', 'grandchild.pid')
+        time.sleep(600)
+    """
+    learner = """
+        import os, time
+        while not (os.path.exists('stubborn.ready') and os.path.exists('grandchild.pid')):
+            time.sleep(0.02)
+    """
+    program = Program(
+        "exp",
+        (
+            py("learner", "learner", learner),
+            py("stubborn", "actor", stubborn),
+            py("parent", "actor", parent, index=1),
+        ),
+    )
+    started = time.monotonic()
+    assert Supervisor(program, tmp_path, grace_seconds=0.5).run() == "Succeeded"
+    assert time.monotonic() - started < 10
+    comps = by_name(read_state(tmp_path))
+    assert comps["learner"]["state"] == "Succeeded"
+    assert (comps["stubborn"]["state"], comps["stubborn"]["exit_code"]) == ("Stopped", -9)
+    assert comps["parent"]["state"] == "Stopped"
+    assert "SIGKILL" in (tmp_path / "logs" / "stubborn.log").read_text()
+    grandchild = int((tmp_path / "grandchild.pid").read_text())
+    assert all(gone(pid) for pid in (grandchild, comps["stubborn"]["pid"], comps["parent"]["pid"]))
+
+
+def test_unstartable_component_fails_and_finished_workers_succeed(tmp_path: Path) -> None:
+    bad = Program("exp", (Component("learner", "learner", ("/nonexistent/surreal-binary",)),))
+    assert Supervisor(bad, tmp_path / "bad").run() == "Failed"
+    assert "failed to start" in (tmp_path / "bad" / "logs" / "learner.log").read_text()
+
+    # No learner: the experiment ends when every component has ended on its own.
+    done = Program("exp", (py("a", "actor", "pass"), py("b", "actor", "pass", index=1)))
+    assert Supervisor(done, tmp_path / "done").run() == "Succeeded"
+    assert {c["state"] for c in by_name(read_state(tmp_path / "done")).values()} == {"Succeeded"}
+
+
+FOREGROUND = """
+import sys
+from surreal.orchestrator.components import Component, Program
+from surreal.orchestrator.local import exit_code_for
+from surreal.orchestrator.supervisor import Supervisor
+sleep = (sys.executable, '-c', 'import time; time.sleep(600)')
+program = Program('exp', (Component('learner', 'learner', sleep),
+                          Component('actor-0', 'actor', sleep)))
+sys.exit(exit_code_for(Supervisor(program, sys.argv[1], grace_seconds=2.0).run()))
+"""
+
+
+def _foreground(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
+    exp_dir = tmp_path / "exp"
+    proc = subprocess.Popen([sys.executable, "-c", FOREGROUND, str(exp_dir)])
+    try:
+        comps = wait_for(lambda: running(exp_dir, "learner", "actor-0"), what="Running")
+    except AssertionError:
+        proc.kill()
+        raise
+    return proc, [c["pid"] for c in comps.values()]
+
+
+def test_sigint_to_foreground_supervisor_leaves_nothing_behind(tmp_path: Path) -> None:
+    proc, pids = _foreground(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=15) == 130
+    state = read_state(tmp_path / "exp")
+    assert state is not None and state["phase"] == "Stopped"
+    assert {c["state"] for c in state["components"]} == {"Stopped"}
+    assert all(gone(pid) for pid in pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_sigkilled_supervisor_takes_its_children_along(tmp_path: Path) -> None:
+    proc, pids = _foreground(tmp_path)
+    proc.kill()
+    proc.wait(timeout=5)
+    wait_for(lambda: all(gone(pid) for pid in pids), timeout=5, what="children to die")
+    state = json.loads((tmp_path / "exp" / "state.json").read_text())
+    assert state["phase"] == "Running"  # nobody could write the end; current_phase() says Failed

@@ -1,0 +1,237 @@
+"""Experience streams over real gRPC on 127.0.0.1: delivery, credit backpressure, isolation of a
+bad stream, message limits, and shutdown while a client is blocked."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import grpc
+import numpy as np
+import pytest
+
+from surreal.protocol import Params, ProtocolError
+from surreal.protocol.server import _UNARY_RESERVE
+from surreal.protocol.v1 import surreal_pb2 as pb
+from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
+
+
+def _eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def _send_until_error(stream, tensors, timeout: float = 5.0) -> ProtocolError:
+    """Keep sending (each send may still find a credit) until the broken stream says so."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            stream.send(0, tensors, timeout=0.2)
+        except ProtocolError as e:
+            return e
+        except TimeoutError:
+            pass
+    raise AssertionError("the stream never reported its error")
+
+
+def test_fragments_arrive_intact_and_in_order(make_server, make_client, make_fragment) -> None:
+    server, address = make_server(credits_per_stream=4)
+    stream = make_client(address).experience("worker-7")
+    sent = [make_fragment(n=5, seed=i) for i in range(10)]
+    received = []
+
+    def learner() -> None:
+        for _ in sent:
+            received.append(server.next_fragment(timeout=5))
+
+    thread = threading.Thread(target=learner)
+    thread.start()
+    for version, tensors in enumerate(sent):
+        stream.send(version, tensors, timeout=5)
+    thread.join(10)
+    assert len(received) == len(sent)
+    for version, (fragment, tensors) in enumerate(zip(received, sent, strict=True)):
+        assert fragment is not None
+        assert fragment.worker_id == "worker-7" and fragment.policy_version == version
+        for name, array in tensors.items():
+            np.testing.assert_array_equal(fragment.tensors[name], array)
+            assert fragment.tensors[name].dtype == array.dtype
+    assert server.stats["fragments_received"] == server.stats["fragments_taken"] == 10
+    assert server.stats["connected_streams"] == 1
+
+
+def test_credits_bound_the_queue_and_block_the_sender(
+    make_server, make_client, make_fragment
+) -> None:
+    server, address = make_server(credits_per_stream=2)
+    stream = make_client(address).experience("w")
+    stream.send(0, make_fragment(), timeout=5)
+    stream.send(1, make_fragment(), timeout=5)
+    with pytest.raises(TimeoutError):
+        stream.send(2, make_fragment(), timeout=0.3)  # the learner took nothing: no credit
+    assert _eventually(lambda: server.pending() == 2)
+
+    done = threading.Event()
+    thread = threading.Thread(
+        target=lambda: (stream.send(2, make_fragment(), timeout=10), done.set())
+    )
+    thread.start()
+    assert not done.wait(0.3), "a third send must block while the learner takes nothing"
+    assert server.pending() == 2
+
+    first = server.next_fragment(timeout=5)
+    assert first is not None and first.policy_version == 0
+    assert done.wait(5), "taking a fragment must grant its stream a credit back"
+    thread.join(5)
+    with pytest.raises(TimeoutError):  # exactly one credit came back, and it is spent
+        stream.send(3, make_fragment(), timeout=0.3)
+    assert stream.credits == 0
+    assert _eventually(lambda: server.pending() == 2)  # 1 left + the one just sent
+    assert [server.next_fragment(1).policy_version for _ in range(2)] == [1, 2]  # type: ignore[union-attr]
+    assert server.next_fragment(timeout=0.05) is None
+
+
+def test_invalid_fragment_aborts_only_its_stream(make_server, make_client, make_fragment) -> None:
+    server, address = make_server(credits_per_stream=2)
+    good = make_client(address).experience("good")
+    bad = make_client(address).experience("bad")
+    good.send(0, make_fragment(seed=1), timeout=5)
+
+    wrong_dtype = {**make_fragment(), "obs": np.zeros((3, 4), np.float64)}
+    bad.send(0, wrong_dtype, timeout=5)
+    error = _send_until_error(bad, make_fragment())
+    assert error.code == "INVALID_ARGUMENT" and "obs" in error.message
+    assert server.stats["rejected_invalid"] == 1
+
+    # The learner only ever sees the good worker's fragments, and that stream keeps flowing.
+    for version in range(1, 6):
+        fragment = server.next_fragment(timeout=5)
+        assert fragment is not None and fragment.worker_id == "good"
+        good.send(version, make_fragment(seed=1), timeout=5)
+    assert _eventually(lambda: server.stats["connected_streams"] == 1)
+
+
+@pytest.mark.parametrize(
+    "tensors",
+    [
+        {"obs": np.zeros((3, 4), np.float32)},  # missing "act"
+        {"obs": np.zeros((3, 4), np.float32), "act": np.zeros(3, np.int64), "x": np.zeros(1)},
+        {"obs": np.zeros((3, 5), np.float32), "act": np.zeros(3, np.int64)},  # fixed dim
+    ],
+    ids=["missing", "unexpected", "wrong-dim"],
+)
+def test_schema_violations_are_invalid_argument(make_server, make_client, tensors) -> None:
+    server, address = make_server()
+    stream = make_client(address).experience("w")
+    stream.send(0, tensors, timeout=5)
+    assert _send_until_error(stream, tensors).code == "INVALID_ARGUMENT"
+    assert server.pending() == 0
+
+
+def test_oversized_fragment_is_resource_exhausted(make_server, make_client, make_fragment) -> None:
+    server, address = make_server(max_message_bytes=64 * 1024)
+    stream = make_client(address).experience("w")
+    stream.send(0, make_fragment(n=8192), timeout=5)  # 8192 * 4 * 4 B of obs alone = 128 KiB
+    assert _send_until_error(stream, make_fragment()).code == "RESOURCE_EXHAUSTED"
+    assert server.pending() == 0
+
+
+def test_stop_makes_a_blocked_sender_raise(make_server, make_client, make_fragment) -> None:
+    server, address = make_server(credits_per_stream=1)
+    stream = make_client(address).experience("w")
+    stream.send(0, make_fragment(), timeout=5)
+    outcome: list[BaseException] = []
+
+    def blocked_send() -> None:
+        try:
+            stream.send(1, make_fragment(), timeout=10)
+        except BaseException as e:  # noqa: BLE001 - the test inspects whatever happened
+            outcome.append(e)
+
+    thread = threading.Thread(target=blocked_send)
+    thread.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    server.stop(grace=5.0)
+    # The server ends its streams itself instead of letting them run into the grace period.
+    assert time.monotonic() - started < 2.5
+    thread.join(5)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ProtocolError), outcome
+    assert outcome[0].code == "UNAVAILABLE" and "shutting down" in outcome[0].message
+    assert server.next_fragment(timeout=1).policy_version == 0  # type: ignore[union-attr]
+    assert server.next_fragment(timeout=None) is None
+
+
+def test_client_close_delivers_what_was_sent(make_server, make_client, make_fragment) -> None:
+    server, address = make_server(credits_per_stream=3)
+    stream = make_client(address).experience("w")
+    for version in range(3):
+        stream.send(version, make_fragment(), timeout=5)
+    stream.close()
+    stream.close()  # idempotent
+    assert [server.next_fragment(5).policy_version for _ in range(3)] == [0, 1, 2]  # type: ignore[union-attr]
+    assert _eventually(lambda: server.stats["connected_streams"] == 0)
+    with pytest.raises(ProtocolError) as info:
+        stream.send(3, make_fragment(), timeout=1)
+    assert info.value.code == "CANCELLED"
+
+
+def test_streams_beyond_the_pool_are_refused_not_hung(
+    make_server, make_client, make_fragment
+) -> None:
+    max_workers = _UNARY_RESERVE + 2
+    server, address = make_server(max_workers=max_workers)
+    client = make_client(address)
+    streams = [client.experience(f"w{i}") for i in range(2)]
+    for stream in streams:
+        stream.send(0, make_fragment(), timeout=5)
+    extra = client.experience("w-extra")
+    assert _send_until_error(extra, make_fragment()).code == "RESOURCE_EXHAUSTED"
+    assert server.stats["rejected_streams"] == 1
+    server.publish(Params(1, {}, {}))
+    assert client.get_params() is not None  # unary calls still have threads
+
+
+def _raw_fragment(tensors: list[pb.Tensor]) -> pb.ExperienceRequest:
+    return pb.ExperienceRequest(fragment=pb.Fragment(policy_version=0, tensors=tensors))
+
+
+_HELLO = pb.ExperienceRequest(hello=pb.Hello(worker_id="raw"))
+_GOOD = [
+    pb.Tensor(name="obs", dtype=pb.FLOAT32, shape=[1, 4], data=bytes(16)),
+    pb.Tensor(name="act", dtype=pb.INT64, shape=[1], data=bytes(8)),
+]
+
+
+@pytest.mark.parametrize(
+    ("requests", "match"),
+    [
+        ([_raw_fragment(_GOOD)], "Hello"),
+        ([_HELLO, *[_raw_fragment(_GOOD)] * 3], "without a credit"),  # 2 credits granted
+        ([_HELLO, _raw_fragment([_GOOD[0], pb.Tensor(name="act", dtype=pb.INT64, shape=[2],
+                                                      data=bytes(8))])], "8 bytes"),
+        ([_HELLO, _raw_fragment([_GOOD[0], pb.Tensor(name="act", dtype=42, shape=[1],
+                                                      data=bytes(8))])], "unknown dtype"),
+        ([_HELLO, _HELLO], "expected a Fragment"),
+    ],
+    ids=["no-hello", "ignores-credits", "bytes-vs-shape", "unknown-dtype", "second-hello"],
+)  # fmt: skip
+def test_protocol_violations_from_a_raw_client(make_server, token, requests, match) -> None:
+    server, address = make_server(credits_per_stream=2)
+    with grpc.insecure_channel(address) as channel:
+        call = pb_grpc.ExperienceStub(channel).Stream(
+            iter(requests), metadata=(("x-surreal-token", token),), timeout=5
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            for _ in call:
+                pass
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert match in info.value.details()
+    assert server.stats["rejected_invalid"] == 1
+    assert server.pending() <= 2

@@ -1,0 +1,100 @@
+"""Bad input through the installed `surreal` command: one line on stderr, non-zero exit, nothing created."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# The command installed beside this interpreter, as a user would run it.
+SURREAL = shutil.which("surreal", path=str(Path(sys.executable).parent))
+
+
+def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert SURREAL, "the surreal command is not installed"
+    env = {**os.environ, "SURREAL_HOME": str(home)}
+    return subprocess.run([SURREAL, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def created(home: Path) -> list[str]:
+    root = home / "experiments"
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+@pytest.fixture
+def yaml_file(tmp_path: Path) -> Path:
+    path = tmp_path / "broken.yaml"
+    path.write_text("agents: [1, 2\n")
+    return path
+
+
+CASES = [
+    (["create", "e1", "--algo", "nope"], "unknown algorithm 'nope'"),
+    (["create", "e1", "--algo", "ppo", "--env", "NoSuchEnv-v9"], "NoSuchEnv-v9"),
+    (["create", "e1", "--algo", "ppo", "--set", "no_such=1"], "unknown setting 'no_such'"),
+    (["create", "e1", "--algo", "ppo", "--set", "epochs=many"], "ppo.epochs: expected an integer"),
+    (["create", "e1", "--algo", "ppo", "--agents", "0"], "agents must be a positive integer"),
+    (["create", "e1", "--algo", "ppo", "--agents", "-2"], "agents must be a positive integer"),
+    (["create", "e1", "--algo", "ppo", "--agents", "two"], "'two' is not a valid integer"),
+    (["create", "E_1", "--algo", "ppo"], "invalid experiment name 'E_1'"),
+    (["create", "e1", "--algo", "ppo", "--set", "=3"], "expected KEY=VALUE"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), CASES)
+def test_bad_create_is_one_line_and_creates_nothing(tmp_path: Path, args: list[str], message: str) -> None:
+    home = tmp_path / "home"
+    result = run(home, *args)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0]
+    assert "Traceback" not in result.stderr
+    assert created(home) == []
+
+
+def test_malformed_yaml(tmp_path: Path, yaml_file: Path) -> None:
+    home = tmp_path / "home"
+    result = run(home, "create", "e1", "--algo", "ppo", "--config", str(yaml_file))
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0
+    assert "malformed YAML" in result.stderr and "broken.yaml" in result.stderr
+    assert created(home) == []
+
+
+def test_existing_name_is_refused_and_left_intact(tmp_path: Path) -> None:
+    from surreal.orchestrator import experiments
+    from surreal.spec import build_spec
+
+    home = tmp_path / "home"
+    exp_dir, _ = experiments.prepare(build_spec("taken", flags={"algo": "ppo"}), home)
+    before = {p.name: p.read_bytes() for p in exp_dir.iterdir() if p.is_file()}
+    result = run(home, "create", "taken", "--algo", "ppo", "--env", "Pendulum-v1")
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0
+    assert "experiment 'taken' already exists" in result.stderr
+    assert {p.name: p.read_bytes() for p in exp_dir.iterdir() if p.is_file()} == before
+    assert created(home) == ["taken"]
+
+
+@pytest.mark.parametrize("command", [["status", "ghost"], ["logs", "ghost"], ["delete", "ghost"]])
+def test_unknown_experiment(tmp_path: Path, command: list[str]) -> None:
+    result = run(tmp_path / "home", *command)
+    assert result.returncode != 0
+    assert result.stderr.strip() == (
+        f"surreal: error: no experiment named 'ghost' in {tmp_path / 'home' / 'experiments'}"
+    )
+
+
+def test_dry_run_prints_the_validated_spec_and_creates_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    result = run(
+        home, "create", "e1", "--algo", "ppo", "--env", "Pendulum-v1", "--dry-run", "--set", "epochs=3"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "env: Pendulum-v1" in result.stdout and "epochs: 3" in result.stdout
+    assert created(home) == []
