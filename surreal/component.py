@@ -6,9 +6,11 @@ Service's DNS name in a cluster), so a component cannot tell which backend runs 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
+import zlib
 from pathlib import Path
 
 from surreal.algorithms.common.run import RunContext
@@ -55,10 +57,24 @@ def build_context(spec: ExperimentSpec, index: int) -> RunContext:
     )
 
 
+def worker_index(role: str, index: int) -> int:
+    """Actor pods of a Kubernetes Deployment have no ordinal and all start with `--index 0`; a
+    stable hash of the pod's unique name (SURREAL_POD_NAME) gives each its own index, hence its
+    own seeds and worker id. Everywhere else the launcher's index stands."""
+    pod = os.environ.get(prog.ENV_POD_NAME)
+    if role != "actor" or not pod:
+        return index
+    return zlib.crc32(pod.encode()) & 0x7FFFFFFF
+
+
 def run_component(role: str, spec_path: Path, index: int) -> int:
     # A launcher stops components with SIGTERM; turn it into a clean exit so `finally` blocks run.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # stderr is the component's log file (logs/<name>.log locally, `kubectl logs` in a pod).
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     spec = load_spec_file(spec_path)
-    ctx = build_context(spec, index)
+    ctx = build_context(spec, worker_index(role, index))
     main = get_algorithm(spec.algo).role_main(role)
     return int(main(spec.config, ctx))

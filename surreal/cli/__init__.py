@@ -5,25 +5,27 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
+from surreal.cli.common import (
+    ProgressLine,
+    fail,
+    fmt,
+    home_dir,
+    kube_call,
+    kube_launcher,
+    kube_options,
+    summary,
+    table,
+)
+from surreal.cli.provision import provision
 from surreal.orchestrator import experiments as exps
 from surreal.orchestrator import local
 from surreal.spec import SpecError, build_spec, parse_set
-
-
-def home_dir() -> Path:
-    return Path(os.environ.get("SURREAL_HOME") or Path.home() / ".surreal")
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"surreal: error: {message}", err=True)
-    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,8 +45,13 @@ def cli() -> None:
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML spec file.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a spec key.")
 @click.option("--detach", is_flag=True, help="Return at once; the experiment runs on.")
-@click.option("--dry-run", is_flag=True, help="Validate and print the spec; start nothing.")
-@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), help="Dry-run output format.")
+@click.option("--dry-run", is_flag=True, help="Validate and print the spec (kube: the objects).")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json", "helm-values"]),
+              help="Dry-run output format (helm-values: values for helm/surreal; kube only).")  # fmt: skip
+@click.option("--namespace", help="Kubernetes namespace (default: default).")
+@click.option("--image", help="Container image (kube; default surreal:local on kind/minikube).")
+@click.option("--gpu", type=int, help="GPUs for the learner.")
+@click.option("--context", help="kubeconfig context (kube backend).")
 def create(
     name: str,
     algo: str | None,
@@ -58,14 +65,23 @@ def create(
     detach: bool,
     dry_run: bool,
     output: str | None,
+    namespace: str | None,
+    image: str | None,
+    gpu: int | None,
+    context: str | None,
 ) -> None:
     """Create experiment NAME and run it (in the foreground unless --detach)."""
     flags = {"algo": algo, "env": env_id, "agents": agents, "steps": steps, "seed": seed,
-             "backend": backend}  # fmt: skip
+             "backend": backend, "namespace": namespace, "image": image, "gpu": gpu}  # fmt: skip
     try:
         spec = build_spec(name, flags=flags, config_file=config_file, overrides=parse_set(sets))
     except SpecError as exc:
         fail(str(exc), code=2)
+    if spec.backend == "kube":
+        create_kube(spec, dry_run=dry_run, output=output or "yaml", context=context)
+        return
+    if output == "helm-values":
+        fail("-o helm-values needs --backend kube", code=2)
     if dry_run:
         if output == "json":
             click.echo(json.dumps(spec.to_dict(), indent=2))
@@ -96,45 +112,41 @@ def create(
     sys.exit(code)
 
 
-class ProgressLine:
-    """Redraws one line on a terminal; prints a line every 10 s when stderr is not a terminal."""
+def create_kube(spec: Any, *, dry_run: bool, output: str, context: str | None) -> None:
+    from surreal.orchestrator import kube_output, kube_render
 
-    def __init__(self, exp_dir: Path, total_steps: int) -> None:
-        self.exp_dir = exp_dir
-        self.total = total_steps
-        self.tty = sys.stderr.isatty()
-        self.last_print = 0.0
-
-    def __call__(self) -> None:
-        now = time.monotonic()
-        if not self.tty and now - self.last_print < 10.0:
+    # SURREAL_TOKEN fixes the token (reproducible manifests); otherwise each run makes a new one.
+    token = os.environ.get("SURREAL_TOKEN") or kube_render.new_token()
+    try:
+        if dry_run:
+            click.echo(kube_output.dry_run(spec, output, token=token), nl=False)
             return
-        self.last_print = now
-        metrics = exps.read_metrics(self.exp_dir)
-        steps = metrics.get("env_steps") or 0
-        line = f"steps {steps:,}/{self.total:,} ({100 * steps / self.total:.0f}%)  {summary(metrics)}"
-        if self.tty:
-            click.echo(f"\r\033[K{line}", nl=False, err=True)
-        else:
-            click.echo(line, err=True)
-
-
-def _fmt(value: Any, spec: str = ".1f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def summary(m: dict[str, Any]) -> str:
-    return (
-        f"{_fmt(m.get('steps_per_second'), ',.0f')} steps/s  "
-        f"train return {_fmt(m.get('train_return'))}  eval return {_fmt(m.get('eval_return'))}  "
-        f"version {_fmt(m.get('policy_version'), 'd')}  {_fmt(m.get('elapsed_seconds'), '.0f')} s"
+        kube_render.check_capacity(spec)
+    except kube_render.RenderError as exc:
+        fail(str(exc), code=2)
+    launcher = kube_launcher(context)
+    kube_call(launcher.create, spec, token=token)
+    click.echo(
+        f"experiment {spec.name!r} created in namespace {spec.namespace!r} "
+        f"({spec.agents} agents); watch it: kubectl get pods -n {spec.namespace} "
+        f"-l surreal.io/experiment={spec.name}, or `surreal status {spec.name} --backend kube`"
     )
 
 
 @cli.command(name="list")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
-def list_cmd(output: str) -> None:
+@kube_options
+def list_cmd(output: str, backend: str, namespace: str, context: str | None) -> None:
     """List experiments."""
+    if backend == "kube":
+        kube_rows = kube_call(kube_launcher(context).list_experiments, namespace)
+        if output == "json":
+            click.echo(json.dumps(kube_rows, indent=2))
+            return
+        table(["NAME", "ALGO", "ENV", "AGENTS", "PHASE", "PODS", "MANAGED BY"],
+              [[r["name"], r["algo"], r["env"], r["agents"], r["phase"], r["pods"], r["managed_by"]]
+               for r in kube_rows])  # fmt: skip
+        return
     rows = exps.list_all(home_dir())
     if output == "json":
         click.echo(json.dumps(rows, indent=2))
@@ -148,19 +160,12 @@ def list_cmd(output: str) -> None:
                 r["env"],
                 r["agents"],
                 r["phase"],
-                _fmt(r["env_steps"], ",d"),
-                _fmt(r["eval_return"]),
+                fmt(r["env_steps"], ",d"),
+                fmt(r["eval_return"]),
             ]
             for r in rows
         ],  # fmt: skip
     )
-
-
-def table(headers: list[str], rows: list[list[Any]]) -> None:
-    cells = [headers, *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    for row in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _existing(name: str) -> Path:
@@ -173,16 +178,21 @@ def _existing(name: str) -> Path:
 @cli.command(name="status")
 @click.argument("name")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
-def status_cmd(name: str, output: str) -> None:
+@kube_options
+def status_cmd(name: str, output: str, backend: str, namespace: str, context: str | None) -> None:
     """Show an experiment's phase, progress and components."""
-    st = exps.status(_existing(name))
+    if backend == "kube":
+        st = kube_call(kube_launcher(context).status, name, namespace)
+    else:
+        st = exps.status(_existing(name))
     if output == "json":
         click.echo(json.dumps(st, indent=2))
         return
-    for key in ("name", "algo", "env", "backend", "phase"):
-        click.echo(f"{key + ':':<18}{st[key]}")
+    for key in ("name", "algo", "env", "backend", "phase", "learner_status"):
+        if key in st:
+            click.echo(f"{key + ':':<18}{st[key]}")
     for key in exps.METRIC_FIELDS:
-        click.echo(f"{key + ':':<18}{_fmt(st[key], ',') if isinstance(st[key], int) else _fmt(st[key])}")
+        click.echo(f"{key + ':':<18}{fmt(st[key], ',') if isinstance(st[key], int) else fmt(st[key])}")
     click.echo("")
     table(["COMPONENT", "ROLE", "STATE", "RESTARTS"],
           [[c["name"], c["role"], c["state"], c["restarts"]] for c in st["components"]])  # fmt: skip
@@ -193,8 +203,24 @@ def status_cmd(name: str, output: str) -> None:
 @click.argument("component", required=False, default="learner")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "--lines", type=int, default=100, help="Lines from the end to start with.")
-def logs(name: str, component: str, follow: bool, lines: int) -> None:
-    """Print the log of a component (default: learner)."""
+@click.option("--previous", is_flag=True, help="kube: the crashed container before its restart.")
+@kube_options
+def logs(name: str, component: str, follow: bool, lines: int, previous: bool, backend: str,
+         namespace: str, context: str | None) -> None:  # fmt: skip
+    """Print the log of a component (default: learner; kube: also actor-N or a pod name)."""
+    if backend == "kube":
+        from surreal.orchestrator.kube import KubeError
+
+        launcher = kube_launcher(context)
+        try:
+            for line in launcher.logs(name, namespace, component, follow=follow, previous=previous,
+                                      tail=lines):  # fmt: skip
+                click.echo(line)
+        except KubeError as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            pass
+        return
     exp_dir = _existing(name)
     try:
         for line in local.tail_log(exp_dir, component, follow=follow, lines=lines):
@@ -207,8 +233,24 @@ def logs(name: str, component: str, follow: bool, lines: int) -> None:
 
 @cli.command()
 @click.argument("name")
-def delete(name: str) -> None:
-    """Stop an experiment and remove its files."""
+@click.option("--agents", type=int, required=True, help="Logical agents from now on.")
+@click.option("--namespace", default="default", show_default=True)
+@click.option("--context", help="kubeconfig context.")
+def scale(name: str, agents: int, namespace: str, context: str | None) -> None:
+    """Change the number of actor pods of a Kubernetes experiment."""
+    replicas = kube_call(kube_launcher(context).scale, name, namespace, agents)
+    click.echo(f"experiment {name!r}: {agents} agents in {replicas} actor pods")
+
+
+@cli.command()
+@click.argument("name")
+@kube_options
+def delete(name: str, backend: str, namespace: str, context: str | None) -> None:
+    """Stop an experiment and remove its files (kube: all its objects)."""
+    if backend == "kube":
+        kube_call(kube_launcher(context).delete, name, namespace)
+        click.echo(f"experiment {name!r} deleted from namespace {namespace!r}")
+        return
     try:
         exps.delete(home_dir(), name)
     except exps.ExperimentError as exc:
@@ -219,8 +261,19 @@ def delete(name: str) -> None:
 @cli.command()
 @click.argument("name")
 @click.option("--port", type=int, default=6006)
-def tensorboard(name: str, port: int) -> None:
+@kube_options
+def tensorboard(name: str, port: int, backend: str, namespace: str, context: str | None) -> None:
     """Serve the experiment's TensorBoard scalars on http://127.0.0.1:PORT."""
+    if backend == "kube":
+        forward = kube_call(kube_launcher(context).tensorboard, name, namespace, port)
+        click.echo(f"TensorBoard for {name!r}: http://{forward.address}/ (Ctrl-C to stop)", err=True)
+        try:
+            forward.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            forward.close()
+        return
     tb_dir = _existing(name) / "tb"
     click.echo(f"TensorBoard for {name!r}: http://127.0.0.1:{port}/", err=True)
     os.execv(sys.executable, [sys.executable, "-m", "tensorboard.main", "--logdir", str(tb_dir),
@@ -246,6 +299,9 @@ def supervise(exp_dir: Path) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     sys.exit(local.run_supervisor(exp_dir))
+
+
+cli.add_command(provision)
 
 
 def main(argv: list[str] | None = None) -> None:

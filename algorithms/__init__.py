@@ -1,0 +1,1 @@
+"""Learning algorithms (PPO, ES) implementing the learner, actor and evaluator roles."""

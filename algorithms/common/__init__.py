@@ -1,0 +1,1 @@
+"""Pieces every algorithm shares: env batches, normalization, evaluation, checkpoints."""

@@ -1,0 +1,117 @@
+"""Deterministic evaluation of published policies, for any algorithm that can turn Params into a
+policy. The evaluator role polls the learner, evaluates a version whenever one at least
+`eval_interval` env steps past the last evaluated one is out (and always the final one), and
+reports the result to the learner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from surreal.algorithms.common.envs import EnvBatch
+from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
+from surreal.protocol.client import LearnerClient, ProtocolError
+from surreal.protocol.types import EvalReport, Params
+
+log = logging.getLogger(__name__)
+
+Policy = Callable[[np.ndarray], np.ndarray]  # raw observations [N, D] -> actions [N, ...]
+PolicyFactory = Callable[[Params], Policy]
+GIVE_UP_SECONDS = 900.0  # an evaluator that cannot reach the learner this long exits 1
+
+
+class EvalSettings(Protocol):
+    eval_interval: int  # env steps between evaluations
+    eval_episodes: int  # episodes per evaluation
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    mean_return: float
+    std_return: float
+    mean_length: float
+    episodes: int
+
+    def report(self, policy_version: int, env_steps: int) -> EvalReport:
+        return EvalReport(
+            policy_version=policy_version,
+            env_steps=env_steps,
+            mean_return=self.mean_return,
+            std_return=self.std_return,
+            episodes=self.episodes,
+            mean_length=self.mean_length,
+        )
+
+
+def evaluate(envs: EnvBatch, policy: Policy) -> EvalResult:
+    """Run one episode in each env of `envs` (in lockstep, one policy call per step)."""
+    n = envs.num_envs
+    returns, lengths = np.zeros(n), np.zeros(n)
+    finished = np.zeros(n, bool)
+    obs = envs.reset()
+    while not finished.all():
+        res = envs.step(policy(obs))
+        obs = res.obs
+        if res.episode_returns:
+            ended = np.flatnonzero(res.terminated | res.truncated)
+            for i, ret, length in zip(ended, res.episode_returns, res.episode_lengths, strict=True):
+                if not finished[i]:
+                    returns[i], lengths[i], finished[i] = ret, length, True
+    return EvalResult(float(returns.mean()), float(returns.std()), float(lengths.mean()), n)
+
+
+def should_evaluate(params: Params, last_version: int | None, last_steps: int, eval_interval: int) -> bool:
+    """A new version that is final, or at least `eval_interval` env steps past the last one."""
+    if params.version == last_version:
+        return False
+    if extras_done(params.extras):
+        return True
+    return extras_env_steps(params.extras) - last_steps >= eval_interval
+
+
+def run_evaluator(
+    cfg: EvalSettings, ctx: RunContext, make_policy: PolicyFactory, poll_seconds: float = 0.5
+) -> int:
+    """Evaluate published versions until the final one is evaluated and reported (exit 0)."""
+    envs = EnvBatch(ctx.env_id, cfg.eval_episodes, seed=ctx.seed * 1_000_003 + 7)
+    client = LearnerClient(ctx.learner_addr, ctx.token)
+    latest: Params | None = None
+    last_version, last_steps = None, 0
+    failing_since: float | None = None
+    try:
+        while True:
+            try:
+                params = client.get_params(latest.version if latest else -1)
+                failing_since = None
+            except (ProtocolError, ConnectionError, TimeoutError) as e:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > GIVE_UP_SECONDS:
+                    log.error("learner unreachable, giving up: %s", e)
+                    return 1
+                time.sleep(2.0)
+                continue
+            latest = params or latest
+            if latest is None or not should_evaluate(latest, last_version, last_steps,
+                                                     cfg.eval_interval):  # fmt: skip
+                if latest is not None and extras_done(latest.extras):
+                    return 0  # the final version was evaluated
+                time.sleep(poll_seconds)
+                continue
+            steps = extras_env_steps(latest.extras)
+            result = evaluate(envs, make_policy(latest))
+            log.info("version %d at %d steps: return %.1f", latest.version, steps, result.mean_return)
+            try:
+                client.report_eval(result.report(latest.version, steps))
+            except (ProtocolError, ConnectionError, TimeoutError) as e:
+                log.warning("could not report the evaluation of version %d: %s", latest.version, e)
+                continue
+            last_version, last_steps = latest.version, steps
+    finally:
+        client.close()
+        envs.close()

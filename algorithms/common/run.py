@@ -1,0 +1,50 @@
+"""What a component needs to run besides its algorithm config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Built by the component entry point from the spec, flags and environment variables."""
+
+    env_id: str  # gymnasium id, e.g. "CartPole-v1"
+    seed: int  # experiment seed; components derive their own seeds from it
+    total_steps: int  # env steps after which the learner finishes
+    num_agents: int  # logical agents in the whole experiment
+    exp_dir: Path  # experiment directory (status.json, checkpoints/, tb/)
+    learner_addr: str  # "host:port" of the learner; the learner listens on its port
+    token: str  # per-experiment auth token
+    index: int = 0  # this worker's index among the actor workers
+    agents_in_worker: int = 1  # logical agents this worker hosts
+    bind_all: bool = False  # learner listens on 0.0.0.0 (in a cluster) instead of the addr's host
+    has_evaluator: bool = True  # False: the learner evaluates the final policy itself
+
+    @property
+    def learner_host(self) -> str:
+        return self.learner_addr.rsplit(":", 1)[0]
+
+    @property
+    def learner_port(self) -> int:
+        return int(self.learner_addr.rsplit(":", 1)[1])
+
+
+# Every learner's Params.extras carry the run's progress, so actors and the evaluator know when
+# to stop and how far along a policy version is without asking the status service.
+
+
+def progress_extras(env_steps: int, done: bool) -> dict[str, np.ndarray]:
+    return {"env_steps": np.array([env_steps], np.int64), "done": np.array([done], bool)}
+
+
+def extras_env_steps(extras: Mapping[str, np.ndarray]) -> int:
+    return int(extras["env_steps"][0])
+
+
+def extras_done(extras: Mapping[str, np.ndarray]) -> bool:
+    return bool(extras["done"][0])

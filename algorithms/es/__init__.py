@@ -1,0 +1,1 @@
+"""OpenAI-style evolution strategies: a master (the learner role) and stateless workers."""

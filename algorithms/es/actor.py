@@ -1,0 +1,211 @@
+"""ES worker: one process hosting `agents_in_worker` logical agents.
+
+Each logical agent owns two environments and evaluates the antithetic pairs the current version
+hands it (theta + sigma eps on one, theta - sigma eps on the other, both from the same start
+state), one pair after another. All agents' environments are stepped together and their policies
+run in one batched call. Finished pairs and the moments of the observations seen go up the
+experience stream every `flush_interval` seconds. Workers are stateless: a restarted worker, or
+one whose master restarted, simply fetches the parameters again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from surreal.algorithms.common.envs import env_spaces, make_env
+from surreal.algorithms.common.normalization import ObsNormalizer
+from surreal.algorithms.common.run import RunContext, extras_done
+from surreal.algorithms.es.config import ESConfig
+from surreal.algorithms.es.evaluator import normalizer
+from surreal.algorithms.es.networks import BatchPolicy, PolicySpec
+from surreal.algorithms.es.noise import env_seed, pair_seed, perturbation
+from surreal.algorithms.es.results import pack_batch
+from surreal.protocol.client import ExperienceStream, LearnerClient, ProtocolError
+from surreal.protocol.types import Params
+
+log = logging.getLogger(__name__)
+
+MAX_AGENTS_PER_WORKER = 1 << 20  # agent ids: worker index * this + slot, unique across workers
+RECONNECT_GIVE_UP_SECONDS = 900.0  # a worker that cannot reach the master this long exits 1
+IDLE_POLL_SECONDS = 0.05  # parameter polling while every agent waits for a new version
+
+
+def agent_ids(index: int, agents_in_worker: int) -> list[int]:
+    """Global ids of the logical agents a worker hosts (from its index and their slots)."""
+    if not 1 <= agents_in_worker <= MAX_AGENTS_PER_WORKER:
+        raise ValueError(f"agents_in_worker must be in [1, {MAX_AGENTS_PER_WORKER}], got {agents_in_worker}")
+    return [index * MAX_AGENTS_PER_WORKER + slot for slot in range(agents_in_worker)]
+
+
+class ESWorker:
+    """The worker's core, without networking: set_params(), step() while busy, take_batch()."""
+
+    def __init__(self, cfg: ESConfig, env_id: str, ids: list[int], seed: int = 0) -> None:
+        self.cfg, self.ids = cfg, ids
+        n = len(ids)
+        self.envs = [make_env(env_id, seed + i) for i in range(2 * n)]  # agent a: slots 2a, 2a+1
+        self.spaces = env_spaces(self.envs[0])
+        self.spec = PolicySpec.from_config(cfg, self.spaces)
+        self.policy = BatchPolicy(self.spec, 2 * n)
+        d = self.spaces.obs_dim
+        self._obs = np.zeros((2 * n, d), np.float32)
+        self._active = np.zeros(2 * n, bool)
+        self._ret = np.zeros(2 * n, np.float64)
+        self._len = np.zeros(2 * n, np.int64)
+        self._tasks: list[tuple[int, int, int] | None] = [None] * n  # (version, pair, seed)
+        self._next_pair = [0] * n
+        self._startable = False  # some idle agent may have a pair to start
+        self.version, self._nonce, self._pairs, self._theta = -1, 0, 0, np.zeros(0, np.float32)
+        self._norm: ObsNormalizer | None = None
+        self._rows: list[tuple[int, int, int, int, float, float, int, int]] = []
+        self._obs_n, self._obs_sum, self._obs_sq = 0, np.zeros(d), np.zeros(d)
+        self.env_steps = 0  # steps taken by this worker (all versions)
+
+    def set_params(self, params: Params) -> None:
+        """Switch to a new version: idle agents start its pairs; running pairs finish first."""
+        self.version = params.version
+        self._theta = np.array(params.weights["theta"], np.float32)
+        self._nonce = int(params.extras["nonce"][0])
+        self._pairs = int(params.extras["pairs_per_agent"][0])
+        self._norm = normalizer(self.cfg, params)
+        self._next_pair = [0] * len(self.ids)
+        self._startable = True
+
+    @property
+    def busy(self) -> bool:
+        """Some environment is mid-episode."""
+        return bool(self._active.any())
+
+    def start_idle(self) -> int:
+        """Give every idle agent its next pair of the current version; returns how many started."""
+        if not self._startable:
+            return 0
+        self._startable, started = False, 0
+        for a, task in enumerate(self._tasks):
+            if task is None and self.version >= 0 and self._next_pair[a] < self._pairs:
+                self._start(a)
+                started += 1
+        return started
+
+    def _start(self, a: int) -> None:
+        pair = self._next_pair[a]
+        self._next_pair[a] += 1
+        seed = pair_seed(self._nonce, self.ids[a], pair)
+        delta = self.cfg.sigma * perturbation(seed, self.spec.num_params)
+        self.policy.set(2 * a, self._theta + delta)
+        self.policy.set(2 * a + 1, self._theta - delta)
+        for i in (2 * a, 2 * a + 1):
+            self._obs[i] = np.ravel(self.envs[i].reset(seed=env_seed(seed))[0])
+        self._active[2 * a : 2 * a + 2] = True
+        self._ret[2 * a : 2 * a + 2] = 0.0
+        self._len[2 * a : 2 * a + 2] = 0
+        self._tasks[a] = (self.version, pair, seed)
+
+    def step(self) -> None:
+        """One env step of every running episode, all policies in one batched call."""
+        rows = np.flatnonzero(self._active)
+        obs = self._obs[rows]
+        if self.cfg.norm_obs:
+            self._obs_n += len(rows)
+            self._obs_sum += obs.sum(axis=0)
+            self._obs_sq += np.square(obs, dtype=np.float64).sum(axis=0)
+        x = self._norm(obs) if self._norm is not None else obs
+        actions = self.policy.act(x, rows if len(rows) < len(self._active) else None)
+        acts = actions.tolist() if self.spec.discrete else actions
+        for k, i in enumerate(rows.tolist()):
+            o, r, terminated, truncated, _ = self.envs[i].step(acts[k])
+            self._obs[i] = np.ravel(o)
+            self._ret[i] += r
+            self._len[i] += 1
+            if terminated or truncated:
+                self._active[i] = False
+                if not self._active[i ^ 1]:  # both episodes of the pair are over
+                    self._finish(i // 2)
+        self.env_steps += len(rows)
+
+    def _finish(self, a: int) -> None:
+        task = self._tasks[a]
+        assert task is not None
+        version, pair, seed = task
+        p, m = 2 * a, 2 * a + 1
+        self._rows.append((self.ids[a], pair, seed, version, float(self._ret[p]), float(self._ret[m]),
+                           int(self._len[p]), int(self._len[m])))  # fmt: skip
+        self._tasks[a] = None
+        self._startable = True
+
+    def take_batch(self) -> dict[str, np.ndarray] | None:
+        """The finished pairs and observation moments since the last batch (None if no pair)."""
+        if not self._rows:
+            return None
+        n = self._obs_n
+        mean = self._obs_sum / n if n else np.zeros_like(self._obs_sum)
+        m2 = np.maximum(self._obs_sq - n * mean**2, 0.0) if n else np.zeros_like(mean)
+        moments = {"obs_count": np.array([float(n)]), "obs_mean": mean, "obs_m2": m2}
+        batch = pack_batch(self._rows, moments)
+        self._rows = []
+        self._obs_n, self._obs_sum, self._obs_sq = 0, np.zeros_like(mean), np.zeros_like(mean)
+        return batch
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def run_actor(cfg: ESConfig, ctx: RunContext) -> int:
+    """Evaluate handed-out pairs until the master's parameters say the run is done (exit 0).
+    A lost master (restart, network) is retried with exponential backoff."""
+    cfg.validate()
+    worker = ESWorker(cfg, ctx.env_id, agent_ids(ctx.index, ctx.agents_in_worker),
+                      seed=ctx.seed * 1_000_003 + 10_007 * (ctx.index + 1))  # fmt: skip
+    client = LearnerClient(ctx.learner_addr, ctx.token)
+    backoff, failing_since = 0.5, None  # failing_since: monotonic time of the first failure
+    try:
+        while True:
+            try:
+                client.wait_ready(timeout=30.0)
+                stream = client.experience(f"es-worker-{ctx.index}")
+                backoff, failing_since = 0.5, None
+                try:
+                    return _work_until_done(client, stream, worker)
+                finally:
+                    stream.close()
+            except (ProtocolError, ConnectionError, TimeoutError) as e:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > RECONNECT_GIVE_UP_SECONDS:
+                    log.error("master unreachable for %.0fs, giving up: %s",
+                              time.monotonic() - failing_since, e)  # fmt: skip
+                    return 1
+                log.warning("master connection lost (%s); retrying in %.1fs", e, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+    finally:
+        client.close()
+        worker.close()
+
+
+def _work_until_done(client: LearnerClient, stream: ExperienceStream, worker: ESWorker) -> int:
+    flush_interval = worker.cfg.flush_interval
+    flushed_at = time.monotonic()
+    while True:
+        # Cheap when nothing changed: the master answers "unchanged" without weights.
+        params = client.get_params(worker.version)
+        if params is not None:
+            worker.set_params(params)
+            if extras_done(params.extras):
+                return 0
+        worker.start_idle()
+        if not worker.busy:  # the whole hand-out of this version is done: send it, wait for more
+            if (batch := worker.take_batch()) is not None:
+                stream.send(worker.version, batch)
+                flushed_at = time.monotonic()
+            time.sleep(IDLE_POLL_SECONDS)
+            continue
+        while worker.busy and time.monotonic() - flushed_at < flush_interval:
+            worker.step()
+            worker.start_idle()
+        if (batch := worker.take_batch()) is not None:
+            stream.send(worker.version, batch)
+        flushed_at = time.monotonic()

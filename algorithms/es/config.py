@@ -1,0 +1,86 @@
+"""ES hyperparameters (OpenAI-style evolution strategies). Per-environment values: presets.py."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+POLICIES = ("linear", "mlp")
+ACTIVATIONS = ("tanh", "relu")
+
+
+@dataclass(frozen=True)
+class ESConfig:
+    # --- policy ---
+    policy: str = "mlp"  # "linear" (actions = W x + b, as ARS) or "mlp"
+    hidden_sizes: tuple[int, ...] = (64, 64)  # MLP hidden widths (ignored by "linear")
+    activation: str = "tanh"  # MLP hidden activation: "tanh" or "relu"
+
+    # --- search distribution and update (master) ---
+    population: int = 32  # antithetic pairs (2 episodes each) per update, at least
+    sigma: float = 0.02  # std of the parameter perturbations
+    learning_rate: float = 0.01  # Adam step size
+    adam_beta1: float = 0.9  # Adam first-moment decay
+    adam_beta2: float = 0.999  # Adam second-moment decay
+    weight_decay: float = 0.005  # L2 coefficient: the step follows g - weight_decay * theta
+    top_fraction: float = 1.0  # keep only this best fraction of pairs (by max return), as ARS's b/N
+
+    # --- hand-out of perturbations ---
+    handout_ratio: float = 1.5  # pairs handed out per version / pairs per update: slack that keeps
+    #   workers busy while stragglers finish; results of the extra pairs count for the next update
+    max_staleness: int = 1  # results evaluated this many versions behind the master still count
+
+    # --- observation normalization ---
+    norm_obs: bool = True  # normalize observations with statistics merged on the master
+    obs_clip: float = 10.0  # clip normalized observations to [-obs_clip, obs_clip]
+
+    # --- workers ---
+    flush_interval: float = 0.2  # seconds between result batches a worker sends (when it has any)
+    credits_per_worker: int = 4  # result batches a worker may have in flight (backpressure window)
+
+    # --- bookkeeping ---
+    checkpoint_every: int = 20  # updates between checkpoints (and one at the end)
+    eval_interval: int = 100_000  # env steps between evaluations (the final policy always)
+    eval_episodes: int = 10  # deterministic episodes per evaluation
+    final_eval_timeout: float = 600.0  # seconds the master waits for the final evaluation
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first invalid field."""
+        for name in ("population", "credits_per_worker", "checkpoint_every", "eval_interval",
+                     "eval_episodes"):  # fmt: skip
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"es.{name} must be an integer >= 1, got {value!r}")
+        _check(self.policy in POLICIES, "policy", f"must be one of {', '.join(POLICIES)}", self.policy)
+        _check(
+            self.activation in ACTIVATIONS,
+            "activation", f"must be one of {', '.join(ACTIVATIONS)}", self.activation,
+        )  # fmt: skip
+        _check(
+            self.policy == "linear" or (len(self.hidden_sizes) > 0 and min(self.hidden_sizes) >= 1),
+            "hidden_sizes", "must be a non-empty list of widths >= 1", self.hidden_sizes,
+        )  # fmt: skip
+        for name in ("sigma", "learning_rate", "obs_clip", "flush_interval", "final_eval_timeout"):
+            _check(getattr(self, name) > 0, name, "must be > 0", getattr(self, name))
+        for name in ("adam_beta1", "adam_beta2"):
+            _check(0 <= getattr(self, name) < 1, name, "must be in [0, 1)", getattr(self, name))
+        _check(self.weight_decay >= 0, "weight_decay", "must be >= 0", self.weight_decay)
+        _check(0 < self.top_fraction <= 1, "top_fraction", "must be in (0, 1]", self.top_fraction)
+        _check(self.handout_ratio >= 1, "handout_ratio", "must be >= 1", self.handout_ratio)
+        _check(self.max_staleness >= 0, "max_staleness", "must be >= 0", self.max_staleness)
+
+    def pairs_per_agent(self, num_agents: int) -> int:
+        """Perturbations handed to each logical agent per version: together at least
+        `handout_ratio * population`, and at least one each, so every agent has work."""
+        return max(1, math.ceil(self.handout_ratio * self.population / num_agents))
+
+    def pairs_per_update(self, num_agents: int) -> int:
+        """Pairs the master waits for before an update. More agents than the population needs
+        raise it, so that a version's hand-out is mostly used rather than dropped as stale."""
+        handed_out = num_agents * self.pairs_per_agent(num_agents)
+        return max(self.population, math.floor(handed_out / self.handout_ratio))
+
+
+def _check(ok: bool, name: str, rule: str, value: object) -> None:
+    if not ok:
+        raise ValueError(f"es.{name} {rule}, got {value!r}")

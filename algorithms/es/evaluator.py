@@ -1,0 +1,38 @@
+"""The ES policy as the evaluator runs it: the unperturbed parameters, deterministic actions, on
+observations normalized with the statistics shipped in the same Params."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surreal.algorithms.common import evaluator
+from surreal.algorithms.common.envs import EnvSpaces, spaces_for
+from surreal.algorithms.common.normalization import ObsNormalizer
+from surreal.algorithms.common.run import RunContext
+from surreal.algorithms.es.config import ESConfig
+from surreal.algorithms.es.networks import Policy, PolicySpec
+from surreal.protocol.types import Params
+
+
+def normalizer(cfg: ESConfig, params: Params) -> ObsNormalizer | None:
+    """The observation normalization a version was evaluated with (None when disabled)."""
+    if not cfg.norm_obs:
+        return None
+    return ObsNormalizer(params.extras["obs_mean"], params.extras["obs_var"], cfg.obs_clip)
+
+
+def deterministic_policy(cfg: ESConfig, spaces: EnvSpaces, params: Params) -> evaluator.Policy:
+    """Raw observations [N, D] -> actions of the version's unperturbed parameters."""
+    policy = Policy(PolicySpec.from_config(cfg, spaces), params.weights["theta"])
+    norm = normalizer(cfg, params)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        return policy.act(norm(obs) if norm is not None else obs)
+
+    return act
+
+
+def run_evaluator(cfg: ESConfig, ctx: RunContext) -> int:
+    cfg.validate()
+    spaces = spaces_for(ctx.env_id)
+    return evaluator.run_evaluator(cfg, ctx, lambda params: deterministic_policy(cfg, spaces, params))

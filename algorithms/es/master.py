@@ -1,0 +1,272 @@
+"""The ES master's core: results in, centered-rank Adam updates, parameters out.
+
+`ESMaster` has no networking, so tests drive it directly: add_results() until ready(), update(),
+params(). `learner.run_learner` serves it over the protocol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoint
+from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.common.normalization import RunningMeanStd
+from surreal.algorithms.common.run import progress_extras
+from surreal.algorithms.common.tb import Scalars
+from surreal.algorithms.es.config import ESConfig
+from surreal.algorithms.es.handout import Handout
+from surreal.algorithms.es.maths import adam_step, ascent_direction
+from surreal.algorithms.es.networks import PolicySpec, init_params
+from surreal.algorithms.es.noise import perturbations
+from surreal.algorithms.es.results import batch_obs_moments, check_batch
+from surreal.protocol.types import EvalReport, Params
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Counters:
+    """Progress that survives restarts (saved in every checkpoint)."""
+
+    version: int = 0  # policy version; +1 per update
+    env_steps: int = 0  # env steps of accepted results (what the run trains on)
+    env_steps_rejected: int = 0  # env steps of results rejected as stale or of an unknown version
+    updates: int = 0  # ES updates done
+    episodes: int = 0  # episodes of accepted results (two per pair)
+    results_accepted: int = 0  # pairs accepted
+    elapsed_seconds: float = 0.0  # wall time of earlier runs of this master (before a restart)
+
+
+class ESMaster:
+    def __init__(
+        self,
+        cfg: ESConfig,
+        spaces: EnvSpaces,
+        total_steps: int,
+        num_agents: int,
+        *,
+        seed: int = 0,
+        exp_dir: Path | None = None,
+    ) -> None:
+        cfg.validate()
+        self.cfg, self.total_steps = cfg, total_steps
+        self.spec = PolicySpec.from_config(cfg, spaces)
+        self.theta = init_params(self.spec, seed).astype(np.float64)
+        self._adam_m = np.zeros_like(self.theta)
+        self._adam_v = np.zeros_like(self.theta)
+        self.obs_rms = RunningMeanStd((spaces.obs_dim,))
+        self.counters = Counters()
+        self.pairs_per_update = cfg.pairs_per_update(num_agents)
+        self.handout = Handout(seed, cfg.pairs_per_agent(num_agents), cfg.max_staleness)
+        self.agents: set[int] = set()  # logical agents with an accepted result
+        self.train_returns: deque[float] = deque(maxlen=200)
+        self.eval_return: float | None = None
+        self.best_eval_return: float | None = None
+        self.final_evaluated = False
+        self._pool: list[tuple[int, int, float, float]] = []  # (seed, version, ret+, ret-)
+        self._started = time.monotonic()
+        self._rate: deque[tuple[float, int]] = deque(maxlen=64)  # (time, env_steps) samples
+        self._ckpt_dir = exp_dir / "checkpoints" if exp_dir else None
+        self._tb = Scalars(exp_dir / "tb") if exp_dir else None
+        if self._ckpt_dir is not None:
+            self._restore()
+        self.handout.open(self.counters.version)
+
+    # --- progress ---
+
+    @property
+    def done(self) -> bool:
+        return self.counters.env_steps >= self.total_steps
+
+    def ready(self) -> bool:
+        """Enough pairs for an update (none once the run is done)."""
+        return not self.done and len(self._pool) >= self.pairs_per_update
+
+    def params(self) -> Params:
+        """The current parameters, the version's hand-out and normalization, the run's progress."""
+        c = self.counters
+        extras = {
+            "obs_mean": self.obs_rms.mean.copy(),
+            "obs_var": self.obs_rms.var.copy(),
+            "nonce": np.array([self.handout.nonce(c.version)], np.int64),
+            "pairs_per_agent": np.array([self.handout.pairs_per_agent], np.int64),
+            **progress_extras(c.env_steps, self.done),
+        }
+        return Params(c.version, {"theta": self.theta.astype(np.float32)}, extras)
+
+    def new_version(self) -> None:
+        """Bump the version without an update (e.g. to announce `done` with unchanged weights)."""
+        self.counters.version += 1
+        self.handout.open(self.counters.version)
+
+    # --- results ---
+
+    def add_results(self, tensors: dict[str, np.ndarray]) -> int:
+        """Check every result of one batch; pool the accepted ones. Returns how many."""
+        c, t = self.counters, tensors
+        problem = check_batch(t)
+        if problem is not None:
+            self.handout.reject("invalid", max(1, len(t["agent_id"])))
+            log.warning("dropping a result batch: %s", problem)
+            return 0
+        moments = batch_obs_moments(t)
+        if moments is not None and self.cfg.norm_obs:  # real states, whatever their results' fate
+            self.obs_rms.merge(moments)
+        if self.done:
+            return 0
+        accepted = 0
+        rows = zip(*(t[k].tolist() for k in ("agent_id", "pair", "seed", "version", "returns",
+                                              "lengths")), strict=True)  # fmt: skip
+        for agent, pair, seed, version, rets, lengths in rows:
+            reason = self.handout.check(version, agent, pair, seed, (rets[0], rets[1]))
+            if reason is None:
+                self._pool.append((seed, version, rets[0], rets[1]))
+                self.agents.add(agent)
+                self.train_returns.extend(rets)
+                c.env_steps += lengths[0] + lengths[1]
+                c.episodes += 2
+                c.results_accepted += 1
+                accepted += 1
+            elif reason in ("stale", "unknown_version"):
+                c.env_steps_rejected += lengths[0] + lengths[1]
+        self._rate.append((time.monotonic(), c.env_steps))
+        return accepted
+
+    # --- update ---
+
+    def update(self) -> dict[str, float]:
+        """One ES step on the pooled pairs: centered ranks, antithetic estimate, weight decay, Adam."""
+        cfg, c = self.cfg, self.counters
+        pool, self._pool = self._pool, []
+        seeds = np.array([p[0] for p in pool], np.int64)
+        returns = np.array([(p[2], p[3]) for p in pool], np.float64)
+        noise = perturbations(seeds, self.spec.num_params)
+        g = ascent_direction(returns, noise, cfg.sigma, cfg.top_fraction)
+        self.theta, self._adam_m, self._adam_v = adam_step(
+            self.theta, -g + cfg.weight_decay * self.theta, self._adam_m, self._adam_v,
+            c.updates + 1, cfg.learning_rate, cfg.adam_beta1, cfg.adam_beta2,
+        )  # fmt: skip
+        c.updates += 1
+        self.new_version()
+        stats = {
+            "pairs": float(len(pool)),
+            "return_mean": float(returns.mean()),
+            "return_max": float(returns.max()),
+            "staleness": float(np.mean([c.version - 1 - p[1] for p in pool])),
+            "grad_norm": float(np.linalg.norm(g)),
+            "theta_norm": float(np.linalg.norm(self.theta)),
+        }
+        self._log_update(stats)
+        if c.updates % cfg.checkpoint_every == 0:
+            self.save()
+        return stats
+
+    # --- evaluation, status, checkpoints ---
+
+    def record_eval(self, report: EvalReport) -> None:
+        self.eval_return = report.mean_return
+        best = self.best_eval_return
+        self.best_eval_return = report.mean_return if best is None else max(best, report.mean_return)
+        if self.done and report.policy_version == self.counters.version:
+            self.final_evaluated = True
+        if self._tb is not None:
+            values = {"mean_return": report.mean_return, "mean_length": report.mean_length}
+            self._tb.add("eval", values, report.env_steps)
+
+    def steps_per_second(self) -> float:
+        if len(self._rate) < 2:
+            return 0.0
+        (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def elapsed_seconds(self) -> float:
+        return self.counters.elapsed_seconds + time.monotonic() - self._started
+
+    def status(self, connected_actors: int = 0) -> dict[str, Any]:
+        """The status contract's fields (as PPO's), plus what ES adds."""
+        c = self.counters
+        recent = list(self.train_returns)[-50:]
+        rejected = dict(self.handout.rejected)
+        return {
+            "env_steps": c.env_steps,
+            "updates": c.updates,
+            "policy_version": c.version,
+            "episodes": c.episodes,
+            "train_return": float(np.mean(recent)) if recent else None,
+            "eval_return": self.eval_return,
+            "best_eval_return": self.best_eval_return,
+            "steps_per_second": self.steps_per_second(),
+            "elapsed_seconds": self.elapsed_seconds(),
+            "dropped_fragments": sum(rejected.values()),  # ES: results rejected, any reason
+            "connected_actors": connected_actors,
+            "done": self.done and self.final_evaluated,
+            "agents_reporting": len(self.agents),
+            "results_accepted": c.results_accepted,
+            "results_rejected": rejected,
+            "env_steps_rejected": c.env_steps_rejected,
+            "pairs_per_update": self.pairs_per_update,
+            "pairs_per_agent": self.handout.pairs_per_agent,
+        }
+
+    def _log_update(self, stats: dict[str, float]) -> None:
+        if self._tb is None:
+            return
+        c = self.counters
+        self._tb.add("train", stats, c.env_steps)
+        progress = {"steps_per_second": self.steps_per_second(), "episodes": c.episodes,
+                    "agents_reporting": len(self.agents),
+                    "results_rejected": sum(self.handout.rejected.values())}  # fmt: skip
+        if self.train_returns:
+            progress["episode_return"] = float(np.mean(list(self.train_returns)[-50:]))
+        self._tb.add("progress", progress, c.env_steps)
+
+    def save(self) -> None:
+        """Checkpoint parameters, Adam state, normalization, counters and ledger totals."""
+        if self._ckpt_dir is None:
+            return
+        counters = dataclasses.replace(self.counters, elapsed_seconds=self.elapsed_seconds())
+        arrays = {"theta": self.theta, "adam_m": self._adam_m, "adam_v": self._adam_v,
+                  "agents": np.array(sorted(self.agents), np.int64),
+                  **self.obs_rms.to_arrays("obs")}  # fmt: skip
+        state = {
+            "arrays": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()},
+            "counters": dataclasses.asdict(counters),
+            "rejected": dict(self.handout.rejected),
+            "train_returns": list(self.train_returns),
+            "eval": [self.eval_return, self.best_eval_return],
+        }
+        save_checkpoint(state, self._ckpt_dir)
+        log.info("checkpoint: %d env steps, %d updates, train return %s, eval return %s",
+                 counters.env_steps, counters.updates, self.status()["train_return"],
+                 self.eval_return)  # fmt: skip
+
+    def _restore(self) -> None:
+        assert self._ckpt_dir is not None
+        state = load_checkpoint(self._ckpt_dir)
+        if state is None:
+            return
+        arrays = {k: v.numpy() for k, v in state["arrays"].items()}
+        self.theta, self._adam_m, self._adam_v = arrays["theta"], arrays["adam_m"], arrays["adam_v"]
+        self.agents = set(arrays["agents"].tolist())
+        self.obs_rms.moments = RunningMeanStd.moments_from_arrays(arrays, "obs")
+        self.counters = Counters(**state["counters"])
+        self.handout.rejected.update(state["rejected"])
+        self.train_returns.extend(state["train_returns"])
+        self.eval_return, self.best_eval_return = state["eval"]
+        # Versions published after this checkpoint died with the old process, and workers may
+        # still hold them: jump past every version that can have existed, so that their results
+        # are rejected (unknown version) and a version number keeps naming one set of weights.
+        self.counters.version += self.cfg.checkpoint_every
+        log.info("resumed from checkpoint: %s", self.counters)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()

@@ -1,0 +1,121 @@
+"""Deterministic linear and MLP policies over a flat parameter vector, in numpy.
+
+ES perturbs the flat vector; `BatchPolicy` holds one vector per env slot (each slot evaluates its
+own perturbation) and runs all of them on a batch of observations in a few batched matmuls.
+Actions: argmax of the outputs (Discrete) or the outputs clipped to the bounds (Box).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.es.config import ESConfig
+
+Layers = list[tuple[np.ndarray, np.ndarray]]  # (weights [..., out, in], biases [..., out])
+
+
+@dataclass(frozen=True, eq=False)
+class PolicySpec:
+    """The shape of a policy: what its flat parameter vector means."""
+
+    obs_dim: int
+    action_dim: int  # outputs: one per action (Discrete) or the action vector (Box)
+    discrete: bool
+    hidden_sizes: tuple[int, ...]  # () for a linear policy
+    activation: str  # hidden activation: "tanh" or "relu"
+    action_low: np.ndarray | None = None  # Box bounds; None for Discrete
+    action_high: np.ndarray | None = None
+
+    @classmethod
+    def from_config(cls, cfg: ESConfig, spaces: EnvSpaces) -> PolicySpec:
+        hidden = () if cfg.policy == "linear" else tuple(cfg.hidden_sizes)
+        return cls(spaces.obs_dim, spaces.action_dim, spaces.discrete, hidden, cfg.activation,
+                   spaces.action_low, spaces.action_high)  # fmt: skip
+
+    @property
+    def layer_shapes(self) -> list[tuple[int, int]]:
+        sizes = (self.obs_dim, *self.hidden_sizes, self.action_dim)
+        return [(b, a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+
+    @property
+    def num_params(self) -> int:
+        return sum(o * i + o for o, i in self.layer_shapes)
+
+
+def init_params(spec: PolicySpec, seed: int) -> np.ndarray:
+    """Initial flat parameters [P] float32. Linear: zeros (as ARS). MLP: rows of each weight
+    matrix scaled to norm 1 (hidden) or 0.01 (output), zero biases (as OpenAI's ES)."""
+    flat = np.zeros(spec.num_params, np.float32)
+    if not spec.hidden_sizes:
+        return flat
+    rng = np.random.Generator(np.random.PCG64(seed))
+    layers = unflatten(spec, flat)
+    for k, (w, _) in enumerate(layers):
+        scale = 0.01 if k == len(layers) - 1 else 1.0
+        init = rng.standard_normal(w.shape)
+        w[...] = init * (scale / np.linalg.norm(init, axis=-1, keepdims=True))
+    return flat
+
+
+def unflatten(spec: PolicySpec, flat: np.ndarray) -> Layers:
+    """Views of `flat` [..., P] as layers (weights [..., out, in], biases [..., out]); writing
+    to them writes to `flat`."""
+    layers: Layers = []
+    lead, offset = flat.shape[:-1], 0
+    for out_dim, in_dim in spec.layer_shapes:
+        w = flat[..., offset : offset + out_dim * in_dim].reshape(*lead, out_dim, in_dim)
+        offset += out_dim * in_dim
+        b = flat[..., offset : offset + out_dim]
+        offset += out_dim
+        layers.append((w, b))
+    return layers
+
+
+def forward(spec: PolicySpec, layers: Layers, x: np.ndarray) -> np.ndarray:
+    """Outputs [N, A] for observations [N, D]: one shared policy (2-D weights) or one policy per
+    row (3-D weights [N, out, in])."""
+    act = np.tanh if spec.activation == "tanh" else (lambda h: np.maximum(h, 0.0))
+    for k, (w, b) in enumerate(layers):
+        x = x @ w.T + b if w.ndim == 2 else np.matmul(w, x[:, :, None])[:, :, 0] + b
+        if k < len(layers) - 1:
+            x = act(x)
+    return x
+
+
+def to_actions(spec: PolicySpec, outputs: np.ndarray) -> np.ndarray:
+    """Deterministic actions from policy outputs [N, A]."""
+    if spec.discrete:
+        return np.argmax(outputs, axis=-1)
+    return np.clip(outputs, spec.action_low, spec.action_high)
+
+
+class BatchPolicy:
+    """`n` policies, each with its own flat parameters, acting on `n` observations at once."""
+
+    def __init__(self, spec: PolicySpec, n: int) -> None:
+        self.spec = spec
+        self.params = np.zeros((n, spec.num_params), np.float32)
+        self._layers = unflatten(spec, self.params)
+
+    def set(self, i: int, flat: np.ndarray) -> None:
+        self.params[i] = flat
+
+    def act(self, obs: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Actions for observations (already normalized) of all n policies [n, D], or of the
+        policies `rows` [len(rows), D]."""
+        layers = self._layers if rows is None else unflatten(self.spec, self.params[rows])
+        return to_actions(self.spec, forward(self.spec, layers, obs))
+
+
+class Policy:
+    """One policy on a batch of observations (what the evaluator runs)."""
+
+    def __init__(self, spec: PolicySpec, flat: np.ndarray) -> None:
+        self.spec = spec
+        self._layers = unflatten(spec, np.asarray(flat, np.float32))
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return to_actions(self.spec, forward(self.spec, self._layers, obs))

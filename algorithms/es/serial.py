@@ -1,0 +1,93 @@
+"""ES master and workers in one process, no networking: for tuning presets and debugging.
+
+    python -m surreal.algorithms.es.serial --env CartPole-v1 --steps 1000000 --agents 8 --seed 0 \
+        [--set key=value ...]
+
+The same ESMaster and ESWorker classes the roles run, stepped in turn, so a curve here is the
+curve of a distributed run with no network delay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+from surreal.algorithms.common.envs import EnvBatch
+from surreal.algorithms.common.evaluator import evaluate
+from surreal.algorithms.es.actor import ESWorker, agent_ids
+from surreal.algorithms.es.config import ESConfig
+from surreal.algorithms.es.evaluator import deterministic_policy
+from surreal.algorithms.es.master import ESMaster
+from surreal.algorithms.es.presets import preset_for
+
+
+def train(cfg: ESConfig, env_id: str, steps: int, agents: int, seed: int, eval_every: int) -> float:
+    """Train for `steps` accepted env steps; print evaluations; return the final eval return."""
+    master = ESMaster(cfg, _spaces(env_id), steps, agents, seed=seed)
+    worker = ESWorker(cfg, env_id, agent_ids(0, agents), seed=seed)
+    envs = EnvBatch(env_id, cfg.eval_episodes, seed=seed * 1_000_003 + 7)
+    start, next_eval, result = time.monotonic(), 0, float("nan")
+    worker.set_params(master.params())
+    while not master.done:
+        worker.start_idle()
+        worker.step()
+        if (batch := worker.take_batch()) is not None:
+            master.add_results(batch)
+        if master.ready():
+            master.update()
+            worker.set_params(master.params())
+        elif not worker.busy:
+            raise RuntimeError("every pair handed out came back and no update is due")
+        if master.counters.env_steps >= next_eval or master.done:
+            next_eval += eval_every
+            params = master.params()
+            result = evaluate(envs, deterministic_policy(cfg, worker.spaces, params)).mean_return
+            print(f"{master.counters.env_steps:>10,} steps  {master.counters.updates:>5} updates  "
+                  f"eval {result:8.1f}  train {master.status()['train_return'] or 0:8.1f}  "
+                  f"{time.monotonic() - start:6.0f}s", flush=True)  # fmt: skip
+    worker.close()
+    envs.close()
+    return result
+
+
+def _spaces(env_id: str):  # type: ignore[no-untyped-def]
+    from surreal.algorithms.common.envs import spaces_for
+
+    return spaces_for(env_id)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--agents", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-every", type=int, default=100_000)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    cfg = preset_for(args.env)
+    types = {f.name: f.type for f in dataclasses.fields(cfg)}
+    for item in args.set:
+        key, value = item.split("=", 1)
+        kind = types[key]
+        parsed = tuple(int(v) for v in value.split(",") if v) if "tuple" in str(kind) else value
+        cfg = dataclasses.replace(cfg, **{key: _cast(kind, parsed)})
+    train(cfg, args.env, args.steps, args.agents, args.seed, args.eval_every)
+
+
+def _cast(kind: object, value: object) -> object:
+    if isinstance(value, tuple):
+        return value
+    text = str(value)
+    if "bool" in str(kind):
+        return text.lower() in ("1", "true", "yes")
+    if "int" in str(kind):
+        return int(text)
+    if "float" in str(kind):
+        return float(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""PPO actor: steps a batch of envs with the latest policy and cuts the experience into fragments.
+
+`PPOActor` is the core (no networking; the serial harness and tests drive it directly);
+`run_actor` connects it to the learner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import torch
+
+from surreal.algorithms.common.envs import EnvBatch
+from surreal.algorithms.common.normalization import (
+    ObsNormalizer,
+    RunningMeanStd,
+    batch_moments,
+    discounted_return_trace,
+)
+from surreal.algorithms.common.run import RunContext, extras_done
+from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.networks import ActorCritic
+from surreal.protocol.client import ExperienceStream, LearnerClient, ProtocolError
+from surreal.protocol.types import Params
+
+log = logging.getLogger(__name__)
+
+RECONNECT_GIVE_UP_SECONDS = 900.0  # an actor that cannot reach the learner this long exits 1
+
+
+class PPOActor:
+    """Runs the policy on a whole EnvBatch at once; emits fragments of `fragment_length` steps."""
+
+    def __init__(self, cfg: PPOConfig, env_id: str, num_envs: int, seed: int) -> None:
+        self.cfg = cfg
+        self.envs = EnvBatch(env_id, num_envs, seed)
+        self.spaces = self.envs.spaces
+        self.net = ActorCritic.from_config(cfg, self.spaces)
+        self.version = -1  # no parameters yet
+        self._normalizer: ObsNormalizer | None = None
+        self._obs = self.envs.reset()
+        self._running_return = np.zeros(num_envs, np.float64)
+
+    def set_params(self, params: Params) -> None:
+        self.net.load_weights_numpy(params.weights)
+        if self.cfg.norm_obs:
+            ex = params.extras
+            self._normalizer = ObsNormalizer(ex["obs_mean"], ex["obs_var"], self.cfg.obs_clip)
+        self.version = params.version
+
+    def collect(self) -> dict[str, np.ndarray]:
+        """Step every env `fragment_length` times with the current policy; return the fragment."""
+        cfg, sp = self.cfg, self.spaces
+        t_len, n = cfg.fragment_length, self.envs.num_envs
+        norm = self._normalizer
+        obs = np.empty((t_len + 1, n, sp.obs_dim), np.float32)  # row t_len: bootstrap
+        raw = obs if norm is None else np.empty((t_len, n, sp.obs_dim), np.float32)
+        act_shape = (t_len, n) if sp.discrete else (t_len, n, sp.action_dim)
+        actions = np.empty(act_shape, np.int64 if sp.discrete else np.float32)
+        logprobs = np.empty((t_len, n), np.float32)
+        rewards = np.empty((t_len, n), np.float32)
+        terminated = np.empty((t_len, n), bool)
+        truncated = np.empty((t_len, n), bool)
+        trunc_index: list[tuple[int, int]] = []
+        trunc_obs: list[np.ndarray] = []
+        ep_returns: list[float] = []
+        ep_lengths: list[int] = []
+        cur = self._obs
+        with torch.inference_mode():
+            for t in range(t_len):
+                raw[t] = cur
+                if norm is not None:
+                    norm(cur, out=obs[t])
+                a, logp = self.net.act(torch.from_numpy(obs[t]))
+                a_np = a.numpy()
+                actions[t] = a_np
+                logprobs[t] = logp.numpy()
+                res = self.envs.step(a_np)
+                rewards[t] = res.rewards
+                terminated[t] = res.terminated
+                truncated[t] = res.truncated
+                if res.trunc_envs:
+                    trunc_index += [(t, i) for i in res.trunc_envs]
+                    trunc_obs += res.trunc_obs
+                if res.episode_returns:
+                    ep_returns += res.episode_returns
+                    ep_lengths += res.episode_lengths
+                cur = res.obs
+        self._obs = cur
+        obs[t_len] = cur if norm is None else norm(cur)
+        tr_obs = np.array(trunc_obs, np.float32).reshape(-1, sp.obs_dim)
+        if norm is not None:
+            tr_obs = norm(tr_obs)
+        return {
+            "obs": obs,
+            "actions": actions,
+            "logprobs": logprobs,
+            "rewards": rewards,
+            "terminated": terminated,
+            "truncated": truncated,
+            "trunc_index": np.array(trunc_index, np.int64).reshape(-1, 2),
+            "trunc_obs": tr_obs,
+            **self._moments(raw[:t_len], rewards, terminated | truncated),
+            "episode_returns": np.array(ep_returns, np.float64),
+            "episode_lengths": np.array(ep_lengths, np.int64),
+        }
+
+    def _moments(self, raw_obs: np.ndarray, rewards: np.ndarray, dones: np.ndarray) -> dict[str, np.ndarray]:
+        """Moment deltas the learner merges into its normalization statistics (empty if unused)."""
+        cfg, d = self.cfg, self.spaces.obs_dim
+        obs_rms, ret_rms = RunningMeanStd((d,)), RunningMeanStd((1,))
+        if cfg.norm_obs:
+            obs_rms.merge(batch_moments(raw_obs.reshape(-1, d)))
+        if cfg.norm_reward:
+            trace, self._running_return = discounted_return_trace(
+                rewards, dones, self._running_return, cfg.gamma
+            )
+            ret_rms.merge(batch_moments(trace.reshape(-1, 1)))
+        return {**obs_rms.to_arrays("obs"), **ret_rms.to_arrays("ret")}
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def actor_seed(ctx: RunContext) -> int:
+    """Distinct env seeds per worker: worker i's envs use [seed_i, seed_i + num_envs)."""
+    return ctx.seed * 1_000_003 + 10_007 * (ctx.index + 1)
+
+
+def run_actor(cfg: PPOConfig, ctx: RunContext) -> int:
+    """Collect and send fragments until the learner's parameters say the run is done (exit 0).
+
+    A lost learner (restart, network) is retried with exponential backoff; the fragment in
+    flight is lost, which on-policy PPO does not miss.
+    """
+    cfg.validate()
+    torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(actor_seed(ctx))
+    actor = PPOActor(cfg, ctx.env_id, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx))
+    client = LearnerClient(ctx.learner_addr, ctx.token)
+    backoff, failing_since = 0.5, None  # failing_since: monotonic time of the first failure
+    try:
+        while True:
+            try:
+                client.wait_ready(timeout=30.0)
+                stream = client.experience(f"actor-{ctx.index}")
+                backoff, failing_since = 0.5, None
+                try:
+                    return _send_until_done(client, stream, actor)
+                finally:
+                    stream.close()
+            except (ProtocolError, ConnectionError, TimeoutError) as e:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > RECONNECT_GIVE_UP_SECONDS:
+                    log.error(
+                        "learner unreachable for %.0fs, giving up: %s",
+                        time.monotonic() - failing_since,
+                        e,
+                    )
+                    return 1
+                log.warning("learner connection lost (%s); retrying in %.1fs", e, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+    finally:
+        client.close()
+        actor.close()
+
+
+def _send_until_done(client: LearnerClient, stream: ExperienceStream, actor: PPOActor) -> int:
+    while True:
+        # Cheap when nothing changed: the learner answers "unchanged" without weights.
+        params = client.get_params(actor.version)
+        if params is not None:
+            actor.set_params(params)
+            if extras_done(params.extras):
+                return 0
+        if actor.version < 0:  # the learner has not published yet
+            time.sleep(0.2)
+            continue
+        stream.send(actor.version, actor.collect())

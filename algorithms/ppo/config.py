@@ -1,0 +1,94 @@
+"""PPO hyperparameters. Defaults are a sane CleanRL-like starting point; see presets.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACTIVATIONS = ("tanh", "relu")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    # --- sampling (actors) ---
+    envs_per_agent: int = 4  # envs one logical agent steps; a worker batches all of its agents'
+    fragment_length: int = 128  # env steps per env in one fragment an actor sends (T)
+    torch_threads: int = 1  # torch intra-op threads in actors and the evaluator
+    credits_per_worker: int = 2  # fragments a worker may have in flight (backpressure window)
+    max_policy_lag: int = 4  # learner drops fragments more than this many versions old
+
+    # --- PPO update (learner) ---
+    steps_per_update: int = 2048  # env steps (all workers) per PPO update: the batch
+    minibatch_size: int = 512  # samples per gradient step
+    epochs: int = 10  # passes over the batch per update
+    learning_rate: float = 3e-4  # Adam step size at the start
+    anneal_lr: bool = True  # decay the learning rate linearly to 0 at total_steps
+    adam_eps: float = 1e-5  # Adam epsilon (CleanRL's value; torch default 1e-8)
+    gamma: float = 0.99  # discount factor
+    gae_lambda: float = 0.95  # GAE lambda
+    clip_coef: float = 0.2  # PPO ratio clip (also the value clip when clip_vloss)
+    clip_vloss: bool = True  # clip the value update around the batch's old values
+    ent_coef: float = 0.0  # entropy bonus weight
+    vf_coef: float = 0.5  # value loss weight
+    max_grad_norm: float = 0.5  # global gradient norm clip
+    target_kl: float | None = None  # stop an update's epochs once approx KL exceeds this
+    norm_adv: bool = True  # normalize advantages per minibatch
+    learner_threads: int = 1  # torch intra-op threads in the learner
+
+    # --- normalization ---
+    norm_obs: bool = True  # normalize observations with running statistics
+    norm_reward: bool = True  # scale rewards by the running std of discounted returns
+    obs_clip: float = 10.0  # clip normalized observations to [-obs_clip, obs_clip]
+    reward_clip: float = 10.0  # clip scaled rewards to [-reward_clip, reward_clip]
+
+    # --- networks (separate policy and value MLPs) ---
+    hidden_sizes: tuple[int, ...] = (64, 64)  # hidden layer widths of both MLPs
+    activation: str = "tanh"  # "tanh" or "relu"
+    log_std_init: float = 0.0  # initial log std of the Gaussian policy (Box actions)
+    ortho_init: bool = True  # orthogonal init (gain sqrt(2), 0.01 policy head, 1 value head)
+
+    # --- bookkeeping ---
+    checkpoint_every: int = 50  # updates between checkpoints (and one at the end)
+    eval_interval: int = 50_000  # env steps between evaluations (the final policy always)
+    eval_episodes: int = 10  # deterministic episodes per evaluation
+    final_eval_timeout: float = 600.0  # seconds the learner waits for the final evaluation
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first invalid field."""
+        positive = (
+            "envs_per_agent", "fragment_length", "torch_threads", "credits_per_worker",
+            "steps_per_update", "minibatch_size", "epochs", "learner_threads",
+            "checkpoint_every", "eval_interval", "eval_episodes",
+        )  # fmt: skip
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ppo.{name} must be an integer >= 1, got {value!r}")
+        _check(self.max_policy_lag >= 0, "max_policy_lag", "must be >= 0", self.max_policy_lag)
+        _check(
+            self.minibatch_size <= self.steps_per_update,
+            "minibatch_size", "must be <= steps_per_update", self.minibatch_size,
+        )  # fmt: skip
+        _check(self.learning_rate > 0, "learning_rate", "must be > 0", self.learning_rate)
+        _check(self.adam_eps > 0, "adam_eps", "must be > 0", self.adam_eps)
+        _check(0 < self.gamma <= 1, "gamma", "must be in (0, 1]", self.gamma)
+        _check(0 <= self.gae_lambda <= 1, "gae_lambda", "must be in [0, 1]", self.gae_lambda)
+        _check(self.clip_coef > 0, "clip_coef", "must be > 0", self.clip_coef)
+        for name in ("ent_coef", "vf_coef"):
+            _check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
+        for name in ("max_grad_norm", "obs_clip", "reward_clip", "final_eval_timeout"):
+            _check(getattr(self, name) > 0, name, "must be > 0", getattr(self, name))
+        if self.target_kl is not None:
+            _check(self.target_kl > 0, "target_kl", "must be > 0 or None", self.target_kl)
+        _check(
+            len(self.hidden_sizes) > 0 and all(h >= 1 for h in self.hidden_sizes),
+            "hidden_sizes", "must be a non-empty list of widths >= 1", self.hidden_sizes,
+        )  # fmt: skip
+        _check(
+            self.activation in ACTIVATIONS,
+            "activation", f"must be one of {', '.join(ACTIVATIONS)}", self.activation,
+        )  # fmt: skip
+
+
+def _check(ok: bool, name: str, rule: str, value: object) -> None:
+    if not ok:
+        raise ValueError(f"ppo.{name} {rule}, got {value!r}")

@@ -1,0 +1,430 @@
+"""PPO learner core: fragments in, clipped PPO updates, parameters out.
+
+`PPOLearner` has no networking, so tests and the serial harness drive it directly:
+add_fragment() until ready(), update(), params(). `run_learner` serves it over the protocol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoint, write_json
+from surreal.algorithms.common.envs import EnvBatch, EnvSpaces, spaces_for
+from surreal.algorithms.common.evaluator import evaluate
+from surreal.algorithms.common.normalization import RunningMeanStd
+from surreal.algorithms.common.run import RunContext, extras_done, progress_extras
+from surreal.algorithms.common.tb import Scalars
+from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.evaluator import deterministic_policy
+from surreal.algorithms.ppo.fragment import check_fragment, experience_schema
+from surreal.algorithms.ppo.loss import compute_gae, ppo_loss
+from surreal.algorithms.ppo.networks import ActorCritic
+from surreal.protocol.server import LearnerServer
+from surreal.protocol.types import EvalReport, Fragment, Params
+
+log = logging.getLogger(__name__)
+
+BATCH_KEYS = ("obs", "actions", "logprobs", "advantages", "returns", "values")
+LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+
+
+@dataclasses.dataclass
+class Counters:
+    """Progress that survives restarts (saved in every checkpoint)."""
+
+    version: int = 0  # policy version; +1 per update
+    env_steps: int = 0  # env steps received from actors (dropped fragments included)
+    updates: int = 0  # PPO updates done
+    episodes: int = 0  # training episodes finished
+    dropped_fragments: int = 0  # fragments more than max_policy_lag versions old (or from the future)
+    invalid_fragments: int = 0  # fragments whose tensors did not fit together
+    elapsed_seconds: float = 0.0  # wall time of earlier runs of this learner (before a restart)
+
+
+class PPOLearner:
+    def __init__(
+        self,
+        cfg: PPOConfig,
+        spaces: EnvSpaces,
+        total_steps: int,
+        *,
+        seed: int = 0,
+        exp_dir: Path | None = None,
+    ) -> None:
+        cfg.validate()
+        self.cfg, self.spaces, self.total_steps = cfg, spaces, total_steps
+        torch.manual_seed(seed)
+        self.net = ActorCritic.from_config(cfg, spaces)
+        self._params = list(self.net.parameters())
+        # foreach: one kernel per op over all parameter tensors instead of a Python loop.
+        self.optimizer = torch.optim.Adam(self._params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
+        self.obs_rms = RunningMeanStd((spaces.obs_dim,))
+        self.ret_rms = RunningMeanStd((1,))
+        self.counters = Counters()
+        self.train_returns: deque[float] = deque(maxlen=100)
+        self.eval_return: float | None = None
+        self.best_eval_return: float | None = None
+        self.final_evaluated = False
+        self._batch: list[tuple[dict[str, np.ndarray], int]] = []  # (tensors, policy lag)
+        self._batch_steps = 0
+        self._started = time.monotonic()
+        self._rate: deque[tuple[float, int]] = deque(maxlen=64)  # (time, env_steps) samples
+        self._ckpt_dir = exp_dir / "checkpoints" if exp_dir else None
+        self._tb = Scalars(exp_dir / "tb") if exp_dir else None
+        if self._ckpt_dir is not None:
+            self._restore()
+
+    # --- progress ---
+
+    @property
+    def done(self) -> bool:
+        return self.counters.env_steps >= self.total_steps
+
+    def ready(self) -> bool:
+        """A batch is due: enough steps buffered, or the run is done and some are left."""
+        return self._batch_steps >= self.cfg.steps_per_update or (self.done and self._batch_steps > 0)
+
+    def params(self) -> Params:
+        extras = {
+            "obs_mean": self.obs_rms.mean.copy(),
+            "obs_var": self.obs_rms.var.copy(),
+            **progress_extras(self.counters.env_steps, self.done),
+        }
+        return Params(self.counters.version, self.net.weights_numpy(), extras)
+
+    def new_version(self) -> None:
+        """Bump the version without training (e.g. to announce `done` with unchanged weights)."""
+        self.counters.version += 1
+
+    # --- experience ---
+
+    def add_fragment(self, fragment: Fragment) -> bool:
+        """Account for a fragment; keep it for the next update unless stale. True if kept."""
+        t, c = fragment.tensors, self.counters
+        if self.done:
+            return False
+        problem = check_fragment(t)
+        if problem is not None:
+            c.invalid_fragments += 1
+            log.warning("dropping fragment from %s: %s", fragment.worker_id, problem)
+            return False
+        steps = t["rewards"].size
+        c.env_steps += steps
+        c.episodes += len(t["episode_returns"])
+        self.train_returns.extend(t["episode_returns"].tolist())
+        self._rate.append((time.monotonic(), c.env_steps))
+        # Stale or not, the fragment saw real states: the statistics take them either way.
+        self.obs_rms.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
+        self.ret_rms.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
+        lag = c.version - fragment.policy_version
+        if not 0 <= lag <= self.cfg.max_policy_lag:  # < 0: a version this learner never had
+            c.dropped_fragments += 1
+            return False
+        self._batch.append((t, lag))
+        self._batch_steps += steps
+        return True
+
+    # --- update ---
+
+    def update(self) -> dict[str, float]:
+        """One PPO update on the buffered fragments; bumps the version."""
+        cfg, c = self.cfg, self.counters
+        batch, self._batch, self._batch_steps = self._batch, [], 0
+        data = self._prepare([t for t, _ in batch])
+        frac = 1.0 - (c.env_steps - len(data["obs"])) / self.total_steps
+        lr = cfg.learning_rate * min(max(frac, 0.0), 1.0) if cfg.anneal_lr else cfg.learning_rate
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        stats = self._optimize(data)
+        c.updates += 1
+        c.version += 1
+        stats.update(
+            learning_rate=lr,
+            batch_steps=float(len(data["obs"])),
+            policy_lag=float(np.mean([lag for _, lag in batch])),
+            explained_variance=_explained_variance(data["values"], data["returns"]),
+        )
+        self._log_update(stats)
+        if c.updates % cfg.checkpoint_every == 0:
+            self.save()
+        return stats
+
+    def _prepare(self, frags: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+        """Values of every observation in one forward pass, then GAE per fragment, flattened."""
+        d = self.spaces.obs_dim
+        rows = [f["obs"].reshape(-1, d) for f in frags] + [f["trunc_obs"] for f in frags]
+        with torch.no_grad():
+            values = self.net.value(torch.from_numpy(np.concatenate(rows))).numpy()
+        parts = np.split(values, np.cumsum([len(r) for r in rows])[:-1])
+        obs_values, trunc_values = parts[: len(frags)], parts[len(frags) :]
+        out: dict[str, list[np.ndarray]] = {k: [] for k in BATCH_KEYS}
+        for f, v, tv in zip(frags, obs_values, trunc_values, strict=True):
+            t_len, n = f["rewards"].shape
+            v = v.reshape(t_len + 1, n)
+            adv, ret = self._advantages(f, v, tv)
+            for key, arr in zip(BATCH_KEYS, (f["obs"][:t_len], f["actions"], f["logprobs"],
+                                             adv, ret, v[:t_len]), strict=True):  # fmt: skip
+                out[key].append(arr.reshape(t_len * n, *arr.shape[2:]))
+        return {k: torch.from_numpy(np.concatenate(v)) for k, v in out.items()}
+
+    def _advantages(
+        self, f: dict[str, np.ndarray], values: np.ndarray, trunc_obs_values: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """GAE of one fragment given the values of its T+1 observation rows and truncations."""
+        cfg = self.cfg
+        t_len = len(f["rewards"])
+        trunc_values = np.zeros_like(f["rewards"])
+        trunc_values[f["trunc_index"][:, 0], f["trunc_index"][:, 1]] = trunc_obs_values
+        rewards = f["rewards"]
+        if cfg.norm_reward:
+            scale = 1.0 / np.sqrt(self.ret_rms.var[0] + 1e-8)
+            rewards = np.clip(rewards * scale, -cfg.reward_clip, cfg.reward_clip)
+        return compute_gae(
+            rewards, values[:t_len], values[t_len], f["terminated"], f["truncated"],
+            trunc_values, cfg.gamma, cfg.gae_lambda,
+        )  # fmt: skip
+
+    def _optimize(self, data: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Clipped PPO epochs over shuffled minibatches. Stats stay tensors until the end."""
+        cfg, net = self.cfg, self.net
+        obs, actions, old_logp = data["obs"], data["actions"], data["logprobs"]
+        advantages, returns, old_values = data["advantages"], data["returns"], data["values"]
+        size = len(obs)
+        n_minibatches = max(1, round(size / cfg.minibatch_size))
+        rows: list[torch.Tensor] = []
+        for _ in range(cfg.epochs):
+            epoch_start = len(rows)
+            for idx in torch.randperm(size).chunk(n_minibatches):
+                new_logp, entropy = net.log_prob_entropy(obs[idx], actions[idx])
+                adv = advantages[idx]
+                if cfg.norm_adv and len(idx) > 1:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                loss, stats = ppo_loss(
+                    new_logp, old_logp[idx], adv, net.value(obs[idx]), old_values[idx],
+                    returns[idx], entropy, cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef,
+                    cfg.vf_coef,
+                )  # fmt: skip
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm, foreach=True)
+                self.optimizer.step()
+                rows.append(torch.stack([stats[k] for k in LOSS_STATS]))
+            if cfg.target_kl is not None:  # one host read per epoch, not per minibatch
+                kl = torch.stack(rows[epoch_start:])[:, LOSS_STATS.index("approx_kl")].mean()
+                if kl.item() > cfg.target_kl:
+                    break
+        means = torch.stack(rows).mean(0).tolist()
+        return {**dict(zip(LOSS_STATS, means, strict=True)), "grad_steps": float(len(rows))}
+
+    # --- evaluation, status, checkpoints ---
+
+    def record_eval(self, report: EvalReport) -> None:
+        self.eval_return = report.mean_return
+        best = self.best_eval_return
+        self.best_eval_return = report.mean_return if best is None else max(best, report.mean_return)
+        if self.done and report.policy_version == self.counters.version:
+            self.final_evaluated = True
+        if self._tb is not None:
+            values = {"mean_return": report.mean_return, "mean_length": report.mean_length}
+            self._tb.add("eval", values, report.env_steps)
+
+    def steps_per_second(self) -> float:
+        if len(self._rate) < 2:
+            return 0.0
+        (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def status(self, connected_actors: int = 0) -> dict[str, Any]:
+        """The contract's status dict (see status.json)."""
+        c = self.counters
+        recent = list(self.train_returns)[-20:]
+        return {
+            "env_steps": c.env_steps,
+            "updates": c.updates,
+            "policy_version": c.version,
+            "episodes": c.episodes,
+            "train_return": float(np.mean(recent)) if recent else None,
+            "eval_return": self.eval_return,
+            "best_eval_return": self.best_eval_return,
+            "steps_per_second": self.steps_per_second(),
+            "elapsed_seconds": self.elapsed_seconds(),
+            "dropped_fragments": c.dropped_fragments,
+            "connected_actors": connected_actors,
+            "done": self.done and self.final_evaluated,
+        }
+
+    def elapsed_seconds(self) -> float:
+        return self.counters.elapsed_seconds + time.monotonic() - self._started
+
+    def _log_update(self, stats: dict[str, float]) -> None:
+        if self._tb is None:
+            return
+        step = self.counters.env_steps
+        self._tb.add("train", stats, step)
+        progress = {"steps_per_second": self.steps_per_second(), "episodes": self.counters.episodes,
+                    "dropped_fragments": self.counters.dropped_fragments}  # fmt: skip
+        if self.train_returns:
+            progress["episode_return"] = float(np.mean(list(self.train_returns)[-20:]))
+        self._tb.add("progress", progress, step)
+
+    def save(self) -> None:
+        """Checkpoint model, optimizer, normalization statistics and counters (atomically)."""
+        if self._ckpt_dir is None:
+            return
+        counters = dataclasses.replace(self.counters, elapsed_seconds=self.elapsed_seconds())
+        state = {
+            "model": self.net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "normalization": {
+                k: torch.from_numpy(v)
+                for k, v in {**self.obs_rms.to_arrays("obs"), **self.ret_rms.to_arrays("ret")}.items()
+            },
+            "counters": dataclasses.asdict(counters),
+            "train_returns": list(self.train_returns),
+            "eval": [self.eval_return, self.best_eval_return],
+        }
+        save_checkpoint(state, self._ckpt_dir)
+        log.info(
+            "checkpoint: %d env steps, %d updates, train return %s, eval return %s",
+            counters.env_steps, counters.updates, self.status()["train_return"], self.eval_return,
+        )  # fmt: skip
+
+    def _restore(self) -> None:
+        assert self._ckpt_dir is not None
+        state = load_checkpoint(self._ckpt_dir)
+        if state is None:
+            return
+        self.net.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        stats = {k: v.numpy() for k, v in state["normalization"].items()}
+        self.obs_rms.moments = RunningMeanStd.moments_from_arrays(stats, "obs")
+        self.ret_rms.moments = RunningMeanStd.moments_from_arrays(stats, "ret")
+        self.counters = Counters(**state["counters"])
+        self.train_returns.extend(state["train_returns"])
+        self.eval_return, self.best_eval_return = state["eval"]
+        # Versions published after this checkpoint died with the old process, and actors may
+        # still hold them. Jumping past every version that can have existed keeps "same version
+        # number" meaning "same weights" (parameter refresh answers "unchanged" by version).
+        self.counters.version += self.cfg.checkpoint_every + 1  # + the final "done" bump
+        log.info("resumed from checkpoint: %s", self.counters)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    var = returns.var()
+    return float(1.0 - (returns - values).var() / var) if var > 0 else float("nan")
+
+
+def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
+    """Serve experience and parameters until `total_steps` env steps are trained on and the final
+    version is evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
+    cfg.validate()
+    torch.set_num_threads(cfg.learner_threads)
+    spaces = spaces_for(ctx.env_id)
+    learner = PPOLearner(cfg, spaces, ctx.total_steps, seed=ctx.seed, exp_dir=ctx.exp_dir)
+    evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
+    snapshot = {"status": learner.status()}  # grpc threads read it; the main loop replaces it
+    server = LearnerServer(
+        token=ctx.token,
+        experience_schema=experience_schema(spaces),
+        host="0.0.0.0" if ctx.bind_all else ctx.learner_host,
+        port=ctx.learner_port,
+        credits_per_stream=cfg.credits_per_worker,
+        status_provider=lambda: snapshot["status"],
+        on_eval=evals.put,
+    )
+    server.start()
+    loop = _Loop(learner, server, evals, snapshot, ctx.exp_dir / "status.json")
+    try:
+        loop.train()
+        loop.await_final_eval(cfg.final_eval_timeout if ctx.has_evaluator else 0.0)
+        if not learner.final_evaluated:
+            log.warning("no evaluation of the final version arrived; evaluating it here")
+            params = learner.params()
+            envs = EnvBatch(ctx.env_id, cfg.eval_episodes, seed=ctx.seed * 1_000_003 + 7)
+            result = evaluate(envs, deterministic_policy(cfg, spaces, params))
+            envs.close()
+            learner.record_eval(result.report(params.version, learner.counters.env_steps))
+        loop.write_status()
+        loop.release_actors(timeout=15.0)
+        return 0
+    finally:
+        server.stop()
+        learner.close()
+
+
+class _Loop:
+    """The learner role's main loop: fragments -> updates -> published params, status ~1/s."""
+
+    def __init__(
+        self,
+        learner: PPOLearner,
+        server: LearnerServer,
+        evals: queue.SimpleQueue[EvalReport],
+        snapshot: dict[str, dict[str, Any]],
+        status_path: Path,
+    ) -> None:
+        self.learner, self.server, self.evals = learner, server, evals
+        self.snapshot, self.status_path = snapshot, status_path
+        self._status_at = 0.0
+
+    def train(self) -> None:
+        learner, server = self.learner, self.server
+        server.publish(params := learner.params())
+        while not learner.done:
+            fragment = server.next_fragment(timeout=0.25)
+            if fragment is not None:
+                learner.add_fragment(fragment)
+            if learner.ready():
+                learner.update()
+                server.publish(params := learner.params())
+            self.tick()
+        while learner.ready():  # the fragment that finished the run may leave a batch
+            learner.update()
+            server.publish(params := learner.params())
+        if not extras_done(params.extras):  # announce the end under a new version number
+            learner.new_version()
+            server.publish(learner.params())
+        learner.save()
+
+    def await_final_eval(self, timeout: float) -> None:
+        """Wait for the evaluator's report on the final version. Keep taking (and discarding)
+        fragments so that actors blocked on credits get to refresh parameters and see `done`."""
+        deadline = time.monotonic() + timeout
+        while not self.learner.final_evaluated and time.monotonic() < deadline:
+            self.server.next_fragment(timeout=0.25)
+            self.tick()
+
+    def release_actors(self, timeout: float) -> None:
+        """Serve until every actor has seen `done` and hung up (or `timeout`), so that none of
+        them is left retrying a learner that is gone."""
+        deadline = time.monotonic() + timeout
+        while self.server.stats.get("connected_streams", 0) and time.monotonic() < deadline:
+            self.server.next_fragment(timeout=0.1)
+
+    def tick(self) -> None:
+        while True:
+            try:
+                self.learner.record_eval(self.evals.get_nowait())
+            except queue.Empty:
+                break
+        if time.monotonic() - self._status_at >= 1.0:
+            self.write_status()
+
+    def write_status(self) -> None:
+        self._status_at = time.monotonic()
+        connected = self.server.stats.get("connected_streams", 0)
+        self.snapshot["status"] = status = self.learner.status(connected)
+        write_json(self.status_path, status)

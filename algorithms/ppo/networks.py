@@ -1,0 +1,112 @@
+"""Actor-critic with separate policy and value MLPs.
+
+Distributions are written out by hand instead of torch.distributions: the formulas are short and
+it avoids per-call validation and object overhead on the actors' per-step path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.ppo.config import PPOConfig
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def mlp(
+    in_dim: int,
+    hidden: tuple[int, ...],
+    out_dim: int,
+    activation: str,
+    out_gain: float,
+    ortho: bool,
+) -> nn.Sequential:
+    act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+    layers: list[nn.Module] = []
+    sizes = (in_dim, *hidden)
+    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+        layers += [_linear(a, b, math.sqrt(2), ortho), act()]
+    layers.append(_linear(sizes[-1], out_dim, out_gain, ortho))
+    return nn.Sequential(*layers)
+
+
+def _linear(in_dim: int, out_dim: int, gain: float, ortho: bool) -> nn.Linear:
+    layer = nn.Linear(in_dim, out_dim)
+    if ortho:
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    """Categorical policy for Discrete actions, diagonal Gaussian with a free log std for Box."""
+
+    def __init__(
+        self,
+        spaces: EnvSpaces,
+        hidden_sizes: tuple[int, ...] = (64, 64),
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+        ortho_init: bool = True,
+    ) -> None:
+        super().__init__()
+        self.discrete = spaces.discrete
+        d, a = spaces.obs_dim, spaces.action_dim
+        # The small policy head starts the policy near uniform / zero-mean (Andrychowicz et al.).
+        self.policy = mlp(d, hidden_sizes, a, activation, 0.01, ortho_init)
+        self.critic = mlp(d, hidden_sizes, 1, activation, 1.0, ortho_init)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((a,), float(log_std_init)))
+
+    @classmethod
+    def from_config(cls, cfg: PPOConfig, spaces: EnvSpaces) -> ActorCritic:
+        return cls(spaces, cfg.hidden_sizes, cfg.activation, cfg.log_std_init, cfg.ortho_init)
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample (or take the mode of) actions for `obs` [B, D]; return (actions, log-probs)."""
+        out = self.policy(obs)
+        if self.discrete:
+            logp_all = torch.log_softmax(out, dim=-1)
+            if deterministic:
+                actions = out.argmax(dim=-1)
+            else:
+                actions = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+            return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        if deterministic:
+            noise = torch.zeros_like(out)
+        else:
+            noise = torch.randn_like(out)
+        actions = out + noise * self.log_std.exp()
+        logp = (-0.5 * noise.square() - self.log_std - _HALF_LOG_2PI).sum(-1)
+        return actions, logp
+
+    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities of `actions` under the current policy, and the policy entropy [B]."""
+        out = self.policy(obs)
+        if self.discrete:
+            logp_all = torch.log_softmax(out, dim=-1)
+            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            return logp, entropy
+        z = (actions - out) * torch.exp(-self.log_std)
+        logp = (-0.5 * z.square() - self.log_std - _HALF_LOG_2PI).sum(-1)
+        entropy = (0.5 + _HALF_LOG_2PI + self.log_std).sum().expand(out.shape[0])
+        return logp, entropy
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State values [B]."""
+        return self.critic(obs).squeeze(-1)
+
+    def weights_numpy(self) -> dict[str, np.ndarray]:
+        """Parameters as float32 numpy arrays (copies), for publishing."""
+        return {k: v.detach().numpy().copy() for k, v in self.state_dict().items()}
+
+    def load_weights_numpy(self, weights: dict[str, np.ndarray]) -> None:
+        """Load parameters from numpy arrays (e.g. read-only wire buffers; they are copied)."""
+        state = {k: torch.tensor(np.asarray(v)) for k, v in weights.items()}
+        self.load_state_dict(state)

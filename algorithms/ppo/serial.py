@@ -1,0 +1,158 @@
+"""Serial harness: PPOActor workers -> PPOLearner in one process, no networking.
+
+The same cores the distributed roles run, wired by direct calls, so learning tests and preset
+tuning are deterministic, debuggable and bounded by env steps:
+
+    python -m surreal.algorithms.ppo.serial --env CartPole-v1 --steps 100000 --agents 2 --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from surreal.algorithms.common.envs import EnvBatch, spaces_for
+from surreal.algorithms.common.evaluator import EvalResult, evaluate
+from surreal.algorithms.ppo.actor import PPOActor
+from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.evaluator import deterministic_policy
+from surreal.algorithms.ppo.learner import PPOLearner
+from surreal.algorithms.ppo.presets import preset_for
+from surreal.protocol.types import Fragment
+
+
+@dataclass(frozen=True)
+class SerialResult:
+    env_steps: int
+    updates: int
+    evals: tuple[tuple[int, float], ...]  # (env steps, mean eval return), the final one last
+    final_return: float  # mean eval return of the final policy
+    steps_to_threshold: int | None  # env steps of the first eval reaching the threshold
+    seconds: float
+
+
+def train_serial(
+    cfg: PPOConfig,
+    env_id: str,
+    *,
+    total_steps: int,
+    seed: int = 0,
+    num_agents: int = 2,
+    workers: int = 1,
+    threshold: float | None = None,
+    exp_dir: Path | None = None,
+    on_eval: Callable[[int, EvalResult, PPOLearner], None] | None = None,
+) -> SerialResult:
+    """Train for `total_steps` env steps; evaluate every `cfg.eval_interval` steps and at the end.
+
+    `num_agents` logical agents are spread over `workers` actors that take turns sending one
+    fragment each, like the distributed workers but in lockstep.
+    """
+    start = time.monotonic()
+    torch.set_num_threads(cfg.learner_threads)  # one process does everything; tiny ops
+    learner = PPOLearner(cfg, spaces_for(env_id), total_steps, seed=seed, exp_dir=exp_dir)
+    shares = [num_agents // workers + (i < num_agents % workers) for i in range(workers)]
+    actors = [
+        PPOActor(cfg, env_id, share * cfg.envs_per_agent, seed=seed * 1_000_003 + 10_007 * (i + 1))
+        for i, share in enumerate(shares)
+        if share > 0
+    ]
+    eval_envs = EnvBatch(env_id, cfg.eval_episodes, seed=seed * 1_000_003 + 7)
+    evals: list[tuple[int, float]] = []
+    reached: int | None = None
+
+    def run_eval() -> None:
+        nonlocal reached
+        params = learner.params()
+        result = evaluate(eval_envs, deterministic_policy(cfg, learner.spaces, params))
+        steps = learner.counters.env_steps
+        learner.record_eval(result.report(params.version, steps))
+        evals.append((steps, result.mean_return))
+        if reached is None and threshold is not None and result.mean_return >= threshold:
+            reached = steps
+        if on_eval is not None:
+            on_eval(steps, result, learner)
+
+    params, last_eval = learner.params(), 0
+    while not learner.done:
+        for i, actor in enumerate(actors):
+            if params.version != learner.counters.version:
+                params = learner.params()
+            if actor.version != params.version:
+                actor.set_params(params)
+            learner.add_fragment(Fragment(f"actor-{i}", actor.version, actor.collect()))
+            while learner.ready():
+                learner.update()
+        if learner.counters.env_steps - last_eval >= cfg.eval_interval and not learner.done:
+            last_eval = learner.counters.env_steps
+            run_eval()
+    learner.save()
+    run_eval()
+    for actor in actors:
+        actor.close()
+    eval_envs.close()
+    learner.close()
+    return SerialResult(
+        learner.counters.env_steps, learner.counters.updates, tuple(evals), evals[-1][1],
+        reached, time.monotonic() - start,
+    )  # fmt: skip
+
+
+def override(cfg: PPOConfig, assignments: list[str]) -> PPOConfig:
+    """Apply KEY=VALUE overrides (VALUE as a Python literal, e.g. 3e-4, (64, 64), None)."""
+    changes = {}
+    for item in assignments:
+        key, _, value = item.partition("=")
+        if key not in {f.name for f in dataclasses.fields(PPOConfig)}:
+            raise SystemExit(f"unknown PPO config field {key!r}")
+        try:
+            changes[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            changes[key] = value  # a bare string, e.g. activation=relu
+    cfg = dataclasses.replace(cfg, **changes)
+    cfg.validate()
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--agents", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--threshold", type=float, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    cfg = override(preset_for(args.env), args.set)
+
+    def report(steps: int, result: EvalResult, learner: PPOLearner) -> None:
+        status = learner.status()
+        print(
+            f"steps {steps:>9,}  eval {result.mean_return:9.1f} +- {result.std_return:7.1f}  "
+            f"train {status['train_return'] or float('nan'):9.1f}  "
+            f"updates {status['updates']:>5}  {status['steps_per_second']:7.0f} steps/s",
+            flush=True,
+        )
+
+    result = train_serial(
+        cfg, args.env, total_steps=args.steps, seed=args.seed, num_agents=args.agents,
+        workers=args.workers, threshold=args.threshold, on_eval=report,
+    )  # fmt: skip
+    print(
+        f"final eval {result.final_return:.1f} at {result.env_steps:,} steps; "
+        f"threshold reached at {result.steps_to_threshold}; {result.seconds:.0f}s",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""The algorithms surreal knows, and how each one is configured and run.
+
+Imports of the algorithm modules are deferred so that validating a spec or rendering Kubernetes
+objects does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from surreal.algorithms.common.run import RunContext
+
+RoleMain = Callable[[Any, RunContext], int]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    package: str  # holds presets.py and one module per role with run_<role>(cfg, ctx) -> int
+    roles: tuple[str, ...] = ("learner", "actor", "evaluator")
+
+    def preset(self, env_id: str) -> Any:
+        """The tuned configuration for `env_id` (a frozen dataclass)."""
+        return importlib.import_module(f"{self.package}.presets").preset_for(env_id)
+
+    def check_env(self, env_id: str) -> None:
+        """Raise ValueError when `env_id` is unknown or this algorithm cannot run on its spaces."""
+        importlib.import_module("surreal.algorithms.common.envs").check_env_id(env_id)
+        module = importlib.import_module(f"{self.package}.presets")
+        check = getattr(module, "check_env_supported", None)
+        if check is not None:
+            check(env_id)
+
+    def role_main(self, role: str) -> RoleMain:
+        if role not in self.roles:
+            raise ValueError(f"algorithm {self.name!r} has no role {role!r} (roles: {self.roles})")
+        return getattr(importlib.import_module(f"{self.package}.{role}"), f"run_{role}")  # type: ignore[no-any-return]
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "ppo": Algorithm("ppo", "surreal.algorithms.ppo"),
+    "es": Algorithm("es", "surreal.algorithms.es"),
+}
+
+
+def get_algorithm(name: str) -> Algorithm:
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        known = ", ".join(sorted(ALGORITHMS))
+        raise ValueError(f"unknown algorithm {name!r} (known: {known})") from None

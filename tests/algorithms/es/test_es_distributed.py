@@ -1,0 +1,123 @@
+"""The ES roles over real gRPC on 127.0.0.1: a master, two workers and an evaluator."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from es_roles import cfg_to_json, ctx_to_json, free_port
+
+from surreal.algorithms.common.run import RunContext
+from surreal.algorithms.es.actor import run_actor
+from surreal.algorithms.es.evaluator import run_evaluator
+from surreal.algorithms.es.learner import run_learner
+from surreal.algorithms.es.presets import preset_for
+
+ROLES_SCRIPT = Path(__file__).with_name("es_roles.py")
+AGENTS_IN_WORKER = 2
+CFG = dataclasses.replace(preset_for("CartPole-v1"), eval_episodes=3, checkpoint_every=3,
+                          final_eval_timeout=60.0, flush_interval=0.05)  # fmt: skip
+
+
+@pytest.fixture
+def context(tmp_path: Path):
+    """context(total_steps, index=0): a RunContext for this test's master on a free port."""
+    addr = f"127.0.0.1:{free_port()}"
+
+    def make(total_steps: int, index: int = 0) -> RunContext:
+        return RunContext(
+            env_id="CartPole-v1", seed=0, total_steps=total_steps, num_agents=2 * AGENTS_IN_WORKER,
+            exp_dir=tmp_path, learner_addr=addr, token="t0k", index=index,
+            agents_in_worker=AGENTS_IN_WORKER,
+        )  # fmt: skip
+
+    return make
+
+
+def run_in_thread(target, *args) -> tuple[threading.Thread, dict]:
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("rc", target(*args)), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def run_roles(cfg, context, total: int, timeout: float) -> list:
+    roles = [run_in_thread(run_learner, cfg, context(total)),
+             *(run_in_thread(run_actor, cfg, context(total, i)) for i in range(2)),
+             run_in_thread(run_evaluator, cfg, context(total))]  # fmt: skip
+    for thread, _ in roles:
+        thread.join(timeout=timeout)
+    return [r.get("rc") for _, r in roles]
+
+
+def test_master_workers_and_evaluator_finish_a_run(tmp_path, context):
+    total = 20_000
+    cfg = dataclasses.replace(CFG, eval_interval=5_000)
+    assert run_roles(cfg, context, total, timeout=120) == [0, 0, 0, 0]
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["done"] is True and status["env_steps"] >= total
+    assert status["agents_reporting"] == 2 * AGENTS_IN_WORKER
+    assert status["updates"] >= 1 and status["eval_return"] is not None
+    assert set(status["results_rejected"]) >= {"stale", "unknown_version", "unknown_seed", "nan"}
+    assert (tmp_path / "checkpoints" / "latest.pt").exists()
+    assert list((tmp_path / "tb").iterdir())
+
+
+@pytest.mark.slow
+def test_es_learns_cartpole_over_grpc(tmp_path, context):
+    """Bounded by env steps: the serial harness solves CartPole with this preset in ~100k."""
+    total = 400_000
+    assert run_roles(CFG, context, total, timeout=600) == [0, 0, 0, 0]
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["done"] is True and status["env_steps"] >= total
+    assert status["eval_return"] >= 475, status
+    assert status["agents_reporting"] == 2 * AGENTS_IN_WORKER
+
+
+def spawn(role: str, ctx: RunContext, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(ROLES_SCRIPT), role, ctx_to_json(ctx), cfg_to_json(CFG)],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": ""},
+    )  # fmt: skip
+
+
+def read_status(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+@pytest.mark.slow
+def test_sigkilled_master_resumes_and_workers_reconnect(tmp_path, context):
+    total, status_path, log = 300_000, tmp_path / "status.json", tmp_path / "roles.log"
+    master_ctx = dataclasses.replace(context(total), has_evaluator=False)
+    master = spawn("learner", master_ctx, log)
+    workers = [spawn("actor", context(total, i), log) for i in range(2)]
+    try:
+        deadline = time.monotonic() + 120
+        while read_status(status_path).get("updates", 0) < 8:
+            assert time.monotonic() < deadline, "no progress"
+            time.sleep(0.1)
+        master.send_signal(signal.SIGKILL)
+        master.wait()
+        before = read_status(status_path)
+        master = spawn("learner", master_ctx, log)
+        assert master.wait(timeout=300) == 0
+        assert [w.wait(timeout=30) for w in workers] == [0, 0]  # reconnected, then saw `done`
+    finally:
+        for proc in (master, *workers):
+            if proc.poll() is None:
+                proc.kill()
+    after = read_status(status_path)
+    assert after["done"] is True and after["env_steps"] >= total
+    assert after["updates"] >= before["updates"] - CFG.checkpoint_every
+    assert "resumed from checkpoint" in log.read_text()

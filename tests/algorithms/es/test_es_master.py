@@ -1,0 +1,158 @@
+"""The ES master: what it accepts, what it rejects and counts, updates, normalization, resume."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from surreal.algorithms.common.envs import spaces_for
+from surreal.algorithms.es.config import ESConfig
+from surreal.algorithms.es.master import ESMaster
+from surreal.algorithms.es.noise import pair_seed
+from surreal.algorithms.es.results import pack_batch
+
+CFG = ESConfig(policy="linear", population=2, handout_ratio=1.0, max_staleness=1, checkpoint_every=5)
+SPACES = spaces_for("CartPole-v1")
+NO_OBS = {"obs_count": np.zeros(1), "obs_mean": np.zeros(4), "obs_m2": np.zeros(4)}
+
+
+def make_master(tmp_path=None, **kw) -> ESMaster:
+    cfg = dataclasses.replace(CFG, **kw)
+    return ESMaster(cfg, SPACES, total_steps=10_000, num_agents=2, seed=3, exp_dir=tmp_path)
+
+
+def row(master: ESMaster, agent: int, pair: int = 0, version: int | None = None,
+        returns=(10.0, 5.0), seed: int | None = None) -> tuple:  # fmt: skip
+    """A result for `agent`'s `pair` of `version` (default: the current one), correct by default."""
+    params = master.params()
+    version = params.version if version is None else version
+    nonce = master.handout.nonce(version) if version in master.handout._open else 0
+    seed = pair_seed(nonce, agent, pair) if seed is None else seed
+    return (agent, pair, seed, version, returns[0], returns[1], 20, 30)
+
+
+def rejected(master: ESMaster) -> dict[str, int]:
+    return {k: v for k, v in master.status()["results_rejected"].items() if v}
+
+
+def test_hand_out_is_in_the_params_and_one_pair_per_agent_here():
+    master = make_master()
+    params = master.params()
+    assert params.extras["pairs_per_agent"].tolist() == [1]  # ceil(1.0 * 2 / 2)
+    assert params.extras["nonce"].dtype == np.int64
+    assert params.weights["theta"].shape == (10,) and master.pairs_per_update == 2
+
+
+def test_a_correct_result_is_accepted_and_counted():
+    master = make_master()
+    assert master.add_results(pack_batch([row(master, 0)], NO_OBS)) == 1
+    st = master.status()
+    assert st["env_steps"] == 50 and st["results_accepted"] == 1 and st["agents_reporting"] == 1
+    assert st["episodes"] == 2 and not rejected(master)
+
+
+def test_results_for_unknown_versions_unhanded_seeds_nan_and_duplicates_are_rejected():
+    master = make_master()
+    good = row(master, 1)
+    batch = [
+        row(master, 0, version=7),  # a version that was never published
+        row(master, 0, seed=good[2]),  # agent 1's seed, reported by agent 0
+        row(master, 0, seed=12345),  # a seed never handed out
+        row(master, 0, pair=1),  # pair index beyond this version's hand-out (1 per agent)
+        row(master, 0, returns=(float("nan"), 1.0)),
+        row(master, 0, returns=(1.0, float("inf"))),
+        good,
+        good,  # the same result twice
+    ]
+    assert master.add_results(pack_batch(batch, NO_OBS)) == 1
+    assert rejected(master) == {"unknown_version": 1, "unknown_seed": 3, "nan": 2, "duplicate": 1}
+    st = master.status()
+    assert st["env_steps"] == 50 and st["agents_reporting"] == 1 and st["dropped_fragments"] == 7
+    assert not master.ready()  # only one pair pooled; two are needed
+
+
+def test_an_inconsistent_batch_is_rejected_whole():
+    master = make_master()
+    batch = pack_batch([row(master, 0), row(master, 1)], NO_OBS)
+    batch["lengths"] = batch["lengths"][:1]
+    assert master.add_results(batch) == 0
+    assert rejected(master) == {"invalid": 2}
+
+
+def test_an_update_per_population_bumps_the_version_and_stale_results_are_dropped():
+    master = make_master()
+    theta0 = master.params().weights["theta"].copy()
+    v0_results = [row(master, 0), row(master, 1, returns=(1.0, 9.0))]
+    master.add_results(pack_batch(v0_results, NO_OBS))
+    assert master.ready()
+    stats = master.update()
+    assert stats["pairs"] == 2 and master.params().version == 1
+    assert not np.array_equal(master.params().weights["theta"], theta0)
+    # One version behind is within max_staleness = 1 (but these were already received).
+    assert master.add_results(pack_batch(v0_results, NO_OBS)) == 0
+    assert rejected(master) == {"duplicate": 2}
+    master.add_results(pack_batch([row(master, 0), row(master, 1)], NO_OBS))
+    master.update()  # version 2: version 0 is now two behind
+    stale = row(master, 0, version=0, seed=v0_results[0][2])
+    assert master.add_results(pack_batch([stale], NO_OBS)) == 0
+    assert rejected(master)["stale"] == 1
+
+
+def test_the_update_follows_the_better_perturbation():
+    master = make_master(weight_decay=0.0, learning_rate=0.1)
+    # Both agents: theta + sigma eps scored higher than theta - sigma eps. The step must have a
+    # positive inner product with the better perturbations' direction.
+    rows = [row(master, 0, returns=(9.0, 1.0)), row(master, 1, returns=(8.0, 2.0))]
+    master.add_results(pack_batch(rows, NO_OBS))
+    master.update()
+    from surreal.algorithms.es.noise import perturbation
+
+    direction = sum(perturbation(r[2], 10).astype(np.float64) for r in rows)
+    assert master.theta @ direction > 0
+
+
+def test_observation_moments_from_workers_are_merged_and_shipped():
+    master = make_master()
+    obs = np.array([[1.0, 2.0, 3.0, 4.0], [3.0, 2.0, 1.0, 0.0]])
+    moments = {"obs_count": np.array([2.0]), "obs_mean": obs.mean(0),
+               "obs_m2": ((obs - obs.mean(0)) ** 2).sum(0)}  # fmt: skip
+    master.add_results(pack_batch([row(master, 0, returns=(float("nan"), 0.0))], moments))
+    extras = master.params().extras
+    np.testing.assert_allclose(extras["obs_mean"], [2, 2, 2, 2])
+    np.testing.assert_allclose(extras["obs_var"], [1, 0, 1, 4])
+
+
+def test_resume_restores_parameters_counters_and_moves_past_old_versions(tmp_path):
+    master = make_master(tmp_path)
+    old = [row(master, 0), row(master, 1)]
+    master.add_results(pack_batch(old, NO_OBS))
+    master.update()
+    master.save()
+    saved = master.params()
+    master.close()
+    resumed = make_master(tmp_path)
+    np.testing.assert_array_equal(resumed.params().weights["theta"], saved.weights["theta"])
+    st = resumed.status()
+    assert st["updates"] == 1 and st["env_steps"] == 100 and st["agents_reporting"] == 2
+    assert resumed.params().version == saved.version + CFG.checkpoint_every
+    # A worker still holding the old version gets its results rejected, not applied.
+    late = row(master, 0, version=saved.version, seed=pair_seed(master.handout.nonce(1), 0, 0))
+    assert resumed.add_results(pack_batch([late], NO_OBS)) == 0
+    assert sum(rejected(resumed).values()) == 1
+
+
+def test_the_run_is_done_at_total_steps_and_takes_no_more_results():
+    master = ESMaster(CFG, SPACES, total_steps=50, num_agents=2, seed=0)
+    master.add_results(pack_batch([row(master, 0)], NO_OBS))
+    assert master.done and not master.ready()
+    assert master.params().extras["done"].tolist() == [True]
+    assert master.add_results(pack_batch([row(master, 1)], NO_OBS)) == 0
+
+
+@pytest.mark.parametrize(("agents", "per_agent", "per_update"), [(8, 6, 32), (16, 3, 32), (512, 1, 341)])
+def test_hand_out_sizes_scale_with_the_agents(agents, per_agent, per_update):
+    cfg = ESConfig(population=32, handout_ratio=1.5)
+    assert cfg.pairs_per_agent(agents) == per_agent
+    assert cfg.pairs_per_update(agents) == per_update

@@ -1,0 +1,44 @@
+"""PPOConfig validation and the presets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.presets import PRESETS, check_env_supported, preset_for
+
+
+@pytest.mark.parametrize("env_id", sorted(PRESETS))
+def test_presets_are_valid(env_id):
+    preset_for(env_id).validate()
+
+
+def test_unknown_env_gets_the_defaults():
+    assert preset_for("Acrobot-v1") == PPOConfig()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"epochs": 0}, "ppo.epochs must be an integer >= 1, got 0"),
+        ({"minibatch_size": 4096, "steps_per_update": 2048}, "ppo.minibatch_size must be <="),
+        ({"gamma": 1.5}, r"ppo.gamma must be in \(0, 1\]"),
+        ({"activation": "gelu"}, "ppo.activation must be one of tanh, relu, got 'gelu'"),
+        ({"target_kl": 0.0}, "ppo.target_kl must be > 0 or None"),
+        ({"hidden_sizes": ()}, "ppo.hidden_sizes must be a non-empty list"),
+        ({"fragment_length": True}, "ppo.fragment_length must be an integer"),
+    ],
+)
+def test_validate_names_the_bad_field(change, message):
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(PPOConfig(), **change).validate()
+
+
+def test_check_env_supported():
+    check_env_supported("Pendulum-v1")
+    with pytest.raises(ValueError, match="unknown environment 'Nope-v0'"):
+        check_env_supported("Nope-v0")
+    with pytest.raises(ValueError, match="unsupported observation space"):
+        check_env_supported("Blackjack-v1")  # Tuple observations

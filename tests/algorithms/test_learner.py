@@ -1,0 +1,213 @@
+"""PPOActor -> PPOLearner without networking: fragments, staleness, updates, checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from surreal.algorithms.common.envs import spaces_for
+from surreal.algorithms.common.run import extras_done, extras_env_steps
+from surreal.algorithms.ppo.actor import PPOActor
+from surreal.algorithms.ppo.fragment import check_fragment, experience_schema
+from surreal.algorithms.ppo.learner import PPOLearner
+from surreal.algorithms.ppo.presets import preset_for
+from surreal.protocol.types import EvalReport, Fragment
+
+CFG = dataclasses.replace(
+    preset_for("Pendulum-v1"), envs_per_agent=2, fragment_length=16, steps_per_update=64,
+    minibatch_size=32, epochs=2, checkpoint_every=2,
+)  # fmt: skip
+ENV = "Pendulum-v1"
+
+
+def make(total_steps=10_000, exp_dir=None, cfg=CFG):
+    learner = PPOLearner(cfg, spaces_for(ENV), total_steps, seed=1, exp_dir=exp_dir)
+    actor = PPOActor(cfg, ENV, num_envs=2, seed=3)
+    actor.set_params(learner.params())
+    return learner, actor
+
+
+def fragment(actor, version=None):
+    return Fragment("actor-0", actor.version if version is None else version, actor.collect())
+
+
+def test_fragment_matches_the_wire_schema_and_is_consistent():
+    _, actor = make()
+    tensors = actor.collect()
+    schema = experience_schema(actor.spaces)
+    assert set(tensors) == set(schema)
+    for name, spec in schema.items():
+        spec.check(name, tensors[name])
+    assert tensors["obs"].shape == (17, 2, 3)
+    assert check_fragment(tensors) is None
+
+
+def test_truncations_are_reported_with_their_final_observation():
+    cfg = dataclasses.replace(CFG, fragment_length=250, norm_obs=False)
+    _, actor = make(cfg=cfg)
+    tensors = actor.collect()  # Pendulum truncates at 200 steps
+    np.testing.assert_array_equal(tensors["trunc_index"], [[199, 0], [199, 1]])
+    assert tensors["truncated"].sum() == 2 and not tensors["terminated"].any()
+    assert len(tensors["episode_returns"]) == 2
+    np.testing.assert_array_equal(tensors["episode_lengths"], [200, 200])
+    # The next row is the reset observation, not the final one.
+    assert not np.allclose(tensors["trunc_obs"][0], tensors["obs"][200, 0])
+
+
+def test_actor_normalizes_with_the_published_statistics():
+    learner, actor = make()
+    learner.obs_rms.update(np.random.default_rng(0).normal(5.0, 3.0, size=(1000, 3)))
+    actor.set_params(learner.params())
+    raw = actor._obs.copy()
+    tensors = actor.collect()
+    expected = np.clip((raw - learner.obs_rms.mean) / np.sqrt(learner.obs_rms.var + 1e-8), -10, 10)
+    np.testing.assert_allclose(tensors["obs"][0], expected, rtol=1e-5, atol=1e-6)
+    # ...and reports the raw observations' moments for the learner to merge.
+    assert tensors["obs_count"][0] == 16 * 2
+    assert abs(tensors["obs_mean"]).max() < 10
+
+
+def test_updates_bump_version_and_publish_progress():
+    learner, actor = make(total_steps=128)
+    for _ in range(2):
+        assert learner.add_fragment(fragment(actor))
+    assert learner.ready()
+    stats = learner.update()
+    assert stats["grad_steps"] == 4  # 2 epochs x 2 minibatches of 32
+    assert np.isfinite([stats[k] for k in ("policy_loss", "value_loss", "approx_kl")]).all()
+    params = learner.params()
+    assert params.version == 1
+    assert extras_env_steps(params.extras) == 64 and not extras_done(params.extras)
+    assert learner.obs_rms.count == 64
+    actor.set_params(params)
+    for _ in range(2):
+        learner.add_fragment(fragment(actor))
+    learner.update()
+    assert learner.done and extras_done(learner.params().extras)
+    assert not learner.add_fragment(fragment(actor))  # nothing is taken after the end
+
+
+def test_weights_change_by_an_update_and_actor_follows():
+    learner, actor = make()
+    before = {k: v.copy() for k, v in learner.params().weights.items()}
+    learner.add_fragment(fragment(actor))
+    learner.add_fragment(fragment(actor))
+    learner.update()
+    after = learner.params().weights
+    assert any(not np.array_equal(before[k], after[k]) for k in before)
+    actor.set_params(learner.params())
+    for k, v in actor.net.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), after[k])
+
+
+def test_stale_fragments_are_dropped_and_counted_but_their_steps_count():
+    learner, actor = make()
+    learner.counters.version = CFG.max_policy_lag + 5
+    assert not learner.add_fragment(fragment(actor, version=0))
+    assert learner.counters.dropped_fragments == 1
+    assert learner.counters.env_steps == 32
+    assert learner.add_fragment(fragment(actor, version=5))  # lag == max_policy_lag: kept
+
+
+def test_inconsistent_fragment_is_refused():
+    learner, actor = make()
+    tensors = dict(actor.collect())
+    tensors["logprobs"] = tensors["logprobs"][:-1]
+    assert not learner.add_fragment(Fragment("bad", 0, tensors))
+    assert learner.counters.invalid_fragments == 1 and learner.counters.env_steps == 0
+
+
+def test_truncated_steps_bootstrap_from_trunc_obs_in_the_batch():
+    cfg = dataclasses.replace(CFG, norm_reward=False, gamma=0.5, gae_lambda=1.0)
+    learner, _ = make(cfg=cfg)
+    learner.net.value = lambda obs: obs[:, 0]  # value = first observation feature
+    f = {
+        "obs": np.array([[[1, 0, 0]], [[2, 0, 0]], [[3, 0, 0]]], np.float32),
+        "actions": np.zeros((2, 1, 1), np.float32),
+        "logprobs": np.zeros((2, 1), np.float32),
+        "rewards": np.array([[1.0], [1.0]], np.float32),
+        "terminated": np.zeros((2, 1), bool),
+        "truncated": np.array([[True], [False]]),
+        "trunc_index": np.array([[0, 0]]),
+        "trunc_obs": np.array([[10, 0, 0]], np.float32),
+    }
+    data = learner._prepare([f, f])
+    # step 0: 1 + .5*10 = 6 (final obs), step 1: 1 + .5*3 = 2.5 (bootstrap row)
+    np.testing.assert_allclose(data["returns"].numpy(), [6.0, 2.5, 6.0, 2.5])
+    np.testing.assert_allclose(data["values"].numpy(), [1.0, 2.0, 1.0, 2.0])
+
+
+def test_checkpoint_resume_restores_counters_weights_and_statistics(tmp_path):
+    learner, actor = make(exp_dir=tmp_path)
+    for _ in range(4):
+        learner.add_fragment(fragment(actor))
+        if learner.ready():
+            learner.update()
+            actor.set_params(learner.params())
+    learner.record_eval(EvalReport(2, 128, -900.0, 10.0, 10, 200.0))
+    learner.save()
+    learner.close()
+    saved = learner.params()
+    resumed = PPOLearner(CFG, spaces_for(ENV), 10_000, seed=99, exp_dir=tmp_path)
+    c = resumed.counters
+    assert (c.env_steps, c.updates, c.episodes) == (128, 2, learner.counters.episodes)
+    # The version jumps past any version the dead learner may have published after the save.
+    assert c.version == 2 + CFG.checkpoint_every + 1
+    for k, w in resumed.params().weights.items():
+        np.testing.assert_array_equal(w, saved.weights[k])
+    np.testing.assert_array_equal(resumed.obs_rms.mean, learner.obs_rms.mean)
+    assert resumed.ret_rms.count == learner.ret_rms.count
+    assert resumed.optimizer.state_dict()["state"][0]["step"] == torch.tensor(8.0)  # 2 updates x 4
+    assert resumed.best_eval_return == -900.0
+    resumed.close()
+
+
+def test_periodic_checkpoints_are_written(tmp_path):
+    learner, actor = make(exp_dir=tmp_path)
+    for _ in range(4):
+        learner.add_fragment(fragment(actor))
+        if learner.ready():
+            learner.update()
+    assert (tmp_path / "checkpoints" / "latest.pt").exists()  # checkpoint_every=2 updates
+    assert list((tmp_path / "tb").iterdir())
+    learner.close()
+
+
+def test_status_has_the_contract_fields():
+    learner, actor = make()
+    learner.add_fragment(fragment(actor))
+    status = learner.status(connected_actors=3)
+    assert set(status) == {
+        "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
+        "best_eval_return", "steps_per_second", "elapsed_seconds", "dropped_fragments",
+        "connected_actors", "done",
+    }  # fmt: skip
+    assert status["env_steps"] == 32 and status["connected_actors"] == 3
+    json.dumps(status)
+
+
+def test_final_evaluation_is_recognized_only_for_the_final_version():
+    learner, actor = make(total_steps=32)
+    learner.add_fragment(fragment(actor))
+    learner.update()
+    version = learner.counters.version
+    learner.record_eval(EvalReport(version - 1, 0, 1.0, 0.0, 1, 1.0))
+    assert not learner.final_evaluated
+    learner.record_eval(EvalReport(version, 32, 2.0, 0.0, 1, 1.0))
+    assert learner.final_evaluated and learner.status()["done"]
+    assert learner.best_eval_return == 2.0
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_actor_runs_discrete_and_continuous(env_id):
+    cfg = dataclasses.replace(preset_for(env_id), fragment_length=8, envs_per_agent=2)
+    learner = PPOLearner(cfg, spaces_for(env_id), 1000)
+    actor = PPOActor(cfg, env_id, num_envs=2, seed=0)
+    actor.set_params(learner.params())
+    tensors = actor.collect()
+    assert check_fragment(tensors) is None
+    assert tensors["actions"].dtype == (np.int64 if env_id == "CartPole-v1" else np.float32)

@@ -1,0 +1,78 @@
+"""ActorCritic's hand-written distributions agree with torch.distributions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Categorical, Normal
+
+from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.ppo.networks import ActorCritic
+
+DISCRETE = EnvSpaces(obs_dim=5, discrete=True, action_dim=3, action_low=None, action_high=None)
+BOX = EnvSpaces(5, False, 2, np.full(2, -1.0, np.float32), np.full(2, 1.0, np.float32))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def test_categorical_logprob_and_entropy_match_torch():
+    net = ActorCritic(DISCRETE, (16,), ortho_init=False)
+    obs = torch.randn(64, 5)
+    actions, logp = net.act(obs)
+    dist = Categorical(logits=net.policy(obs))
+    torch.testing.assert_close(logp, dist.log_prob(actions))
+    new_logp, entropy = net.log_prob_entropy(obs, actions)
+    torch.testing.assert_close(new_logp, dist.log_prob(actions))
+    torch.testing.assert_close(entropy, dist.entropy())
+
+
+def test_gaussian_logprob_and_entropy_match_torch():
+    net = ActorCritic(BOX, (16,), log_std_init=-0.7)
+    obs = torch.randn(64, 5)
+    actions, logp = net.act(obs)
+    dist = Normal(net.policy(obs), net.log_std.exp())
+    torch.testing.assert_close(logp, dist.log_prob(actions).sum(-1))
+    new_logp, entropy = net.log_prob_entropy(obs, actions)
+    torch.testing.assert_close(new_logp, dist.log_prob(actions).sum(-1))
+    torch.testing.assert_close(entropy, dist.entropy().sum(-1))
+
+
+def test_gaussian_samples_are_not_clipped_and_have_the_initial_std():
+    net = ActorCritic(BOX, (16,), log_std_init=0.5)
+    actions, _ = net.act(torch.zeros(20000, 5))
+    assert actions.abs().max() > 1.0  # bounds are applied by the env batch, not here
+    np.testing.assert_allclose(actions.std(0).detach().numpy(), np.exp(0.5), rtol=0.05)
+
+
+def test_deterministic_actions_are_the_mode():
+    net = ActorCritic(DISCRETE, (16,))
+    obs = torch.randn(8, 5)
+    actions, _ = net.act(obs, deterministic=True)
+    torch.testing.assert_close(actions, net.policy(obs).argmax(-1))
+    box = ActorCritic(BOX, (16,))
+    actions, _ = box.act(obs, deterministic=True)
+    torch.testing.assert_close(actions, box.policy(obs))
+
+
+def test_orthogonal_init_small_policy_head_and_separate_value_net():
+    net = ActorCritic(BOX, (32, 32))
+    head = net.policy[-1].weight
+    assert head.abs().max() < 0.05  # gain 0.01
+    assert not any(p is q for p in net.policy.parameters() for q in net.critic.parameters())
+    assert net.value(torch.randn(7, 5)).shape == (7,)
+    assert net.log_std.detach().numpy().tolist() == [0.0, 0.0]
+
+
+def test_weights_round_trip_through_read_only_numpy():
+    src, dst = ActorCritic(BOX, (8,)), ActorCritic(BOX, (8,), log_std_init=3.0)
+    weights = src.weights_numpy()
+    for w in weights.values():
+        w.flags.writeable = False  # as decoded from the wire
+    dst.load_weights_numpy(weights)
+    obs = torch.randn(4, 5)
+    torch.testing.assert_close(dst.policy(obs), src.policy(obs))
+    torch.testing.assert_close(dst.log_std, src.log_std)
