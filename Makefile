@@ -41,3 +41,30 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .surreal .pytest_cache .ruff_cache .mypy_cache
+
+# --- Kubernetes (docs/kubernetes.md) -------------------------------------------------------
+IMAGE ?= surreal:local
+KIND ?= kind
+KIND_CLUSTER ?= surreal
+
+.PHONY: image kind-up kind-load
+
+# The CPU image every pod runs (Dockerfile; --build-arg BASE_IMAGE=... for a CUDA base).
+image:
+	docker build -t $(IMAGE) .
+
+# A local cluster: one control plane, two workers labelled as the CPU pool.
+kind-up:
+	$(KIND) get clusters | grep -qx '$(KIND_CLUSTER)' || \
+		$(KIND) create cluster --name $(KIND_CLUSTER) --config manifests/kind-cluster.yaml
+
+# Put the image on the kind nodes (pods pull it IfNotPresent, so no registry is needed).
+kind-load:
+	$(KIND) load docker-image $(IMAGE) --name $(KIND_CLUSTER)
+
+# create/status/scale/logs/delete against a real cluster: the kind one unless told otherwise.
+e2e: install
+	SURREAL_E2E_KUBECONFIG=$${SURREAL_E2E_KUBECONFIG:-$${KUBECONFIG:-$$HOME/.kube/config}} \
+	SURREAL_E2E_CONTEXT=$${SURREAL_E2E_CONTEXT:-kind-$(KIND_CLUSTER)} \
+	SURREAL_E2E_IMAGE=$(IMAGE) \
+		$(BIN)/python -m pytest -q -m e2e tests/kube/test_e2e.py

@@ -32,6 +32,10 @@ METRIC_FIELDS = (
 )  # fmt: skip
 
 
+# Reported by the ES master only: logical agents whose results arrived, and the result ledger.
+ES_METRICS = ("agents_reporting", "results_accepted", "results_rejected")
+
+
 class ExperimentError(RuntimeError):
     """A lifecycle operation that cannot be done; the message says why."""
 
@@ -129,7 +133,7 @@ def status(exp_dir: Path) -> dict[str, Any]:
     }
     for key in METRIC_FIELDS:
         out[key] = metrics.get(key)
-    for key in ("dropped_fragments", "connected_actors", "restored_from_checkpoint"):
+    for key in ("dropped_fragments", "connected_actors", "restored_from_checkpoint", *ES_METRICS):
         if key in metrics:
             out[key] = metrics[key]
     out["components"] = [

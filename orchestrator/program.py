@@ -22,6 +22,7 @@ ENV_TOKEN_FILE = "SURREAL_TOKEN_FILE"
 ENV_EXP_DIR = "SURREAL_EXP_DIR"
 ENV_AGENTS_IN_WORKER = "SURREAL_AGENTS_IN_WORKER"
 ENV_WORKERS = "SURREAL_WORKERS"
+ENV_POD_NAME = "SURREAL_POD_NAME"  # set in Kubernetes pods (downward API); see surreal.component
 
 LEARNER_PORT = 6000  # in a pod; locally a free port is chosen at create time
 

@@ -1,0 +1,409 @@
+"""The kube launcher: an experiment's objects applied, watched and removed through the official
+`kubernetes` client. A thin layer over `kube_render` (what the objects are) and `kube_status`
+(what the pods say); every API call goes through `kube_errors.call`, so failures are typed errors.
+
+The ConfigMap holding the spec is the root: every other object carries an ownerReference to it, so
+deleting it deletes the experiment (the garbage collector cascades), and a create that fails midway
+deletes it to leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from surreal.orchestrator import kube_render as kr
+from surreal.orchestrator import kube_status as ks
+from surreal.orchestrator.kube_errors import (
+    ClusterUnreachable,
+    ExperimentExists,
+    ExperimentNotFound,
+    Forbidden,
+    ImageNotSet,
+    KubeError,
+    NamespaceMissing,
+    call,
+)
+from surreal.orchestrator.kube_pods import TB_PORT, Placement
+from surreal.orchestrator.kube_portforward import Dial, PortForward, pod_dialer
+from surreal.orchestrator.program import LEARNER_PORT
+from surreal.spec import ExperimentSpec
+
+log = logging.getLogger(__name__)
+
+# Contexts and API hosts of clusters that run on this machine: they can use an image loaded with
+# `kind load` / `minikube image load`, so `--image` may be left out.
+LOCAL_CONTEXT_PREFIXES = ("kind-", "minikube", "docker-desktop", "rancher-desktop", "k3d-", "orbstack")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "host.docker.internal")
+# (connect, read) seconds per API call: a dead cluster fails fast instead of hanging the CLI.
+REQUEST_TIMEOUT = (5.0, 60.0)
+
+# kind -> (api group attribute, method suffix, RBAC resource name used in messages)
+_KINDS = {
+    "ConfigMap": ("core", "config_map", "configmaps"),
+    "Secret": ("core", "secret", "secrets"),
+    "Service": ("core", "service", "services"),
+    "NetworkPolicy": ("net", "network_policy", "networkpolicies.networking.k8s.io"),
+    "StatefulSet": ("apps", "stateful_set", "statefulsets.apps"),
+    "Deployment": ("apps", "deployment", "deployments.apps"),
+}
+
+
+def is_local_cluster(context: str | None, server: str | None) -> bool:
+    """True for kind, minikube, Docker Desktop, ...: clusters whose nodes see local images."""
+    if context and context.startswith(LOCAL_CONTEXT_PREFIXES):
+        return True
+    host = urlparse(server or "").hostname or ""
+    return host in LOCAL_HOSTS or host.startswith("127.")
+
+
+def load_api_client(
+    context: str | None = None, kubeconfig: str | None = None
+) -> tuple[client.ApiClient, str | None]:
+    """An ApiClient from the kubeconfig (optionally one context) or, inside a pod, the in-cluster
+    config; returns it with the context name (None in-cluster)."""
+    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or "~/.kube/config"
+    if os.path.exists(os.path.expanduser(path)):
+        try:
+            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+            names = [c["name"] for c in contexts]
+            if context and context not in names:
+                raise ClusterUnreachable(
+                    f"no context {context!r} in your kubeconfig (contexts: {', '.join(names)})"
+                )
+            api = config.new_client_from_config(config_file=kubeconfig, context=context)
+        except ConfigException as exc:
+            raise ClusterUnreachable(f"unusable kubeconfig {path!r}: {exc}") from None
+        return api, context or (active or {}).get("name")
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not context:
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)
+        return client.ApiClient(cfg), None
+    raise ClusterUnreachable(
+        f"no Kubernetes cluster configured: no kubeconfig at {path!r} and not inside a pod "
+        "(create a local cluster with `make kind-up`, or set KUBECONFIG)"
+    )
+
+
+@dataclass(frozen=True)
+class Created:
+    """What `create` made: the experiment's objects as sent (with ownerReferences)."""
+
+    namespace: str
+    objects: tuple[dict[str, Any], ...]
+
+
+class KubeLauncher:
+    """Experiments on one cluster. Build with `KubeLauncher.connect(...)`; tests pass a fake
+    ApiClient and a `dial` that replaces the API server's port-forward."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        context: str | None = None,
+        local: bool | None = None,
+        dial: Callable[[str, str, int], Dial] | None = None,
+        delete_timeout: float = 120.0,
+    ) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.net = client.NetworkingV1Api(api_client)
+        self.server = api_client.configuration.host
+        self.context = context
+        self.local = is_local_cluster(context, self.server) if local is None else local
+        self._dial = dial or (lambda pod, ns, port: pod_dialer(self.core, pod, ns, port))
+        self.delete_timeout = delete_timeout
+
+    @classmethod
+    def connect(cls, context: str | None = None, kubeconfig: str | None = None) -> KubeLauncher:
+        api, ctx = load_api_client(context, kubeconfig)
+        return cls(api, context=ctx)
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., Any], *args: Any, verb: str, resource: str, ns: str | None,
+              **kwargs: Any) -> Any:  # fmt: skip
+        """One API call; its JSON as dicts. 404 and 409 stay ApiExceptions (their meaning
+        depends on the call); every other failure is a KubeError."""
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
+        where = f"the Kubernetes API at {self.server}"
+        try:
+            result = call(fn, *args, verb=verb, resource=resource, namespace=ns, server=where, **kwargs)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                raise
+            raise api_error(exc, f"{verb} {resource}") from None
+        return self.api_client.sanitize_for_serialization(result)
+
+    def _method(self, kind: str, action: str) -> tuple[Callable[..., Any], str]:
+        group, suffix, resource = _KINDS[kind]
+        return getattr(getattr(self, group), f"{action}_namespaced_{suffix}"), resource
+
+    def _read(self, kind: str, name: str, ns: str) -> dict[str, Any] | None:
+        fn, resource = self._method(kind, "read")
+        try:
+            return self._call(fn, name, ns, verb="get", resource=resource, ns=ns)  # type: ignore[no-any-return]
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        fn, resource = self._method(obj["kind"], "create")
+        ns = obj["metadata"]["namespace"]
+        try:
+            return self._call(fn, ns, obj, verb="create", resource=resource, ns=ns)  # type: ignore[no-any-return]
+        except ApiException as exc:
+            if exc.status == 404:
+                raise NamespaceMissing(ns) from None
+            if exc.status == 409:
+                raise ExperimentExists(
+                    f"{obj['kind']} {obj['metadata']['name']!r} already exists in namespace {ns!r} "
+                    "(an experiment of that name exists or was not fully deleted)"
+                ) from None
+            raise
+
+    def _root(self, name: str, ns: str) -> dict[str, Any]:
+        root = self._read("ConfigMap", kr.object_names(name)["spec"], ns)
+        if root is None or root["metadata"].get("labels", {}).get("surreal.io/experiment") != name:
+            raise ExperimentNotFound(f"no experiment {name!r} in namespace {ns!r}")
+        return root
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def create(
+        self,
+        spec: ExperimentSpec,
+        *,
+        token: str | None = None,
+        placement: Mapping[str, Placement] | None = None,
+        settings: kr.RenderSettings | None = None,
+    ) -> Created:
+        """Create every object of `spec`, root first; on any failure delete what was made."""
+        objects = kr.render(spec, placement, token=token or kr.new_token(), settings=settings)
+        if not spec.image and not self.local:
+            raise ImageNotSet(
+                f"no --image for the remote cluster {self.context or self.server!r}: its nodes "
+                "cannot see a local build; push the image (Dockerfile) and pass --image REF"
+            )
+        ns = spec.namespace
+        self._check_namespace(ns)
+        if self._read("ConfigMap", objects[0]["metadata"]["name"], ns) is not None:
+            raise ExperimentExists(
+                f"experiment {spec.name!r} already exists in namespace {ns!r} "
+                f"(`surreal delete {spec.name}` first, or pick another name)"
+            )
+        root = self._create(objects[0])
+        sent = [objects[0]]
+        try:
+            for obj in objects[1:]:
+                owned = with_owner(obj, root)
+                self._create(owned)
+                sent.append(owned)
+        except BaseException:
+            self._rollback(root["metadata"]["name"], ns)
+            raise
+        return Created(ns, tuple(sent))
+
+    def _check_namespace(self, ns: str) -> None:
+        try:
+            self._call(self.core.read_namespace, ns, verb="get", resource="namespaces", ns=None)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise NamespaceMissing(ns) from None
+            raise
+        except Forbidden:
+            pass  # a namespaced Role cannot read Namespace objects; creating the root will tell
+
+    def delete(self, name: str, namespace: str, *, wait: bool = True) -> None:
+        """Delete the root; the garbage collector deletes the rest (Foreground: the root goes
+        last, so with `wait` the experiment is gone when this returns)."""
+        root = self._root(name, namespace)
+        if root["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "Helm":
+            raise KubeError(
+                f"experiment {name!r} was installed with Helm: `helm uninstall {name} -n {namespace}`"
+            )
+        self._delete_root(root["metadata"]["name"], namespace, wait=wait)
+
+    def _rollback(self, root: str, ns: str) -> None:
+        try:
+            self._delete_root(root, ns, wait=True)
+        except Exception as exc:  # the error that caused the rollback is the one to report
+            log.error("could not remove %r after a failed create: %s", root, exc)
+
+    def _delete_root(self, root: str, ns: str, *, wait: bool) -> None:
+        try:
+            self._call(self.core.delete_namespaced_config_map, root, ns, verb="delete",
+                       resource="configmaps", ns=ns, propagation_policy="Foreground")  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        deadline = time.monotonic() + self.delete_timeout
+        while wait and self._read("ConfigMap", root, ns) is not None:
+            if time.monotonic() > deadline:
+                raise KubeError(
+                    f"{root!r} is still being deleted after {self.delete_timeout:.0f} s "
+                    "(the garbage collector goes on; see kubectl get all -l surreal.io/experiment)"
+                )
+            time.sleep(0.5)
+
+    def scale(self, name: str, namespace: str, agents: int) -> int:
+        """Set the actor Deployment's replicas for `agents` logical agents; returns the replicas."""
+        per_pod = int(self.spec_of(name, namespace).get("agents_per_pod", 1))
+        if agents < 1 or agents % per_pod:
+            raise KubeError(
+                f"--agents must be a positive multiple of agents_per_pod ({per_pod}), got {agents}"
+            )
+        replicas = agents // per_pod
+        deployment = kr.object_names(name)["actor"]
+        try:
+            self._call(self.apps.patch_namespaced_deployment_scale, deployment, namespace,
+                       {"spec": {"replicas": replicas}}, verb="patch",
+                       resource="deployments.apps/scale", ns=namespace)  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ExperimentNotFound(f"experiment {name!r} has no actor Deployment") from None
+            raise
+        return replicas
+
+    # --- observation -----------------------------------------------------------------------
+
+    def spec_of(self, name: str, namespace: str) -> dict[str, Any]:
+        data = yaml.safe_load(self._root(name, namespace)["data"]["spec.yaml"])
+        return data if isinstance(data, dict) else {}
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        result = self._call(self.core.list_namespaced_pod, namespace, label_selector=selector,
+                            verb="list", resource="pods", ns=namespace)  # fmt: skip
+        return list(result.get("items") or [])
+
+    def list_experiments(self, namespace: str) -> list[dict[str, Any]]:
+        """One row per experiment in `namespace`: name, algo, env, agents, phase, managed_by."""
+        roots = self._call(self.core.list_namespaced_config_map, namespace,
+                           label_selector="app.kubernetes.io/name=surreal,surreal.io/component=spec",
+                           verb="list", resource="configmaps", ns=namespace)  # fmt: skip
+        pods = self.pods(namespace, "app.kubernetes.io/name=surreal")
+        return [ks.list_row(root, pods) for root in roots.get("items") or []]
+
+    def status(self, name: str, namespace: str, *, learner: bool = True) -> dict[str, Any]:
+        """The contract's status object; metrics come from the learner over a port-forward."""
+        spec = self.spec_of(name, namespace)
+        pods = self.pods(namespace, f"surreal.io/experiment={name}")
+        metrics: dict[str, Any] = {}
+        problem = "not asked"
+        if learner:
+            metrics, problem = self.learner_status(name, namespace, pods)
+        return ks.status(spec, pods, metrics, problem)
+
+    def learner_status(self, name: str, ns: str, pods: list[dict[str, Any]]) -> tuple[dict, str]:
+        """(the learner's Status RPC answer, "") or ({}, why not)."""
+        from surreal.protocol.client import LearnerClient, ProtocolError
+
+        pod = ks.ready_pod(pods, "learner")
+        if pod is None:
+            return {}, "the learner pod is not ready"
+        secret = self._read("Secret", kr.object_names(name)["token"], ns) or {}
+        token = base64.b64decode((secret.get("data") or {}).get("token", "")).decode()
+        with PortForward(self._dial(pod, ns, LEARNER_PORT)) as forward:
+            learner_client = LearnerClient(forward.address, token)
+            try:
+                return learner_client.status(timeout=10.0), ""
+            except ProtocolError as exc:
+                return {}, f"learner status: {exc.code} {'; '.join(forward.errors)}".strip()
+            finally:
+                learner_client.close()
+
+    def logs(self, name: str, namespace: str, component: str = "learner", *, follow: bool = False,
+             previous: bool = False, tail: int | None = 100) -> Iterator[str]:  # fmt: skip
+        """Lines of one component's log: a role (its first pod), "actor-N" (the N-th actor pod
+        by name) or a pod name; `previous` reads the crashed container before the restart."""
+        pods = self.pods(namespace, f"surreal.io/experiment={name}")
+        pod, container = ks.pick_pod(pods, component, name)
+        try:
+            # Not self._call: the raw response streams, so `follow` yields lines as they come.
+            resp = call(self.core.read_namespaced_pod_log, pod, namespace, container=container,
+                        follow=follow, previous=previous, tail_lines=tail, _preload_content=False,
+                        verb="get", resource="pods/log", namespace=namespace,
+                        server=f"the Kubernetes API at {self.server}")  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 400 and previous:
+                raise KubeError(f"pod {pod!r} has no previous (crashed) container") from None
+            raise KubeError(f"cannot read the log of pod {pod!r}: {exc.reason}") from None
+        yield from _lines(resp)
+
+    def tensorboard(self, name: str, namespace: str, local_port: int = 6006) -> PortForward:
+        """A local port forwarded to the experiment's TensorBoard pod."""
+        self._root(name, namespace)
+        pod = ks.ready_pod(self.pods(namespace, f"surreal.io/experiment={name}"), "tensorboard")
+        if pod is None:
+            raise KubeError(
+                f"experiment {name!r} has no ready TensorBoard pod (it needs storage 'pvc'; "
+                f"kubectl get pods -n {namespace} -l surreal.io/component=tensorboard)"
+            )
+        return PortForward(self._dial(pod, namespace, TB_PORT), local_port)
+
+
+def api_error(exc: ApiException, action: str) -> KubeError:
+    """Any other refusal, as one line: what we tried and what the API server said."""
+    message = ""
+    try:
+        message = json.loads(exc.body or "{}").get("message", "")
+    except (ValueError, AttributeError):
+        pass
+    return KubeError(f"cannot {action}: {exc.status} {exc.reason}{': ' + message if message else ''}")
+
+
+def with_owner(obj: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """`obj` owned by the created root. blockOwnerDeletion lets a Foreground delete of the root
+    wait for it (RBAC: update on configmaps/finalizers)."""
+    ref = {
+        "apiVersion": root.get("apiVersion", "v1"),
+        "kind": root.get("kind", "ConfigMap"),
+        "name": root["metadata"]["name"],
+        "uid": root["metadata"]["uid"],
+        "blockOwnerDeletion": True,
+    }
+    return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [ref]}}
+
+
+def _lines(resp: Any) -> Iterator[str]:
+    buffer = b""
+    try:
+        for chunk in resp.stream(4096):
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                yield line.decode(errors="replace")
+        if buffer:
+            yield buffer.decode(errors="replace")
+    finally:
+        resp.release_conn()
+
+
+__all__ = [
+    "ClusterUnreachable",
+    "Created",
+    "ExperimentExists",
+    "ExperimentNotFound",
+    "ImageNotSet",
+    "KubeError",
+    "KubeLauncher",
+    "NamespaceMissing",
+    "is_local_cluster",
+    "load_api_client",
+    "with_owner",
+]

@@ -1,0 +1,197 @@
+"""Pod templates of an experiment: containers, volumes, probes, security and placement. Pure.
+
+`kube_render` assembles these into workload objects; the Helm chart's `_helpers.tpl` mirrors every
+choice made here, and tests/kube compare the two object by object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from surreal.orchestrator.components import Component
+
+# Paths inside every pod (the same in the chart).
+SPEC_DIR = "/etc/surreal"
+SPEC_PATH = f"{SPEC_DIR}/spec.yaml"
+TOKEN_DIR = "/var/run/secrets/surreal"
+TOKEN_PATH = f"{TOKEN_DIR}/token"
+EXP_DIR = "/var/lib/surreal"
+TB_PORT = 6006
+# The image's non-root user (Dockerfile: useradd --uid 10001).
+RUN_AS = 10001
+# Memory-backed /dev/shm: torch's shared-memory tensors need more than the runtime's 64 MiB default;
+# it counts against the container's memory limit, so it is bounded.
+SHM_SIZE = "256Mi"
+GPU_RESOURCE = "nvidia.com/gpu"
+# Actor pods of a Deployment have no ordinal; this variable (the pod name, from the downward API)
+# lets the component derive a distinct worker index, hence distinct seeds, from it.
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the pods of one role run: a node pool's selector and taints, and its GPUs."""
+
+    # Node labels the pods must match (the pool's labels), e.g. {"surreal.io/pool": "gpu"}.
+    node_selector: dict[str, str] = field(default_factory=dict)
+    # Tolerations for the pool's taints, as Kubernetes Toleration dicts.
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    # nvidia.com/gpu per pod; 0 means "the spec's": spec.gpu for the learner, none for other roles.
+    gpu: int = 0
+
+
+def cpu_quantity(cores: float) -> str:
+    """Kubernetes CPU quantity: whole cores as "2", fractions in millicores ("500m")."""
+    millis = round(cores * 1000)
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def default_resources(component: Component) -> dict[str, dict[str, str]]:
+    """Requests = limits (Guaranteed QoS: an RL worker is steady, and no surprise eviction)."""
+    amount = {"cpu": cpu_quantity(component.cpu), "memory": f"{component.memory_mb}Mi"}
+    return {"requests": dict(amount), "limits": dict(amount)}
+
+
+def with_gpu(resources: Mapping[str, Mapping[str, str]], gpus: int) -> dict[str, dict[str, str]]:
+    out = {kind: dict(amounts) for kind, amounts in resources.items()}
+    if gpus > 0:
+        # Extended resources cannot be overcommitted: requests must equal limits.
+        for kind in ("requests", "limits"):
+            out.setdefault(kind, {})[GPU_RESOURCE] = str(gpus)
+    return out
+
+
+def container_security() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def pod_security() -> dict[str, Any]:
+    # fsGroup makes the checkpoint volume and the mounted token readable/writable by the user.
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def grpc_probes(port: int) -> dict[str, Any]:
+    """The learner serves grpc.health.v1 without auth. Startup allows for importing torch and
+    loading a checkpoint; liveness is lenient because a long update holds the GIL."""
+
+    def probe(period: int, timeout: int, failures: int) -> dict[str, Any]:
+        return {
+            "grpc": {"port": port},
+            "periodSeconds": period,
+            "timeoutSeconds": timeout,
+            "failureThreshold": failures,
+        }
+
+    return {
+        "startupProbe": probe(5, 5, 60),
+        "readinessProbe": probe(5, 5, 3),
+        "livenessProbe": probe(20, 10, 6),
+    }
+
+
+def component_volumes(names: Mapping[str, str], exp_dir_volume: dict[str, Any] | None) -> list:
+    """Volumes of a component pod. `exp_dir_volume` None: the exp dir comes from a claim template."""
+    volumes: list[dict[str, Any]] = [
+        {"name": "spec", "configMap": {"name": names["spec"]}},
+        {"name": "token", "secret": {"secretName": names["token"], "defaultMode": 0o440}},
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
+    ]
+    if exp_dir_volume is not None:
+        volumes.append({"name": "data", **exp_dir_volume})
+    return volumes
+
+
+def component_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
+        {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "data", "mountPath": EXP_DIR},
+    ]
+
+
+def component_container(
+    component: Component,
+    image: str,
+    pull_policy: str,
+    resources: Mapping[str, Mapping[str, str]],
+    extra_env: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The container that runs `component.argv` with exactly `component.env`."""
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(component.env.items())]
+    container: dict[str, Any] = {
+        "name": component.role,
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        # command + args = the argv, whatever ENTRYPOINT the image has (e.g. a CUDA base's).
+        "command": list(component.argv[:1]),
+        "args": list(component.argv[1:]),
+        "env": [*env, *(dict(e) for e in extra_env)],
+    }
+    if component.port is not None:
+        container["ports"] = [{"name": "grpc", "containerPort": component.port, "protocol": "TCP"}]
+        container.update(grpc_probes(component.port))
+    container["resources"] = {kind: dict(v) for kind, v in resources.items()}
+    container["securityContext"] = container_security()
+    container["volumeMounts"] = component_mounts()
+    return container
+
+
+def pod_spec(
+    containers: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    placement: Placement,
+    affinity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        # No component talks to the Kubernetes API, so none gets a service account token.
+        "automountServiceAccountToken": False,
+        # Service links would add variables for every Service in the namespace to the env.
+        "enableServiceLinks": False,
+        "securityContext": pod_security(),
+        "containers": containers,
+        "volumes": volumes,
+    }
+    if placement.node_selector:
+        spec["nodeSelector"] = dict(placement.node_selector)
+    if placement.tolerations:
+        spec["tolerations"] = [dict(t) for t in placement.tolerations]
+    if affinity:
+        spec["affinity"] = affinity
+    return spec
+
+
+def tensorboard_container(image: str, pull_policy: str, resources: Mapping) -> dict[str, Any]:
+    return {
+        "name": "tensorboard",
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        "command": ["tensorboard"],
+        "args": ["--logdir", f"{EXP_DIR}/tb", "--host", "0.0.0.0", "--port", str(TB_PORT)],
+        "ports": [{"name": "http", "containerPort": TB_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 10},
+        "resources": {kind: dict(v) for kind, v in resources.items()},
+        "securityContext": container_security(),
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "data", "mountPath": EXP_DIR, "readOnly": True},
+        ],
+    }

@@ -1,0 +1,98 @@
+"""Helpers shared by the `surreal` commands: error lines, tables, the progress line, backends."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from surreal.orchestrator import experiments as exps
+
+
+def home_dir() -> Path:
+    return Path(os.environ.get("SURREAL_HOME") or Path.home() / ".surreal")
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"surreal: error: {message}", err=True)
+    sys.exit(code)
+
+
+def kube_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--backend/--namespace/--context for the commands that work on both backends."""
+    command = click.option("--context", help="kubeconfig context (kube backend).")(command)
+    command = click.option("--namespace", default="default", show_default=True,
+                           help="Namespace (kube backend).")(command)  # fmt: skip
+    backend = click.option(
+        "--backend",
+        type=click.Choice(["local", "kube"]),
+        default=lambda: os.environ.get("SURREAL_BACKEND", "local"),
+        help="Where the experiment runs [default: local, or $SURREAL_BACKEND].",
+    )
+    return backend(command)
+
+
+def kube_launcher(context: str | None) -> Any:
+    from surreal.orchestrator.kube import KubeError, KubeLauncher
+
+    try:
+        return KubeLauncher.connect(context)
+    except KubeError as exc:
+        fail(str(exc))
+
+
+def kube_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a kube launcher operation; its typed errors become one line and exit code 1."""
+    from surreal.orchestrator.kube import KubeError
+
+    try:
+        return fn(*args, **kwargs)
+    except KubeError as exc:
+        fail(str(exc))
+
+
+class ProgressLine:
+    """Redraws one line on a terminal; prints a line every 10 s when stderr is not a terminal."""
+
+    def __init__(self, exp_dir: Path, total_steps: int) -> None:
+        self.exp_dir = exp_dir
+        self.total = total_steps
+        self.tty = sys.stderr.isatty()
+        self.last_print = 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if not self.tty and now - self.last_print < 10.0:
+            return
+        self.last_print = now
+        metrics = exps.read_metrics(self.exp_dir)
+        steps = metrics.get("env_steps") or 0
+        line = f"steps {steps:,}/{self.total:,} ({100 * steps / self.total:.0f}%)  {summary(metrics)}"
+        if self.tty:
+            click.echo(f"\r\033[K{line}", nl=False, err=True)
+        else:
+            click.echo(line, err=True)
+
+
+def fmt(value: Any, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def summary(m: dict[str, Any]) -> str:
+    return (
+        f"{fmt(m.get('steps_per_second'), ',.0f')} steps/s  "
+        f"train return {fmt(m.get('train_return'))}  eval return {fmt(m.get('eval_return'))}  "
+        f"version {fmt(m.get('policy_version'), 'd')}  {fmt(m.get('elapsed_seconds'), '.0f')} s"
+    )
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [headers, *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

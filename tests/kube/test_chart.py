@@ -1,0 +1,183 @@
+"""helm/surreal, rendered by a real Helm engine (helm-python-sdk), gives the CLI's objects."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+from kube_support import CHART, make_spec
+
+from surreal.orchestrator import kube_output as ko
+from surreal.orchestrator import kube_render as kr
+from surreal.orchestrator.kube_pods import Placement
+from surreal.spec import ExperimentSpec, load_spec_file
+
+TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def render_chart(values: dict[str, Any], name: str = "exp1", namespace: str = "default") -> list[dict]:
+    with helm.Chart.load(CHART) as chart:
+        out = chart.render(values, name=name, namespace=namespace, is_install=True)
+    return [
+        doc
+        for path, text in sorted(out.items())
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+def spec_of(config_map: dict[str, Any], tmp_path: Path, tag: str) -> ExperimentSpec:
+    path = tmp_path / f"{tag}.yaml"
+    path.write_text(config_map["data"]["spec.yaml"])
+    return load_spec_file(path)  # what every component does at start
+
+
+def normalized(objects: list[dict[str, Any]], tmp_path: Path, tag: str) -> dict:
+    """Objects by (kind, name), with the parts that legitimately differ checked and blanked:
+    who manages them, the random token, and how the spec is written (compared as a spec)."""
+    out, spec = {}, None
+    for original in objects:
+        obj = copy.deepcopy(original)
+        for meta in _metadatas(obj):
+            meta["labels"]["app.kubernetes.io/managed-by"] = "<who>"
+        if obj["kind"] == "Secret":
+            assert len(obj["stringData"]["token"]) >= 32
+            obj["stringData"]["token"] = "<token>"
+        if obj["kind"] == "ConfigMap":
+            spec = spec_of(obj, tmp_path, tag)
+            obj["data"]["spec.yaml"] = "<spec>"
+        out[(obj["kind"], obj["metadata"]["name"])] = obj
+    return {"objects": out, "spec": spec}
+
+
+def _metadatas(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [obj["metadata"]]
+    spec = obj.get("spec", {})
+    if "template" in spec:
+        found.append(spec["template"]["metadata"])
+    found += [claim["metadata"] for claim in spec.get("volumeClaimTemplates", [])]
+    return found
+
+
+def assert_same(cli: list[dict], chart: list[dict], tmp_path: Path) -> None:
+    for obj in chart:
+        for meta in _metadatas(obj):
+            assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    a, b = normalized(cli, tmp_path, "cli"), normalized(chart, tmp_path, "chart")
+    assert a["spec"] == b["spec"]
+    assert sorted(a["objects"]) == sorted(b["objects"])
+    for key, obj in a["objects"].items():
+        assert b["objects"][key] == obj, key
+
+
+CASES = {
+    "defaults": (dict(), None, None),
+    "512 agents": (dict(agents=512), None, None),
+    "packed pods, gpu pool, overrides": (
+        dict(agents=512, agents_per_pod=8, gpu=1, env="Pendulum-v1", seed=7, steps=2_000_000,
+             namespace="rl", image="registry.example/surreal:0.1",
+             overrides={"ppo.epochs": "5", "ppo.learning_rate": "3e-4"}),
+        {"learner": Placement({"surreal.io/pool": "gpu"}, [TAINT]),
+         "actor": Placement({"surreal.io/pool": "cpu"})},
+        None,
+    ),
+    "emptyDir storage, resources": (
+        dict(agents=6, agents_per_pod=3),
+        None,
+        kr.RenderSettings(
+            storage="emptyDir",
+            image_pull_policy="Always",
+            resources={"actor": {"requests": {"cpu": "2", "memory": "1Gi"},
+                                 "limits": {"cpu": "2", "memory": "1Gi"}}},
+        ),
+    ),
+    "claim of a storage class": (dict(), None, kr.RenderSettings(storage_class="fast", storage_size="9Gi")),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_chart_renders_the_cli_objects_for_the_same_values(case: str, tmp_path: Path) -> None:
+    flags, placement, settings = CASES[case]
+    spec = make_spec(**flags)
+    cli = kr.render(spec, placement, token="t" * 43, settings=settings)
+    chart = render_chart(ko.helm_values(spec, placement, settings), namespace="elsewhere")
+    assert_same(cli, chart, tmp_path)
+
+
+def test_every_algorithm_renders_the_same(algo: str, tmp_path: Path) -> None:
+    spec = make_spec(algo=algo, agents=512)
+    chart = render_chart(ko.helm_values(spec))
+    assert_same(kr.render(spec, token="t" * 43), chart, tmp_path)
+
+
+def test_helm_install_with_set_algo_and_agents_deploys_what_the_cli_creates(tmp_path: Path) -> None:
+    # helm install exp1 helm/surreal --set algo=ppo,agents=512: no CLI, no values file.
+    chart = render_chart(helm.parse_set_string("algo=ppo,agents=512"))
+    cli = kr.render(make_spec(algo="ppo", agents=512), token="t" * 43)
+    assert_same(cli, chart, tmp_path)
+    for obj in chart:
+        kubernetes_validate.validate(obj, "1.33", strict=True)
+
+
+def test_the_chart_writes_a_partial_spec_that_components_resolve(tmp_path: Path) -> None:
+    chart = render_chart({"agents": 4, "config": {"epochs": 3}})
+    text = chart_config_map(chart)["data"]["spec.yaml"]
+    assert "minibatch_size" not in text  # the preset is not copied into the chart
+    resolved = spec_of(chart_config_map(chart), tmp_path, "partial")
+    assert resolved.config.epochs == 3 and resolved.env == "CartPole-v1"
+    assert resolved.config.minibatch_size == make_spec().config.minibatch_size
+
+
+def chart_config_map(objects: list[dict]) -> dict:
+    return next(o for o in objects if o["kind"] == "ConfigMap")
+
+
+def test_helm_lint_passes_strictly() -> None:
+    for values in (None, {"algo": "ppo", "agents": 512}, ko.helm_values(make_spec(gpu=1))):
+        report = helm.lint(CHART, values, strict=True)
+        assert report["errors"] == [], report
+        assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
+
+
+def test_values_schema_rejects_bad_values() -> None:
+    with helm.Chart.load(CHART) as chart:
+        chart.validate_schema(chart.values)
+        for bad in ({"agents": 0}, {"agents": "many"}, {"storage": {"type": "nfs"}}, {"agent": 3}):
+            with pytest.raises(helm.HelmValuesError):
+                chart.validate_schema(chart.merge_values(bad))
+
+
+@pytest.mark.parametrize(
+    ("values", "name", "message"),
+    [
+        ({"agents": 10, "agentsPerPod": 4}, "exp1", "must be a multiple of agentsPerPod"),
+        ({}, "x" * 41, "longer than 40 characters"),
+        ({}, "Exp_1", "DNS-1123"),
+    ],
+)
+def test_chart_refuses_what_the_cli_refuses(values: dict, name: str, message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render_chart(values, name=name)
+
+
+def test_readme_documents_every_value() -> None:
+    readme = (CHART / "README.md").read_text()
+
+    def keys(values: dict[str, Any], prefix: str = "") -> list[str]:
+        out = []
+        for key, value in values.items():
+            if isinstance(value, dict) and value and key not in ("config", "resources"):
+                out += keys(value, f"{prefix}{key}.")
+            else:
+                out.append(f"{prefix}{key}")
+        return out
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = [k for k in keys(values) if f"`{k}`" not in readme]
+    assert not missing, f"README.md does not document {missing}"

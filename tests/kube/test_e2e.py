@@ -1,0 +1,87 @@
+"""create / status / scale / logs / delete against a real cluster (`make e2e`).
+
+Runs only when SURREAL_E2E_KUBECONFIG names a kubeconfig; optional: SURREAL_E2E_CONTEXT,
+SURREAL_E2E_NAMESPACE (default "default"), SURREAL_E2E_IMAGE (default surreal:local, which
+`make kind-load` puts on a kind cluster).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kube_support import make_spec
+
+from surreal.orchestrator import kube_render as kr
+from surreal.orchestrator.kube import ExperimentExists, KubeLauncher, NamespaceMissing
+
+KUBECONFIG = os.environ.get("SURREAL_E2E_KUBECONFIG")
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not KUBECONFIG, reason="set SURREAL_E2E_KUBECONFIG to run against a cluster"),
+]
+NAMESPACE = os.environ.get("SURREAL_E2E_NAMESPACE", "default")
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(3)
+
+
+@pytest.fixture
+def cluster() -> KubeLauncher:
+    return KubeLauncher.connect(os.environ.get("SURREAL_E2E_CONTEXT"), KUBECONFIG)
+
+
+@pytest.fixture
+def experiment(cluster: KubeLauncher) -> Iterator[str]:
+    name = f"e2e-{secrets.token_hex(3)}"
+    spec = make_spec(name, agents=2, steps=20_000, namespace=NAMESPACE,
+                     image=os.environ.get("SURREAL_E2E_IMAGE", kr.DEFAULT_IMAGE))  # fmt: skip
+    cluster.create(spec)
+    try:
+        yield name
+    finally:
+        cluster.delete(name, NAMESPACE)
+
+
+def test_lifecycle_on_a_real_cluster(cluster: KubeLauncher, experiment: str) -> None:
+    name = experiment
+    assert name in [row["name"] for row in cluster.list_experiments(NAMESPACE)]
+
+    def learning() -> bool:
+        st = cluster.status(name, NAMESPACE)
+        return st["learner_status"] == "ok" and (st["env_steps"] or 0) > 0
+
+    wait_for("the learner to report env steps over the port-forward", learning)
+    assert any(line.strip() for line in cluster.logs(name, NAMESPACE, "learner", tail=50))
+    assert cluster.scale(name, NAMESPACE, 4) == 4
+    wait_for(
+        "4 actor pods", lambda: cluster.status(name, NAMESPACE, learner=False)["actor_pods"]["total"] == 4
+    )
+    with pytest.raises(ExperimentExists):
+        cluster.create(make_spec(name, namespace=NAMESPACE, image=kr.DEFAULT_IMAGE))
+
+
+def test_missing_namespace_on_a_real_cluster(cluster: KubeLauncher) -> None:
+    spec = make_spec("e2e-nons", namespace=f"surreal-missing-{secrets.token_hex(3)}", image="x")
+    with pytest.raises(NamespaceMissing):
+        cluster.create(spec)
+
+
+def test_delete_leaves_nothing(cluster: KubeLauncher) -> None:
+    name = f"e2e-{secrets.token_hex(3)}"
+    cluster.create(
+        make_spec(name, namespace=NAMESPACE, image=os.environ.get("SURREAL_E2E_IMAGE", kr.DEFAULT_IMAGE))
+    )
+    cluster.delete(name, NAMESPACE)
+    assert name not in [row["name"] for row in cluster.list_experiments(NAMESPACE)]
+    assert cluster.pods(NAMESPACE, f"surreal.io/experiment={name}") == [] or all(
+        p["metadata"].get("deletionTimestamp")
+        for p in cluster.pods(NAMESPACE, f"surreal.io/experiment={name}")
+    )

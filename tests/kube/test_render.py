@@ -1,0 +1,288 @@
+"""The objects `surreal create --backend kube --dry-run` prints: valid, labelled, secured, sized."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kube_support import KUBE_VERSIONS, make_spec
+
+from surreal.orchestrator import kube_output as ko
+from surreal.orchestrator import kube_render as kr
+from surreal.orchestrator.kube_pods import Placement
+from surreal.orchestrator.program import make_program
+
+LABEL_KEYS = (
+    "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
+    "app.kubernetes.io/managed-by", "surreal.io/experiment", "surreal.io/component",
+)  # fmt: skip
+SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "runAsUser": 10001,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def pod_templates(objects: list[dict[str, Any]]) -> list[tuple[dict, dict]]:
+    return [(o, o["spec"]["template"]) for o in objects if "template" in o.get("spec", {})]
+
+
+def by_kind_name(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+@pytest.fixture
+def objects_512(algo: str) -> list[dict[str, Any]]:
+    return kr.render(make_spec(algo=algo, agents=512), token="t")
+
+
+def test_every_object_validates_strictly_against_kubernetes_1_29_to_1_33(objects_512) -> None:
+    # Through YAML, as `kubectl apply -f -` would read the dry run.
+    documents = list(yaml.safe_load_all(ko.to_yaml(objects_512)))
+    assert documents == objects_512
+    for version in KUBE_VERSIONS:
+        for obj in documents:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_strict_validation_can_fail() -> None:
+    obj = kr.render(make_spec(), token="t")[4]
+    obj["spec"]["template"]["spec"]["containers"][0]["cpuLimit"] = "1"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(obj, "1.33", strict=True)
+
+
+def test_the_kinds_and_names_of_an_experiment(objects_512) -> None:
+    assert list(by_kind_name(objects_512)) == [
+        ("ConfigMap", "exp1-spec"),
+        ("Secret", "exp1-token"),
+        ("NetworkPolicy", "exp1-learner"),
+        ("Service", "exp1-learner"),
+        ("StatefulSet", "exp1-learner"),
+        ("Deployment", "exp1-actor"),
+        ("Deployment", "exp1-evaluator"),
+        ("Service", "exp1-tensorboard"),
+        ("Deployment", "exp1-tensorboard"),
+    ]
+
+
+def test_every_object_and_pod_template_carries_the_labels(objects_512) -> None:
+    for obj in objects_512:
+        labels = obj["metadata"]["labels"]
+        assert set(LABEL_KEYS) <= set(labels), obj["metadata"]["name"]
+        assert labels["app.kubernetes.io/name"] == "surreal"
+        assert labels["surreal.io/experiment"] == labels["app.kubernetes.io/instance"] == "exp1"
+        assert labels["surreal.io/component"] == labels["app.kubernetes.io/component"]
+        assert obj["metadata"]["namespace"] == "default"
+    for obj, template in pod_templates(objects_512):
+        assert template["metadata"]["labels"] == obj["metadata"]["labels"]
+        # Selectors match the template, or the API server rejects the workload.
+        assert obj["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+
+
+def test_every_container_has_requests_limits_and_the_security_settings(objects_512) -> None:
+    for obj, template in pod_templates(objects_512):
+        pod = template["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["automountServiceAccountToken"] is False
+        for container in pod["containers"]:
+            where = f"{obj['metadata']['name']}/{container['name']}"
+            resources = container["resources"]
+            assert {"cpu", "memory"} <= set(resources["requests"]), where
+            assert {"cpu", "memory"} <= set(resources["limits"]), where
+            assert SECURITY.items() <= container["securityContext"].items(), where
+            # A read-only root needs a writable /tmp.
+            mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+            assert "/tmp" in mounts and not mounts["/tmp"].get("readOnly"), where
+
+
+def test_actor_capacity_equals_the_agents(objects_512) -> None:
+    actors = by_kind_name(objects_512)[("Deployment", "exp1-actor")]
+    env = {e["name"]: e.get("value") for e in actors["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert actors["spec"]["replicas"] * int(env["SURREAL_AGENTS_IN_WORKER"]) == 512
+
+
+@pytest.mark.parametrize(("agents", "per_pod", "replicas"), [(512, 1, 512), (512, 8, 64), (12, 4, 3)])
+def test_actor_replicas_pack_agents_per_pod(agents: int, per_pod: int, replicas: int) -> None:
+    objects = kr.render(make_spec(agents=agents, agents_per_pod=per_pod), token="t")
+    actors = by_kind_name(objects)[("Deployment", "exp1-actor")]
+    assert actors["spec"]["replicas"] == replicas
+    env = actors["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "SURREAL_AGENTS_IN_WORKER", "value": str(per_pod)} in env
+
+
+def test_agents_that_do_not_fill_whole_pods_are_rejected() -> None:
+    with pytest.raises(kr.RenderError, match=r"agents \(10\) must be a multiple of agents_per_pod \(4\)"):
+        kr.render(make_spec(agents=10, agents_per_pod=4), token="t")
+    with pytest.raises(kr.RenderError, match="use --agents 8 or 12"):
+        kr.render(make_spec(agents=10, agents_per_pod=4), token="t")
+
+
+def test_containers_run_exactly_the_program_argv_and_env() -> None:
+    spec = make_spec(agents=3)
+    objects = by_kind_name(kr.render(spec, token="t"))
+    program = make_program(kr.kube_spec(spec), kr.kube_target(spec))
+    for kind, name, component in [
+        ("StatefulSet", "exp1-learner", "learner"),
+        ("Deployment", "exp1-actor", "actor-0"),
+        ("Deployment", "exp1-evaluator", "evaluator"),
+    ]:
+        c = program.component(component)
+        container = objects[(kind, name)]["spec"]["template"]["spec"]["containers"][0]
+        assert [*container["command"], *container["args"]] == list(c.argv)
+        plain = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        assert plain == dict(c.env)
+    # The learner's address is its Service, in the pods' own namespace; the token is a file.
+    assert program.component("learner").env["SURREAL_LEARNER_ADDR"] == "exp1-learner:6000"
+    assert "SURREAL_TOKEN" not in program.component("actor-0").env
+
+
+def test_actor_pods_get_their_pod_name_for_a_distinct_worker_index() -> None:
+    actors = by_kind_name(kr.render(make_spec(), token="t"))[("Deployment", "exp1-actor")]
+    env = actors["spec"]["template"]["spec"]["containers"][0]["env"]
+    pod_name = {"name": "SURREAL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    assert pod_name in env
+
+
+def test_the_spec_config_map_is_the_spec_with_backend_and_image_filled() -> None:
+    spec = make_spec(agents=4)
+    cm = kr.render(spec, token="t")[0]
+    data = yaml.safe_load(cm["data"]["spec.yaml"])
+    assert data["backend"] == "kube" and data["image"] == kr.DEFAULT_IMAGE
+    assert data["ppo"] == spec.to_dict()["ppo"]
+
+
+def test_the_token_is_a_secret_and_required() -> None:
+    secret = kr.render(make_spec(), token="s3cret")[1]
+    assert secret["stringData"] == {"token": "s3cret"}
+    with pytest.raises(kr.RenderError, match="empty token"):
+        kr.render(make_spec(), token="")
+    assert kr.new_token() != kr.new_token() and len(kr.new_token()) >= 40
+
+
+def test_learner_probes_use_grpc_health_and_the_service_names_the_port() -> None:
+    objects = by_kind_name(kr.render(make_spec(), token="t"))
+    container = objects[("StatefulSet", "exp1-learner")]["spec"]["template"]["spec"]["containers"][0]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"] == {"port": 6000}
+    service = objects[("Service", "exp1-learner")]
+    assert service["spec"]["ports"] == [
+        {"name": "grpc", "port": 6000, "targetPort": "grpc", "protocol": "TCP"}
+    ]
+    assert service["spec"]["type"] == "ClusterIP"
+
+
+def test_only_the_experiments_pods_reach_the_learner() -> None:
+    policy = by_kind_name(kr.render(make_spec(), token="t"))[("NetworkPolicy", "exp1-learner")]
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "surreal.io/experiment": "exp1",
+        "surreal.io/component": "learner",
+    }
+    [rule] = policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"surreal.io/experiment": "exp1"}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 6000}]
+
+
+def test_shm_is_memory_and_the_exp_dir_is_writable_scratch_for_actors() -> None:
+    objects = by_kind_name(kr.render(make_spec(), token="t"))
+    pod = objects[("Deployment", "exp1-actor")]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["data"] == {"name": "data", "emptyDir": {}}
+
+
+def test_learner_keeps_checkpoints_on_a_claim_that_tensorboard_reads() -> None:
+    objects = by_kind_name(kr.render(make_spec(), token="t"))
+    learner = objects[("StatefulSet", "exp1-learner")]["spec"]
+    assert learner["replicas"] == 1 and learner["serviceName"] == "exp1-learner"
+    [claim] = learner["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    assert learner["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    tb = objects[("Deployment", "exp1-tensorboard")]["spec"]["template"]["spec"]
+    volume = {v["name"]: v for v in tb["volumes"]}["data"]["persistentVolumeClaim"]
+    assert volume == {"claimName": "data-exp1-learner-0", "readOnly": True}
+    [term] = tb["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["labelSelector"]["matchLabels"]["surreal.io/component"] == "learner"
+
+
+def test_empty_dir_storage_has_no_claim_and_no_tensorboard() -> None:
+    settings = kr.RenderSettings(storage="emptyDir")
+    objects = by_kind_name(kr.render(make_spec(), token="t", settings=settings))
+    learner = objects[("StatefulSet", "exp1-learner")]["spec"]
+    assert "volumeClaimTemplates" not in learner
+    assert {"name": "data", "emptyDir": {}} in learner["template"]["spec"]["volumes"]
+    assert not [k for k in objects if k[1] == "exp1-tensorboard"]
+
+
+def test_gpus_and_placement_reach_the_learner_and_its_tensorboard() -> None:
+    taint = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    placement = {
+        "learner": Placement({"surreal.io/pool": "gpu"}, [taint]),
+        "actor": Placement({"surreal.io/pool": "cpu"}),
+    }
+    objects = by_kind_name(kr.render(make_spec(gpu=2), placement, token="t"))
+    learner = objects[("StatefulSet", "exp1-learner")]["spec"]["template"]["spec"]
+    resources = learner["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == "2"
+    assert learner["nodeSelector"] == {"surreal.io/pool": "gpu"} and learner["tolerations"] == [taint]
+    actor = objects[("Deployment", "exp1-actor")]["spec"]["template"]["spec"]
+    assert actor["nodeSelector"] == {"surreal.io/pool": "cpu"} and "tolerations" not in actor
+    assert "nvidia.com/gpu" not in actor["containers"][0]["resources"]["limits"]
+    tb = objects[("Deployment", "exp1-tensorboard")]["spec"]["template"]["spec"]
+    assert tb["tolerations"] == [taint] and "nvidia.com/gpu" not in str(tb["containers"])
+    for version in ("1.29", "1.33"):
+        for obj in objects.values():
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_without_gpus_nothing_asks_for_one() -> None:
+    assert "nvidia.com/gpu" not in ko.to_yaml(kr.render(make_spec(), token="t"))
+
+
+def test_bad_settings_and_placements_are_named() -> None:
+    with pytest.raises(kr.RenderError, match="storage must be"):
+        kr.RenderSettings(storage="nfs")
+    with pytest.raises(kr.RenderError, match="unknown roles"):
+        kr.render(make_spec(), {"gpu-pool": Placement()}, token="t")
+
+
+def test_resource_overrides_replace_a_roles_sizes() -> None:
+    big = {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}
+    settings = kr.RenderSettings(resources={"learner": big})
+    objects = by_kind_name(kr.render(make_spec(), token="t", settings=settings))
+    learner = objects[("StatefulSet", "exp1-learner")]["spec"]["template"]["spec"]["containers"][0]
+    assert learner["resources"] == big
+
+
+def test_yaml_output_has_no_anchors_and_the_spec_reads_as_a_block() -> None:
+    text = ko.to_yaml(kr.render(make_spec(), token="t"))
+    assert "&id" not in text and "*id" not in text
+    assert "spec.yaml: |\n    name: exp1\n" in text
+
+
+def test_the_longest_experiment_name_keeps_every_derived_name_valid() -> None:
+    name = "e" * 40
+    objects = kr.render(make_spec(name), token="t")
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.33", strict=True)
+    learner = by_kind_name(objects)[("StatefulSet", f"{name}-learner")]
+    # The StatefulSet's pods get the label controller-revision-hash: NAME-<10 chars>, at most 63.
+    assert len(learner["metadata"]["name"]) + 11 <= 63
+
+
+def test_dry_run_outputs() -> None:
+    spec = make_spec(agents=4)
+    as_json = json.loads(ko.dry_run(spec, "json", token="t"))
+    assert as_json["kind"] == "List" and as_json["items"] == kr.render(spec, token="t")
+    assert list(yaml.safe_load_all(ko.dry_run(spec, "yaml", token="t"))) == as_json["items"]
+    values = yaml.safe_load(ko.dry_run(spec, "helm-values", token="t"))
+    assert values["agents"] == 4 and values["config"] == spec.to_dict()["ppo"]
+    with pytest.raises(kr.RenderError, match="unknown output 'xml'"):
+        ko.dry_run(spec, "xml", token="t")
