@@ -28,6 +28,7 @@ from surreal.protocol.types import Params
 log = logging.getLogger(__name__)
 
 RECONNECT_GIVE_UP_SECONDS = 900.0  # an actor that cannot reach the learner this long exits 1
+PROGRESS_LOG_SECONDS = 30.0  # how often an actor logs what it has sent
 
 
 class PPOActor:
@@ -146,6 +147,10 @@ def run_actor(cfg: PPOConfig, ctx: RunContext) -> int:
             try:
                 client.wait_ready(timeout=30.0)
                 stream = client.experience(f"actor-{ctx.index}")
+                log.info(
+                    "actor-%d connected to the learner at %s: %d agents, %d envs of %s",
+                    ctx.index, ctx.learner_addr, ctx.agents_in_worker, actor.envs.num_envs, ctx.env_id,
+                )  # fmt: skip
                 backoff, failing_since = 0.5, None
                 try:
                     return _send_until_done(client, stream, actor)
@@ -169,7 +174,11 @@ def run_actor(cfg: PPOConfig, ctx: RunContext) -> int:
 
 
 def _send_until_done(client: LearnerClient, stream: ExperienceStream, actor: PPOActor) -> int:
+    sent, next_report = 0, time.monotonic() + PROGRESS_LOG_SECONDS
     while True:
+        if time.monotonic() >= next_report:
+            log.info("sent %d fragments; policy version %d", sent, actor.version)
+            next_report = time.monotonic() + PROGRESS_LOG_SECONDS
         # Cheap when nothing changed: the learner answers "unchanged" without weights.
         params = client.get_params(actor.version)
         if params is not None:
@@ -180,3 +189,4 @@ def _send_until_done(client: LearnerClient, stream: ExperienceStream, actor: PPO
             time.sleep(0.2)
             continue
         stream.send(actor.version, actor.collect())
+        sent += 1
