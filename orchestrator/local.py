@@ -73,9 +73,7 @@ def exit_code_for(phase: Phase | str) -> int:
     return {Phase.SUCCEEDED: 0, Phase.STOPPED: 130}.get(Phase(phase), 1)
 
 
-def run_supervisor(
-    exp_dir: Path | str, *, max_restarts: int = 5, grace_seconds: float = 5.0
-) -> int:
+def run_supervisor(exp_dir: Path | str, *, max_restarts: int = 5, grace_seconds: float = 5.0) -> int:
     """Body of the hidden `surreal supervise EXP_DIR` command: run program.json to the end."""
     supervisor = Supervisor(
         load_program(exp_dir), exp_dir, max_restarts=max_restarts, grace_seconds=grace_seconds
@@ -204,9 +202,7 @@ def list_experiment_dirs(home: Path | str) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _tail(
-    path: Path, exp_dir: Path, follow: bool, lines: int | None, poll_seconds: float
-) -> Iterator[str]:
+def _tail(path: Path, exp_dir: Path, follow: bool, lines: int | None, poll_seconds: float) -> Iterator[str]:
     with open(path, "rb") as f:
         f.seek(_start_of_last_lines(f, lines))
         pending = b""

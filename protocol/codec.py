@@ -69,8 +69,7 @@ class TensorSpec:
         if self.shape is None:
             return
         if array.ndim != len(self.shape) or any(
-            want is not None and want != got
-            for want, got in zip(self.shape, array.shape, strict=True)
+            want is not None and want != got for want, got in zip(self.shape, array.shape, strict=True)
         ):
             raise CodecError(f"tensor {name!r}: shape {array.shape}, expected {self.shape}")
 
@@ -97,9 +96,7 @@ def decode(t: pb.Tensor) -> np.ndarray:
     data = t.data  # each access copies out of the message (upb), so read it once
     expected = math.prod(shape) * dtype.itemsize
     if len(data) != expected:
-        raise CodecError(
-            f"tensor {t.name!r}: {len(data)} bytes, but {dtype} x {shape} needs {expected}"
-        )
+        raise CodecError(f"tensor {t.name!r}: {len(data)} bytes, but {dtype} x {shape} needs {expected}")
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 

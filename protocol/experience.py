@@ -163,9 +163,7 @@ class ExperienceService:
 
     # ---- reader thread
 
-    def _read_fragments(
-        self, request_iterator: Iterator[pb.ExperienceRequest], stream: _Stream
-    ) -> None:
+    def _read_fragments(self, request_iterator: Iterator[pb.ExperienceRequest], stream: _Stream) -> None:
         try:
             for request in request_iterator:
                 error = self._accept(request, stream)
@@ -182,9 +180,7 @@ class ExperienceService:
         finally:
             stream.grants.put(None)
 
-    def _accept(
-        self, request: pb.ExperienceRequest, stream: _Stream
-    ) -> tuple[grpc.StatusCode, str] | None:
+    def _accept(self, request: pb.ExperienceRequest, stream: _Stream) -> tuple[grpc.StatusCode, str] | None:
         """Queue one fragment for the learner, or say why the stream must be aborted."""
         kind = request.WhichOneof("kind")
         if kind != "fragment":

@@ -8,6 +8,7 @@ Validated on a 2-core machine (final deterministic eval return, 10 episodes):
 - HalfCheetah-v5, 1M steps, 2 agents, `surreal create NAME --algo ppo --env HalfCheetah-v5
   --agents 2 --steps 1000000 --seed S`: 6,024 / 4,906 / 5,295 for seeds 0 / 1 / 2, at 5-9k env
   steps/s on the shared machine.
+- Hopper-v5, 1M steps, 2 agents, the same command: 3,209 for seed 0.
 - Pendulum-v1, serial harness, 200k steps: about -150 to -300 from 100k steps on.
 """
 
@@ -63,11 +64,13 @@ HALFCHEETAH = PPOConfig(
     eval_interval=100_000,
 )
 
+# CleanRL's MuJoCo setup. Hopper gains from many small steps: with 64-sample minibatches
+# (320 gradient steps per update) seed 0 reached 3,209 at 1M steps, against 1,236 with 256.
 HOPPER = PPOConfig(
     envs_per_agent=4,
     fragment_length=128,
     steps_per_update=2048,
-    minibatch_size=256,
+    minibatch_size=64,
     epochs=10,
     learning_rate=3e-4,
     log_std_init=-0.5,

@@ -70,9 +70,7 @@ def test_detached_supervisor_is_stopped_and_followed_logs_end(tmp_path: Path) ->
     try:
         state = read_state(exp_dir)
         assert state is not None and state["supervisor_pid"] == pid and is_alive(state)
-        state = wait_for(
-            lambda: (s := read_state(exp_dir)) and s["phase"] == "Running" and s, what="Running"
-        )
+        state = wait_for(lambda: (s := read_state(exp_dir)) and s["phase"] == "Running" and s, what="Running")
         pids = [c["pid"] for c in state["components"]]
         assert os.getsid(pid) == pid  # its own session: survives the terminal that started it
 
@@ -104,9 +102,7 @@ def test_spawn_detached_reports_a_supervisor_that_dies(tmp_path: Path) -> None:
 
 
 def test_stop_experiment_kills_components_of_a_dead_supervisor(tmp_path: Path) -> None:
-    orphan = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
-    )
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     try:

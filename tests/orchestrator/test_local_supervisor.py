@@ -91,9 +91,7 @@ def test_crash_is_restarted_counted_and_logged(tmp_path: Path) -> None:
 
 
 def test_sigkilled_component_is_restarted(tmp_path: Path) -> None:
-    program = Program(
-        "exp", (py("learner", "learner", WAIT_FOR_DONE), py("actor-0", "actor", SLEEP))
-    )
+    program = Program("exp", (py("learner", "learner", WAIT_FOR_DONE), py("actor-0", "actor", SLEEP)))
     sup = Supervisor(program, tmp_path, backoff_seconds=0.05, grace_seconds=2.0)
     thread, result = start_in_thread(sup)
     try:
