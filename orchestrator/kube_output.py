@@ -20,6 +20,7 @@ from surreal.orchestrator.kube_render import (
     kube_spec,
     render,
 )
+from surreal.provisioner import ROLES, NodePool, placement_for
 from surreal.spec import ExperimentSpec
 
 
@@ -115,3 +116,14 @@ def helm_values(
 
 def _copy(resources: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
     return {kind: dict(amounts) for kind, amounts in resources.items()}
+
+
+def placements(
+    spec: ExperimentSpec, pools: tuple[NodePool, ...], provider: str | None
+) -> dict[str, Placement]:
+    """Where each role runs, from the provisioner's node pools: the learner on the GPU pool when the
+    spec asks for GPUs, everything else on the CPU pool (empty placements on kind/minikube)."""
+    return {
+        role: placement_for(role, spec.gpu if role == "learner" else 0, pools, provider)
+        for role in ROLES
+    }

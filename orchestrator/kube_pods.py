@@ -7,10 +7,10 @@ choice made here, and tests/kube compare the two object by object.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from surreal.orchestrator.components import Component
+from surreal.provisioner.placement import Placement as Placement  # re-exported for the renderer
 
 # Paths inside every pod (the same in the chart).
 SPEC_DIR = "/etc/surreal"
@@ -25,20 +25,8 @@ RUN_AS = 10001
 # it counts against the container's memory limit, so it is bounded.
 SHM_SIZE = "256Mi"
 GPU_RESOURCE = "nvidia.com/gpu"
-# Actor pods of a Deployment have no ordinal; this variable (the pod name, from the downward API)
-# lets the component derive a distinct worker index, hence distinct seeds, from it.
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where the pods of one role run: a node pool's selector and taints, and its GPUs."""
-
-    # Node labels the pods must match (the pool's labels), e.g. {"surreal.io/pool": "gpu"}.
-    node_selector: dict[str, str] = field(default_factory=dict)
-    # Tolerations for the pool's taints, as Kubernetes Toleration dicts.
-    tolerations: list[dict[str, Any]] = field(default_factory=list)
-    # nvidia.com/gpu per pod; 0 means "the spec's": spec.gpu for the learner, none for other roles.
-    gpu: int = 0
+# Placement comes from the provisioner's node pools (nodeSelector, tolerations, GPUs per role); a
+# Placement's gpu of 0 means "the spec's": spec.gpu for the learner, none for other roles.
 
 
 def cpu_quantity(cores: float) -> str:

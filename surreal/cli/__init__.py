@@ -52,6 +52,10 @@ def cli() -> None:
 @click.option("--image", help="Container image (kube; default surreal:local on kind/minikube).")
 @click.option("--gpu", type=int, help="GPUs for the learner.")
 @click.option("--context", help="kubeconfig context (kube backend).")
+@click.option("--pools", "pools_file", type=click.Path(path_type=Path),
+              help="Node pools YAML (kube): the learner goes to the GPU pool with --gpu, the rest to CPU.")
+@click.option("--provider", type=click.Choice(["kind", "minikube", "gke", "eks", "aks"]),
+              help="Cluster provider (kube): its default pools when --pools is not given.")  # fmt: skip
 def create(
     name: str,
     algo: str | None,
@@ -69,6 +73,8 @@ def create(
     image: str | None,
     gpu: int | None,
     context: str | None,
+    pools_file: Path | None,
+    provider: str | None,
 ) -> None:
     """Create experiment NAME and run it (in the foreground unless --detach)."""
     flags = {"algo": algo, "env": env_id, "agents": agents, "steps": steps, "seed": seed,
@@ -78,8 +84,11 @@ def create(
     except SpecError as exc:
         fail(str(exc), code=2)
     if spec.backend == "kube":
-        create_kube(spec, dry_run=dry_run, output=output or "yaml", context=context)
+        placement = kube_placement(spec, pools_file, provider)
+        create_kube(spec, dry_run=dry_run, output=output or "yaml", context=context, placement=placement)
         return
+    if pools_file or provider:
+        fail("--pools and --provider place pods on a cluster: they need --backend kube", code=2)
     if output == "helm-values":
         fail("-o helm-values needs --backend kube", code=2)
     if dry_run:
@@ -112,20 +121,36 @@ def create(
     sys.exit(code)
 
 
-def create_kube(spec: Any, *, dry_run: bool, output: str, context: str | None) -> None:
+def kube_placement(spec: Any, pools_file: Path | None, provider: str | None) -> dict[str, Any] | None:
+    """Placement per role from a pools file or the provider's default pools; None: unpinned."""
+    from surreal import provisioner as prov
+    from surreal.orchestrator import kube_output
+
+    if pools_file is None and provider is None:
+        return None
+    try:
+        pools = prov.load_pools(pools_file) if pools_file else prov.default_pools(provider or "")
+        return kube_output.placements(spec, pools, provider)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+
+
+def create_kube(
+    spec: Any, *, dry_run: bool, output: str, context: str | None, placement: dict[str, Any] | None
+) -> None:
     from surreal.orchestrator import kube_output, kube_render
 
     # SURREAL_TOKEN fixes the token (reproducible manifests); otherwise each run makes a new one.
     token = os.environ.get("SURREAL_TOKEN") or kube_render.new_token()
     try:
         if dry_run:
-            click.echo(kube_output.dry_run(spec, output, token=token), nl=False)
+            click.echo(kube_output.dry_run(spec, output, token=token, placement=placement), nl=False)
             return
         kube_render.check_capacity(spec)
     except kube_render.RenderError as exc:
         fail(str(exc), code=2)
     launcher = kube_launcher(context)
-    kube_call(launcher.create, spec, token=token)
+    kube_call(launcher.create, spec, token=token, placement=placement)
     click.echo(
         f"experiment {spec.name!r} created in namespace {spec.namespace!r} "
         f"({spec.agents} agents); watch it: kubectl get pods -n {spec.namespace} "
