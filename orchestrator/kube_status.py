@@ -61,14 +61,15 @@ def _exited_cleanly(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def phase(pods: list[Mapping[str, Any]]) -> str:
-    """Pending, Running, Succeeded (the learner exited 0: the run is done; Kubernetes restarts
-    the container, but the experiment is over) or Failed (the learner is stuck)."""
+def phase(pods: list[Mapping[str, Any]], metrics: Mapping[str, Any] | None = None) -> str:
+    """Pending, Running, Succeeded (the learner reports the run done — it then serves status until
+    deleted — or its container exited 0) or Failed (the learner is stuck)."""
+    metrics = metrics or {}
     learners = [p for p in pods if role_of(p) == "learner"]
     if not learners:
         return "Pending"
     learner = learners[0]
-    if _exited_cleanly(learner):
+    if metrics.get("done") or _exited_cleanly(learner):
         return "Succeeded"
     if pod_state(learner) in STUCK:
         return "Failed"
@@ -113,7 +114,7 @@ def status(
         "namespace": spec.get("namespace"),
         "agents": spec.get("agents"),
         "target_steps": spec.get("steps"),
-        "phase": phase(pods),
+        "phase": phase(pods, metrics),
     }
     for key in METRIC_FIELDS:
         out[key] = metrics.get(key)

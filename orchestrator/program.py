@@ -22,6 +22,7 @@ ENV_TOKEN_FILE = "SURREAL_TOKEN_FILE"
 ENV_EXP_DIR = "SURREAL_EXP_DIR"
 ENV_AGENTS_IN_WORKER = "SURREAL_AGENTS_IN_WORKER"
 ENV_WORKERS = "SURREAL_WORKERS"
+ENV_LINGER = "SURREAL_LINGER"  # "1": a finished component idles until stopped (pods; see component.py)
 ENV_POD_NAME = "SURREAL_POD_NAME"  # set in Kubernetes pods (downward API); see surreal.component
 
 LEARNER_PORT = 6000  # in a pod; locally a free port is chosen at create time
@@ -62,6 +63,10 @@ def make_program(spec: ExperimentSpec, target: Target, cpus: int | None = None) 
     common = {ENV_LEARNER_ADDR: target.learner_addr, ENV_EXP_DIR: target.exp_dir, ENV_WORKERS: str(workers)}
     if target.token_file:
         common[ENV_TOKEN_FILE] = target.token_file
+    if spec.backend == "kube":
+        # Kubernetes restarts a container that exits, even with code 0 (StatefulSets and
+        # Deployments have restartPolicy Always), so a finished component idles until deleted.
+        common[ENV_LINGER] = "1"
 
     def component(role: str, index: int = 0, **extra: object) -> Component:
         name = role if role in ("learner", "evaluator") else f"{role}-{index}"

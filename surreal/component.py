@@ -54,6 +54,7 @@ def build_context(spec: ExperimentSpec, index: int) -> RunContext:
         index=index,
         agents_in_worker=int(os.environ.get(prog.ENV_AGENTS_IN_WORKER, "1")),
         bind_all=bind_host == "0.0.0.0",
+        linger=os.environ.get(prog.ENV_LINGER) == "1",
     )
 
 
@@ -77,4 +78,14 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     spec = load_spec_file(spec_path)
     ctx = build_context(spec, worker_index(role, index))
     main = get_algorithm(spec.algo).role_main(role)
-    return int(main(spec.config, ctx))
+    code = int(main(spec.config, ctx))
+    if code == 0 and ctx.linger:
+        linger(role)
+    return code
+
+
+def linger(role: str) -> None:
+    """Idle until SIGTERM: in a pod, a container that exits 0 would be restarted and run again."""
+    logging.getLogger(__name__).info("%s finished; idling until the experiment is deleted", role)
+    while True:
+        signal.pause()

@@ -24,6 +24,7 @@ class RunContext:
     agents_in_worker: int = 1  # logical agents this worker hosts
     bind_all: bool = False  # learner listens on 0.0.0.0 (in a cluster) instead of the addr's host
     has_evaluator: bool = True  # False: the learner evaluates the final policy itself
+    linger: bool = False  # when done, keep serving until stopped (a pod that exits is restarted)
 
     @property
     def learner_host(self) -> str:

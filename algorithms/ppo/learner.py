@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import queue
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -342,6 +343,8 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
         host="0.0.0.0" if ctx.bind_all else ctx.learner_host,
         port=ctx.learner_port,
         credits_per_stream=cfg.credits_per_worker,
+        # One server thread per open experience stream (at most one per agent), plus unary calls.
+        max_workers=max(16, ctx.num_agents + 8),
         status_provider=lambda: snapshot["status"],
         on_eval=evals.put,
     )
@@ -359,6 +362,10 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
             learner.record_eval(result.report(params.version, learner.counters.env_steps))
         loop.write_status()
         loop.release_actors(timeout=15.0)
+        if ctx.linger:
+            # Keep answering status, health and the final parameters until the pod is deleted.
+            log.info("run complete; serving status until stopped")
+            threading.Event().wait()
         return 0
     finally:
         server.stop()

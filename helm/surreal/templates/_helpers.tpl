@@ -117,6 +117,8 @@ tolerations:
       value: /var/lib/surreal
     - name: SURREAL_LEARNER_ADDR
       value: {{ printf "%s-learner:6000" $name }}
+    - name: SURREAL_LINGER
+      value: "1"
     - name: SURREAL_TOKEN_FILE
       value: /var/run/secrets/surreal/token
     - name: SURREAL_WORKERS
