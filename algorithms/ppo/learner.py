@@ -197,22 +197,22 @@ class PPOLearner:
     def _optimize(self, data: dict[str, torch.Tensor]) -> dict[str, float]:
         """Clipped PPO epochs over shuffled minibatches. Stats stay tensors until the end."""
         cfg, net = self.cfg, self.net
-        obs, actions, old_logp = data["obs"], data["actions"], data["logprobs"]
-        advantages, returns, old_values = data["advantages"], data["returns"], data["values"]
-        size = len(obs)
+        keys = ("obs", "actions", "logprobs", "advantages", "returns", "values")
+        size = len(data["obs"])
         n_minibatches = max(1, round(size / cfg.minibatch_size))
         rows: list[torch.Tensor] = []
         for _ in range(cfg.epochs):
             epoch_start = len(rows)
-            for idx in torch.randperm(size).chunk(n_minibatches):
-                new_logp, entropy = net.log_prob_entropy(obs[idx], actions[idx])
-                adv = advantages[idx]
-                if cfg.norm_adv and len(idx) > 1:
+            # One gather per tensor per epoch; the minibatches are then contiguous views.
+            perm = torch.randperm(size)
+            shuffled = [data[k][perm].chunk(n_minibatches) for k in keys]
+            for obs, actions, old_logp, adv, returns, old_values in zip(*shuffled, strict=True):
+                new_logp, entropy = net.log_prob_entropy(obs, actions)
+                if cfg.norm_adv and len(adv) > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 loss, stats = ppo_loss(
-                    new_logp, old_logp[idx], adv, net.value(obs[idx]), old_values[idx],
-                    returns[idx], entropy, cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef,
-                    cfg.vf_coef,
+                    new_logp, old_logp, adv, net.value(obs), old_values, returns, entropy,
+                    cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef,
                 )  # fmt: skip
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
