@@ -38,6 +38,7 @@ lint: install
 
 bench: install
 	$(BIN)/python benchmarks/ppo_throughput.py
+	$(BIN)/python benchmarks/es_throughput.py
 
 clean:
 	rm -rf $(VENV) .surreal .pytest_cache .ruff_cache .mypy_cache

@@ -124,6 +124,5 @@ def placements(
     """Where each role runs, from the provisioner's node pools: the learner on the GPU pool when the
     spec asks for GPUs, everything else on the CPU pool (empty placements on kind/minikube)."""
     return {
-        role: placement_for(role, spec.gpu if role == "learner" else 0, pools, provider)
-        for role in ROLES
+        role: placement_for(role, spec.gpu if role == "learner" else 0, pools, provider) for role in ROLES
     }

@@ -155,7 +155,7 @@ def build_spec(
 
     algo_name = str(top.get("algo") or "")
     if not algo_name:
-        raise SpecError("no algorithm given: use --algo (ppo)")
+        raise SpecError("no algorithm given: use --algo (ppo or es)")
     try:
         algorithm = get_algorithm(algo_name)
     except ValueError as exc:

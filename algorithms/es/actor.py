@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 MAX_AGENTS_PER_WORKER = 1 << 20  # agent ids: worker index * this + slot, unique across workers
 RECONNECT_GIVE_UP_SECONDS = 900.0  # a worker that cannot reach the master this long exits 1
-IDLE_POLL_SECONDS = 0.05  # parameter polling while every agent waits for a new version
+IDLE_POLL_SECONDS = (0.02, 0.5)  # polling while every agent waits for a new version: first and
+#   longest interval; doubling in between keeps hundreds of idle workers from flooding the master
 
 
 def agent_ids(index: int, agents_in_worker: int) -> list[int]:
@@ -186,9 +187,15 @@ def run_actor(cfg: ESConfig, ctx: RunContext) -> int:
         worker.close()
 
 
+def idle_backoff(idle_polls: int) -> float:
+    """Seconds to wait before the next parameter poll after `idle_polls` fruitless ones."""
+    first, longest = IDLE_POLL_SECONDS
+    return min(longest, first * 2 ** min(idle_polls, 16))
+
+
 def _work_until_done(client: LearnerClient, stream: ExperienceStream, worker: ESWorker) -> int:
     flush_interval = worker.cfg.flush_interval
-    flushed_at = time.monotonic()
+    flushed_at, idle_polls = time.monotonic(), 0
     while True:
         # Cheap when nothing changed: the master answers "unchanged" without weights.
         params = client.get_params(worker.version)
@@ -201,8 +208,10 @@ def _work_until_done(client: LearnerClient, stream: ExperienceStream, worker: ES
             if (batch := worker.take_batch()) is not None:
                 stream.send(worker.version, batch)
                 flushed_at = time.monotonic()
-            time.sleep(IDLE_POLL_SECONDS)
+            time.sleep(idle_backoff(idle_polls))
+            idle_polls += 1
             continue
+        idle_polls = 0
         while worker.busy and time.monotonic() - flushed_at < flush_interval:
             worker.step()
             worker.start_idle()

@@ -24,6 +24,8 @@ class ESConfig:
     adam_beta2: float = 0.999  # Adam second-moment decay
     weight_decay: float = 0.005  # L2 coefficient: the step follows g - weight_decay * theta
     top_fraction: float = 1.0  # keep only this best fraction of pairs (by max return), as ARS's b/N
+    reward_shift: float = 0.0  # subtracted per env step from a return before ranking: ARS's shift,
+    #   which stops an alive bonus from making "survive, don't move" a local optimum (Hopper)
 
     # --- hand-out of perturbations ---
     handout_ratio: float = 1.5  # pairs handed out per version / pairs per update: slack that keeps

@@ -54,7 +54,9 @@ class Handout:
     def nonce(self, version: int) -> int:
         return self._open[version].nonce
 
-    def check(self, version: int, agent_id: int, pair: int, seed: int, returns: tuple[float, float]) -> str | None:
+    def check(
+        self, version: int, agent_id: int, pair: int, seed: int, returns: tuple[float, float]
+    ) -> str | None:
         """Accept the result (None) or name the reason it is rejected (counted)."""
         reason = self._reason(version, agent_id, pair, seed, returns)
         if reason is None:
@@ -63,7 +65,9 @@ class Handout:
             self.rejected[reason] += 1
         return reason
 
-    def _reason(self, version: int, agent_id: int, pair: int, seed: int, returns: tuple[float, float]) -> str | None:
+    def _reason(
+        self, version: int, agent_id: int, pair: int, seed: int, returns: tuple[float, float]
+    ) -> str | None:
         if version > self.current:
             return "unknown_version"
         if version < self.current - self.max_staleness:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,10 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
             master.record_eval(result.report(params.version, master.counters.env_steps))
         loop.write_status()
         loop.release_workers(timeout=15.0)
+        if ctx.linger:
+            # Keep answering status, health and the final parameters until the pod is deleted.
+            log.info("run complete; serving status until stopped")
+            threading.Event().wait()
         return 0
     finally:
         server.stop()

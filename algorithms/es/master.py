@@ -37,8 +37,8 @@ class Counters:
     """Progress that survives restarts (saved in every checkpoint)."""
 
     version: int = 0  # policy version; +1 per update
-    env_steps: int = 0  # env steps of accepted results (what the run trains on)
-    env_steps_rejected: int = 0  # env steps of results rejected as stale or of an unknown version
+    env_steps: int = 0  # env steps of evaluated results: accepted, and rejected as too old
+    env_steps_rejected: int = 0  # of which rejected: stale, or of a version lost in a restart
     updates: int = 0  # ES updates done
     episodes: int = 0  # episodes of accepted results (two per pair)
     results_accepted: int = 0  # pairs accepted
@@ -71,7 +71,7 @@ class ESMaster:
         self.eval_return: float | None = None
         self.best_eval_return: float | None = None
         self.final_evaluated = False
-        self._pool: list[tuple[int, int, float, float]] = []  # (seed, version, ret+, ret-)
+        self._pool: list[tuple[int, int, float, float]] = []  # (seed, version, fitness+, fitness-)
         self._started = time.monotonic()
         self._rate: deque[tuple[float, int]] = deque(maxlen=64)  # (time, env_steps) samples
         self._ckpt_dir = exp_dir / "checkpoints" if exp_dir else None
@@ -128,14 +128,18 @@ class ESMaster:
         for agent, pair, seed, version, rets, lengths in rows:
             reason = self.handout.check(version, agent, pair, seed, (rets[0], rets[1]))
             if reason is None:
-                self._pool.append((seed, version, rets[0], rets[1]))
+                shift = self.cfg.reward_shift
+                self._pool.append((seed, version, rets[0] - shift * lengths[0], rets[1] - shift * lengths[1]))
                 self.agents.add(agent)
                 self.train_returns.extend(rets)
                 c.env_steps += lengths[0] + lengths[1]
                 c.episodes += 2
                 c.results_accepted += 1
                 accepted += 1
-            elif reason in ("stale", "unknown_version"):
+            elif reason == "stale" or (reason == "unknown_version" and version < c.version):
+                # Real evaluations that came too late (or outlived a master restart): the step
+                # budget counts what the environments did, as PPO's does for dropped fragments.
+                c.env_steps += lengths[0] + lengths[1]
                 c.env_steps_rejected += lengths[0] + lengths[1]
         self._rate.append((time.monotonic(), c.env_steps))
         return accepted
@@ -147,9 +151,9 @@ class ESMaster:
         cfg, c = self.cfg, self.counters
         pool, self._pool = self._pool, []
         seeds = np.array([p[0] for p in pool], np.int64)
-        returns = np.array([(p[2], p[3]) for p in pool], np.float64)
+        fitness = np.array([(p[2], p[3]) for p in pool], np.float64)
         noise = perturbations(seeds, self.spec.num_params)
-        g = ascent_direction(returns, noise, cfg.sigma, cfg.top_fraction)
+        g = ascent_direction(fitness, noise, cfg.sigma, cfg.top_fraction)
         self.theta, self._adam_m, self._adam_v = adam_step(
             self.theta, -g + cfg.weight_decay * self.theta, self._adam_m, self._adam_v,
             c.updates + 1, cfg.learning_rate, cfg.adam_beta1, cfg.adam_beta2,
@@ -158,8 +162,8 @@ class ESMaster:
         self.new_version()
         stats = {
             "pairs": float(len(pool)),
-            "return_mean": float(returns.mean()),
-            "return_max": float(returns.max()),
+            "fitness_mean": float(fitness.mean()),
+            "fitness_max": float(fitness.max()),
             "staleness": float(np.mean([c.version - 1 - p[1] for p in pool])),
             "grad_norm": float(np.linalg.norm(g)),
             "theta_norm": float(np.linalg.norm(self.theta)),

@@ -3,7 +3,8 @@
 Salimans et al. 2017 ("Evolution Strategies as a Scalable Alternative to Reinforcement
 Learning"): for perturbations eps_i ~ N(0, I) evaluated in antithetic pairs at theta +/- sigma eps_i,
 
-    grad E[F(theta + sigma eps)] ~= 1 / (2 N sigma) * sum_i (F(theta + sigma eps_i) - F(theta - sigma eps_i)) eps_i
+    grad E[F(theta + sigma eps)] ~= 1 / (2 N sigma) * sum_i (F+_i - F-_i) eps_i,
+    F+_i = F(theta + sigma eps_i),  F-_i = F(theta - sigma eps_i),
 
 with the raw returns F replaced by their centered ranks, which makes the update invariant to the
 scale of the returns and robust to outliers.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from surreal.algorithms.common.envs import check_env_id, spaces_for
 from surreal.algorithms.es.config import ESConfig
 
+# Serial harness, 8 agents, seed 0: eval 500 from 100k steps on; `es-cp` in docs/algorithms/es.md.
 CARTPOLE = ESConfig(
     policy="linear",
     population=16,
@@ -18,15 +19,20 @@ CARTPOLE = ESConfig(
     eval_interval=100_000,
 )
 
+# Swing-up needs a nonlinear policy; relu trained faster than tanh here. Serial harness, 8 agents:
+# eval -171 at 1.5M steps (seed 0), -210 at 2M (seed 1); the 32x32 tanh MLP stayed near -900.
 PENDULUM = ESConfig(
     policy="mlp",
-    hidden_sizes=(32, 32),
-    population=32,
+    hidden_sizes=(64, 64),
+    activation="relu",
+    population=64,
     sigma=0.05,
-    learning_rate=0.02,
-    eval_interval=100_000,
+    learning_rate=0.03,
+    eval_interval=200_000,
 )
 
+# ARS-style: a linear policy on normalized observations. Serial harness, 16 agents, seed 0: eval
+# 2,949 at 3M steps; `surreal create --agents 16 --steps 20000000`: 5,323 (see docs/algorithms/es.md).
 HALFCHEETAH = ESConfig(
     policy="linear",
     population=32,
@@ -35,11 +41,16 @@ HALFCHEETAH = ESConfig(
     eval_interval=500_000,
 )
 
+# ARS's recipe for Hopper: a linear policy, the alive bonus (1 per step) subtracted before ranking
+# (otherwise standing still is a local optimum), the better half of the pairs. Serial harness,
+# 8 agents, seed 0: eval 3,000 at 0.8M steps, 3,504 at 4M (one dip to 1,250 at 1.6M).
 HOPPER = ESConfig(
     policy="linear",
-    population=32,
-    sigma=0.03,
+    population=16,
+    sigma=0.025,
     learning_rate=0.02,
+    reward_shift=1.0,
+    top_fraction=0.5,
     eval_interval=500_000,
 )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from typing import Any
 
 from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import evaluate
@@ -31,14 +32,14 @@ def train(cfg: ESConfig, env_id: str, steps: int, agents: int, seed: int, eval_e
     worker.set_params(master.params())
     while not master.done:
         worker.start_idle()
+        if not worker.busy:
+            raise RuntimeError("every pair handed out came back and no update is due")
         worker.step()
         if (batch := worker.take_batch()) is not None:
             master.add_results(batch)
         if master.ready():
             master.update()
             worker.set_params(master.params())
-        elif not worker.busy:
-            raise RuntimeError("every pair handed out came back and no update is due")
         if master.counters.env_steps >= next_eval or master.done:
             next_eval += eval_every
             params = master.params()
@@ -68,11 +69,14 @@ def main() -> None:
     args = parser.parse_args()
     cfg = preset_for(args.env)
     types = {f.name: f.type for f in dataclasses.fields(cfg)}
+    changes: dict[str, Any] = {}
     for item in args.set:
         key, value = item.split("=", 1)
         kind = types[key]
         parsed = tuple(int(v) for v in value.split(",") if v) if "tuple" in str(kind) else value
-        cfg = dataclasses.replace(cfg, **{key: _cast(kind, parsed)})
+        changes[key] = _cast(kind, parsed)
+    cfg = dataclasses.replace(cfg, **changes)
+    cfg.validate()
     train(cfg, args.env, args.steps, args.agents, args.seed, args.eval_every)
 
 

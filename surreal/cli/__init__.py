@@ -36,7 +36,7 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("name")
-@click.option("--algo", help="Algorithm: ppo.")
+@click.option("--algo", help="Algorithm: ppo or es.")
 @click.option("--env", "env_id", help="Gymnasium environment id (default CartPole-v1).")
 @click.option("--agents", type=int, help="Logical agents (default 2).")
 @click.option("--steps", type=int, help="Environment steps to train for.")
@@ -52,8 +52,12 @@ def cli() -> None:
 @click.option("--image", help="Container image (kube; default surreal:local on kind/minikube).")
 @click.option("--gpu", type=int, help="GPUs for the learner.")
 @click.option("--context", help="kubeconfig context (kube backend).")
-@click.option("--pools", "pools_file", type=click.Path(path_type=Path),
-              help="Node pools YAML (kube): the learner goes to the GPU pool with --gpu, the rest to CPU.")
+@click.option(
+    "--pools",
+    "pools_file",
+    type=click.Path(path_type=Path),
+    help="Node pools YAML (kube): the learner goes to the GPU pool with --gpu, the rest to CPU.",
+)
 @click.option("--provider", type=click.Choice(["kind", "minikube", "gke", "eks", "aks"]),
               help="Cluster provider (kube): its default pools when --pools is not given.")  # fmt: skip
 def create(

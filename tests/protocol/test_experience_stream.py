@@ -65,9 +65,7 @@ def test_fragments_arrive_intact_and_in_order(make_server, make_client, make_fra
     assert server.stats["connected_streams"] == 1
 
 
-def test_credits_bound_the_queue_and_block_the_sender(
-    make_server, make_client, make_fragment
-) -> None:
+def test_credits_bound_the_queue_and_block_the_sender(make_server, make_client, make_fragment) -> None:
     server, address = make_server(credits_per_stream=2)
     stream = make_client(address).experience("w")
     stream.send(0, make_fragment(), timeout=5)
@@ -77,9 +75,7 @@ def test_credits_bound_the_queue_and_block_the_sender(
     assert _eventually(lambda: server.pending() == 2)
 
     done = threading.Event()
-    thread = threading.Thread(
-        target=lambda: (stream.send(2, make_fragment(), timeout=10), done.set())
-    )
+    thread = threading.Thread(target=lambda: (stream.send(2, make_fragment(), timeout=10), done.set()))
     thread.start()
     assert not done.wait(0.3), "a third send must block while the learner takes nothing"
     assert server.pending() == 2
@@ -182,9 +178,7 @@ def test_client_close_delivers_what_was_sent(make_server, make_client, make_frag
     assert info.value.code == "CANCELLED"
 
 
-def test_streams_beyond_the_pool_are_refused_not_hung(
-    make_server, make_client, make_fragment
-) -> None:
+def test_streams_beyond_the_pool_are_refused_not_hung(make_server, make_client, make_fragment) -> None:
     max_workers = _UNARY_RESERVE + 2
     server, address = make_server(max_workers=max_workers)
     client = make_client(address)

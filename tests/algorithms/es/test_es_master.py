@@ -96,8 +96,11 @@ def test_an_update_per_population_bumps_the_version_and_stale_results_are_droppe
     master.add_results(pack_batch([row(master, 0), row(master, 1)], NO_OBS))
     master.update()  # version 2: version 0 is now two behind
     stale = row(master, 0, version=0, seed=v0_results[0][2])
+    steps = master.status()["env_steps"]
     assert master.add_results(pack_batch([stale], NO_OBS)) == 0
     assert rejected(master)["stale"] == 1
+    # The environments did those steps: they count in the budget, and as rejected steps.
+    assert master.status()["env_steps"] == steps + 50 and master.status()["env_steps_rejected"] == 50
 
 
 def test_the_update_follows_the_better_perturbation():
@@ -156,3 +159,17 @@ def test_hand_out_sizes_scale_with_the_agents(agents, per_agent, per_update):
     cfg = ESConfig(population=32, handout_ratio=1.5)
     assert cfg.pairs_per_agent(agents) == per_agent
     assert cfg.pairs_per_update(agents) == per_update
+
+
+def test_reward_shift_ranks_returns_net_of_an_alive_bonus():
+    # Raw returns favour theta + sigma eps (100 > 60), but it only survived longer: with one unit
+    # subtracted per step the fitnesses are 100 - 100 = 0 and 60 - 20 = 40, so the step goes the
+    # other way.
+    from surreal.algorithms.es.noise import perturbation
+
+    for shift, sign in ((0.0, 1), (1.0, -1)):
+        master = make_master(weight_decay=0.0, reward_shift=shift, population=1)
+        r = row(master, 0, returns=(100.0, 60.0))
+        master.add_results(pack_batch([r[:6] + (100, 20)], NO_OBS))
+        master.update()
+        assert sign * (master.theta @ perturbation(r[2], 10)) > 0
