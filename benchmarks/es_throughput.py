@@ -29,41 +29,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from raw_stepping import raw_rate
 
 ENV_ID = "HalfCheetah-v5"
 TOKEN = "bench-token"
-
-
-# --- (a) raw stepping -----------------------------------------------------------------------
-
-
-def _raw_worker(env_id: str, seconds: float, seed: int, out: mp.Queue) -> None:
-    import gymnasium as gym
-
-    env = gym.make(env_id, disable_env_checker=True)
-    env.reset(seed=seed)
-    actions = np.random.default_rng(seed).uniform(-1, 1, (1000, *env.action_space.shape)).astype(np.float32)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for a in actions:
-            _, _, terminated, truncated, _ = env.step(a)
-            if terminated or truncated:
-                env.reset()
-        steps += len(actions)
-    out.put(steps / (time.perf_counter() - start))
-
-
-def raw_rate(cores: int, seconds: float = 10.0) -> float:
-    """Env steps/s of `cores` processes stepping one env each (no policy, no learning)."""
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    procs = [ctx.Process(target=_raw_worker, args=(ENV_ID, seconds, i, out)) for i in range(cores)]
-    for p in procs:
-        p.start()
-    rates = [out.get() for _ in procs]
-    for p in procs:
-        p.join()
-    return sum(rates)
 
 
 # --- (b) ES evaluation throughput -----------------------------------------------------------
@@ -267,7 +236,7 @@ def main() -> None:
     args = parser.parse_args()
 
     print(f"{ENV_ID} on {args.cores} cores", flush=True)
-    a = raw_rate(args.cores)
+    a = raw_rate(ENV_ID, args.cores)
     print(f"(a) raw env stepping, {args.cores} processes          {a:10,.0f} steps/s", flush=True)
     b = es_rate(args.steps, args.agents)
     print(f"(b) ES evaluation, {args.agents} agents               {b['rate']:10,.0f} steps/s", flush=True)

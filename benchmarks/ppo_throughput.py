@@ -1,13 +1,14 @@
 """PPO throughput on HalfCheetah-v5, side by side in one run on the same cores.
 
-(a) raw env stepping with random actions, one process per core;
+(a) raw env stepping with random actions drawn up front, one process per core (raw_stepping.py, as
+    in the ES bench), measured right before and right after (d) and averaged;
 (b) surreal PPO with Stable-Baselines3's hyperparameters (2,048 steps per update, minibatch 64, 10 epochs,
     64x64 tanh MLPs) through the real CLI and local backend;
 (c) Stable-Baselines3 PPO with the same hyperparameters (and the same obs/reward normalization);
 (d) surreal PPO with the default HalfCheetah-v5 preset.
 Prints the figures and the ratios (b)/(c) (target >= 3) and (d)/(a) (target >= 0.5).
 
-    python benchmarks/ppo_throughput.py [--steps 60000] [--sb3-steps 20480]
+    python benchmarks/ppo_throughput.py [--steps 300000] [--sb3-steps 20480]
 
 Shared machines are noisy: read the ratios of one run, not absolute figures across runs.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import shutil
 import subprocess
@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from raw_stepping import raw_rate
 
 ENV_ID = "HalfCheetah-v5"
 SB3_EQUAL = {
@@ -34,35 +36,6 @@ SB3_EQUAL = {
     "activation": "tanh",
     "learning_rate": "0.0003",
 }
-
-
-def _raw_worker(env_id: str, seconds: float, seed: int, out: mp.Queue) -> None:
-    import gymnasium as gym
-
-    env = gym.make(env_id, disable_env_checker=True)
-    env.reset(seed=seed)
-    env.action_space.seed(seed)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for _ in range(1000):
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            if terminated or truncated:
-                env.reset()
-        steps += 1000
-    out.put(steps / (time.perf_counter() - start))
-
-
-def raw_rate(cores: int, seconds: float = 10.0) -> float:
-    """Env steps/s of `cores` processes stepping with random actions (no policy, no learning)."""
-    ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
-    procs = [ctx.Process(target=_raw_worker, args=(ENV_ID, seconds, i, out)) for i in range(cores)]
-    for p in procs:
-        p.start()
-    rates = [out.get() for _ in procs]
-    for p in procs:
-        p.join()
-    return sum(rates)
 
 
 def surreal_rate(steps: int, agents: int, sets: dict[str, str]) -> dict:
@@ -126,20 +99,24 @@ def sb3_rate(steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60_000, help="env steps per surreal run")
+    parser.add_argument("--steps", type=int, default=300_000, help="env steps per surreal run")
     parser.add_argument("--sb3-steps", type=int, default=20_480, help="env steps for SB3")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
 
     print(f"HalfCheetah-v5 on {args.cores} cores; torch threads default {os.cpu_count()}", flush=True)
-    a = raw_rate(args.cores)
-    print(f"(a) raw env stepping, random actions     {a:10,.0f} steps/s", flush=True)
     c = sb3_rate(args.sb3_steps)
     print(f"(c) Stable-Baselines3 PPO, SB3 params    {c:10,.0f} steps/s", flush=True)
     b = surreal_rate(args.steps, args.cores, SB3_EQUAL)
     print(f"(b) surreal PPO, SB3 params              {b['rate']:10,.0f} steps/s"
           f"   ({b['wall_rate']:,.0f} wall-clock incl. start-up)", flush=True)  # fmt: skip
+    # (a) right before and right after (d), so that drift of a shared machine shows and averages out.
+    a_before = raw_rate(ENV_ID, args.cores)
     d = surreal_rate(args.steps, args.cores, {})
+    a_after = raw_rate(ENV_ID, args.cores)
+    a = (a_before + a_after) / 2
+    print(f"(a) raw env stepping, random actions     {a:10,.0f} steps/s"
+          f"   (mean of {a_before:,.0f} before and {a_after:,.0f} after (d))", flush=True)  # fmt: skip
     print(f"(d) surreal PPO, default preset          {d['rate']:10,.0f} steps/s"
           f"   ({d['wall_rate']:,.0f} wall-clock incl. start-up)", flush=True)  # fmt: skip
     print()
