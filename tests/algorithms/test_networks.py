@@ -76,3 +76,37 @@ def test_weights_round_trip_through_read_only_numpy():
     obs = torch.randn(4, 5)
     torch.testing.assert_close(dst.policy(obs), src.policy(obs))
     torch.testing.assert_close(dst.log_std, src.log_std)
+
+
+@pytest.mark.parametrize("rows", [4, 1024])  # below and above the sigmoid path's threshold
+def test_tanh_matches_torch_values_and_gradients(rows):
+    from surreal.algorithms.ppo.networks import Tanh
+
+    x = (torch.randn(rows, 64) * 4).requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    y, y_ref = Tanh()(x), torch.tanh(x_ref)
+    torch.testing.assert_close(y, y_ref, atol=5e-7, rtol=0)
+    grad = torch.randn(rows, 64)
+    y.backward(grad)
+    y_ref.backward(grad)
+    # 1 - y^2 from a y that is off by <= 2e-7, times |grad| up to ~4
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=2e-6, rtol=0)
+
+
+def test_mlp_is_a_sequential_with_the_same_keys_and_outputs():
+    net = ActorCritic(BOX, (16, 16), activation="tanh")
+    ref = torch.nn.Sequential(*net.policy)  # the same layers through the standard module calls
+    assert list(net.policy.state_dict()) == list(ref.state_dict()) == [
+        "0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias",
+    ]  # fmt: skip
+    obs = torch.randn(32, 5)
+    torch.testing.assert_close(net.policy(obs), ref(obs))
+
+
+def test_loaded_weights_are_the_ones_the_forward_pass_uses():
+    a, b = ActorCritic(BOX, (16,)), ActorCritic(BOX, (16,))
+    obs = torch.randn(8, 5)
+    assert not torch.allclose(a.value(obs), b.value(obs))
+    b.load_weights_numpy(a.weights_numpy())
+    torch.testing.assert_close(b.value(obs), a.value(obs))
+    torch.testing.assert_close(b.act(obs, deterministic=True)[0], a.act(obs, deterministic=True)[0])
