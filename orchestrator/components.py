@@ -16,6 +16,7 @@ from typing import Any
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 LEARNER_ROLE = "learner"
+ACTOR_ROLE = "actor"
 
 
 class FrozenEnv(Mapping[str, str]):

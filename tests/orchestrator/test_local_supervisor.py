@@ -19,7 +19,7 @@ import pytest
 
 from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.local import read_state
-from surreal.orchestrator.supervisor import Supervisor
+from surreal.orchestrator.supervisor import Supervisor, actor_cpus
 
 SLEEP = "import time; time.sleep(600)"
 WAIT_FOR_DONE = "import os, time\nwhile not os.path.exists('done'): time.sleep(0.02)"
@@ -189,7 +189,7 @@ FOREGROUND = """
 import sys
 from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.local import exit_code_for
-from surreal.orchestrator.supervisor import Supervisor
+from surreal.orchestrator.supervisor import Supervisor, actor_cpus
 sleep = (sys.executable, '-c', 'import time; time.sleep(600)')
 program = Program('exp', (Component('learner', 'learner', sleep),
                           Component('actor-0', 'actor', sleep)))
@@ -226,3 +226,45 @@ def test_sigkilled_supervisor_takes_its_children_along(tmp_path: Path) -> None:
     wait_for(lambda: all(gone(pid) for pid in pids), timeout=5, what="children to die")
     state = json.loads((tmp_path / "exp" / "state.json").read_text())
     assert state["phase"] == "Running"  # nobody could write the end; current_phase() says Failed
+
+
+# --- CPU pinning of actors ---
+
+ALLOWED = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+needs_two_cpus = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs Linux and at least 2 allowed CPUs")
+
+
+def _three_actors(code: str = SLEEP) -> Program:
+    return Program(
+        "exp",
+        (py("learner", "learner", WAIT_FOR_DONE), py("evaluator", "evaluator", SLEEP))
+        + tuple(py(f"actor-{i}", "actor", code, index=i) for i in range(3)),
+    )
+
+
+@needs_two_cpus
+def test_actors_are_spread_round_robin_over_the_allowed_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SURREAL_PIN_ACTORS", raising=False)
+    cpus = actor_cpus(_three_actors())
+    assert cpus == {"actor-0": ALLOWED[0], "actor-1": ALLOWED[1], "actor-2": ALLOWED[2 % len(ALLOWED)]}
+    assert actor_cpus(_three_actors(), pin=False) == {}
+    monkeypatch.setenv("SURREAL_PIN_ACTORS", "0")
+    assert actor_cpus(_three_actors()) == {}
+
+
+@needs_two_cpus
+def test_running_actors_are_pinned_and_the_learner_is_not(tmp_path: Path) -> None:
+    sup = Supervisor(_three_actors(), tmp_path, grace_seconds=2.0)
+    thread, result = start_in_thread(sup)
+    try:
+        names = ("learner", "evaluator", "actor-0", "actor-1", "actor-2")
+        comps = wait_for(lambda: running(tmp_path, *names), what="Running")
+        affinity = {n: sorted(os.sched_getaffinity(comps[n]["pid"])) for n in names}
+        (tmp_path / "done").touch()
+        thread.join(15)
+    finally:
+        sup.request_stop()
+        thread.join(15)
+    assert result == ["Succeeded"]
+    assert affinity["learner"] == affinity["evaluator"] == ALLOWED
+    assert [affinity[f"actor-{i}"] for i in range(3)] == [[ALLOWED[i % len(ALLOWED)]] for i in range(3)]
