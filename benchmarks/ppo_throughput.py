@@ -42,7 +42,9 @@ def surreal_rate(steps: int, agents: int, sets: dict[str, str]) -> dict:
     """Run `surreal create` in the foreground and sample the learner's status.json.
 
     The training rate is measured between 10% of the steps and the last sample before the end, so
-    process start-up and the final evaluation are left out; the wall-clock rate includes them.
+    process start-up and the final evaluation are left out; the wall-clock rate includes them. Each
+    sample is timed by the learner's own `elapsed_seconds` at the moment it wrote status.json (about
+    once a second), not by when this loop happened to read it.
     """
     home = Path(tempfile.mkdtemp(prefix="surreal-bench-"))
     exe = shutil.which("surreal", path=str(Path(sys.executable).parent)) or shutil.which("surreal")
@@ -64,7 +66,7 @@ def surreal_rate(steps: int, agents: int, sets: dict[str, str]) -> dict:
                 status = json.loads(status_file.read_text())
             except (OSError, ValueError):
                 continue
-            samples.append((time.perf_counter(), int(status["env_steps"])))
+            samples.append((float(status["elapsed_seconds"]), int(status["env_steps"])))
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             sys.exit(f"surreal create failed with exit code {proc.returncode}")
