@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,20 @@ def start_in_thread(sup: Supervisor) -> tuple[threading.Thread, list[str]]:
     return thread, result
 
 
+@contextlib.contextmanager
+def until_done(sup: Supervisor, exp_dir: Path) -> Iterator[list[str]]:
+    """Run `sup` in a thread for the block, then let the WAIT_FOR_DONE learner finish; always stop
+    and join. Yields the list that receives run()'s phase."""
+    thread, result = start_in_thread(sup)
+    try:
+        yield result
+        (exp_dir / "done").touch()
+        thread.join(15)
+    finally:
+        sup.request_stop()
+        thread.join(15)
+
+
 def test_crash_is_restarted_counted_and_logged(tmp_path: Path) -> None:
     # Crashes once (leaving a marker in its cwd = exp_dir), then succeeds as the learner.
     code = """
@@ -93,8 +108,7 @@ def test_crash_is_restarted_counted_and_logged(tmp_path: Path) -> None:
 def test_sigkilled_component_is_restarted(tmp_path: Path) -> None:
     program = Program("exp", (py("learner", "learner", WAIT_FOR_DONE), py("actor-0", "actor", SLEEP)))
     sup = Supervisor(program, tmp_path, backoff_seconds=0.05, grace_seconds=2.0)
-    thread, result = start_in_thread(sup)
-    try:
+    with until_done(sup, tmp_path) as result:
         first = wait_for(lambda: running(tmp_path, "learner", "actor-0"), what="Running")
         old_pid = first["actor-0"]["pid"]
         os.kill(old_pid, signal.SIGKILL)
@@ -105,11 +119,6 @@ def test_sigkilled_component_is_restarted(tmp_path: Path) -> None:
             return actor if fresh and actor["restarts"] == 1 else None
 
         actor = wait_for(restarted, what="actor restarted")
-        (tmp_path / "done").touch()
-        thread.join(15)
-    finally:
-        sup.request_stop()
-        thread.join(15)
     assert result == ["Succeeded"]
     final = by_name(read_state(tmp_path))
     assert final["learner"]["state"] == "Succeeded"
@@ -254,17 +263,10 @@ def test_actors_are_spread_round_robin_over_the_allowed_cpus(monkeypatch: pytest
 
 @needs_two_cpus
 def test_running_actors_are_pinned_and_the_learner_is_not(tmp_path: Path) -> None:
-    sup = Supervisor(_three_actors(), tmp_path, grace_seconds=2.0)
-    thread, result = start_in_thread(sup)
-    try:
+    with until_done(Supervisor(_three_actors(), tmp_path, grace_seconds=2.0), tmp_path) as result:
         names = ("learner", "evaluator", "actor-0", "actor-1", "actor-2")
         comps = wait_for(lambda: running(tmp_path, *names), what="Running")
         affinity = {n: sorted(os.sched_getaffinity(comps[n]["pid"])) for n in names}
-        (tmp_path / "done").touch()
-        thread.join(15)
-    finally:
-        sup.request_stop()
-        thread.join(15)
     assert result == ["Succeeded"]
     assert affinity["learner"] == affinity["evaluator"] == ALLOWED
     assert [affinity[f"actor-{i}"] for i in range(3)] == [[ALLOWED[i % len(ALLOWED)]] for i in range(3)]
