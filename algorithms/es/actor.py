@@ -17,19 +17,19 @@ import numpy as np
 
 from surreal.algorithms.common.envs import env_spaces, make_env
 from surreal.algorithms.common.normalization import ObsNormalizer
+from surreal.algorithms.common.reconnect import work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import normalizer
 from surreal.algorithms.es.networks import BatchPolicy, PolicySpec
 from surreal.algorithms.es.noise import env_seed, pair_seed, perturbation
 from surreal.algorithms.es.results import pack_batch
-from surreal.protocol.client import ExperienceStream, LearnerClient, ProtocolError
+from surreal.protocol.client import ExperienceStream, LearnerClient
 from surreal.protocol.types import Params
 
 log = logging.getLogger(__name__)
 
 MAX_AGENTS_PER_WORKER = 1 << 20  # agent ids: worker index * this + slot, unique across workers
-RECONNECT_GIVE_UP_SECONDS = 900.0  # a worker that cannot reach the master this long exits 1
 IDLE_POLL_SECONDS = (0.02, 0.5)  # polling while every agent waits for a new version: first and
 #   longest interval; doubling in between keeps hundreds of idle workers from flooding the master
 
@@ -162,26 +162,11 @@ def run_actor(cfg: ESConfig, ctx: RunContext) -> int:
     worker = ESWorker(cfg, ctx.env_id, agent_ids(ctx.index, ctx.agents_in_worker),
                       seed=ctx.seed * 1_000_003 + 10_007 * (ctx.index + 1))  # fmt: skip
     client = LearnerClient(ctx.learner_addr, ctx.token)
-    backoff, failing_since = 0.5, None  # failing_since: monotonic time of the first failure
     try:
-        while True:
-            try:
-                client.wait_ready(timeout=30.0)
-                stream = client.experience(f"es-worker-{ctx.index}")
-                backoff, failing_since = 0.5, None
-                try:
-                    return _work_until_done(client, stream, worker)
-                finally:
-                    stream.close()
-            except (ProtocolError, ConnectionError, TimeoutError) as e:
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > RECONNECT_GIVE_UP_SECONDS:
-                    log.error("master unreachable for %.0fs, giving up: %s",
-                              time.monotonic() - failing_since, e)  # fmt: skip
-                    return 1
-                log.warning("master connection lost (%s); retrying in %.1fs", e, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+        return work_connected(
+            client, f"es-worker-{ctx.index}", lambda stream: _work_until_done(client, stream, worker),
+            peer="master",
+        )  # fmt: skip
     finally:
         client.close()
         worker.close()

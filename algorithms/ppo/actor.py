@@ -19,15 +19,15 @@ from surreal.algorithms.common.normalization import (
     batch_moments,
     discounted_return_trace,
 )
+from surreal.algorithms.common.reconnect import work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.networks import ActorCritic
-from surreal.protocol.client import ExperienceStream, LearnerClient, ProtocolError
+from surreal.protocol.client import ExperienceStream, LearnerClient
 from surreal.protocol.types import Params
 
 log = logging.getLogger(__name__)
 
-RECONNECT_GIVE_UP_SECONDS = 900.0  # an actor that cannot reach the learner this long exits 1
 PROGRESS_LOG_SECONDS = 30.0  # how often an actor logs what it has sent
 
 
@@ -133,41 +133,26 @@ def actor_seed(ctx: RunContext) -> int:
 def run_actor(cfg: PPOConfig, ctx: RunContext) -> int:
     """Collect and send fragments until the learner's parameters say the run is done (exit 0).
 
-    A lost learner (restart, network) is retried with exponential backoff; the fragment in
-    flight is lost, which on-policy PPO does not miss.
+    A lost learner (restart, network) is retried with backoff (`work_connected`); the fragment
+    in flight is lost, which on-policy PPO does not miss.
     """
     cfg.validate()
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(actor_seed(ctx))
     actor = PPOActor(cfg, ctx.env_id, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx))
     client = LearnerClient(ctx.learner_addr, ctx.token)
-    backoff, failing_since = 0.5, None  # failing_since: monotonic time of the first failure
+
+    def connected() -> None:
+        log.info(
+            "actor-%d connected to the learner at %s: %d agents, %d envs of %s",
+            ctx.index, ctx.learner_addr, ctx.agents_in_worker, actor.envs.num_envs, ctx.env_id,
+        )  # fmt: skip
+
     try:
-        while True:
-            try:
-                client.wait_ready(timeout=30.0)
-                stream = client.experience(f"actor-{ctx.index}")
-                log.info(
-                    "actor-%d connected to the learner at %s: %d agents, %d envs of %s",
-                    ctx.index, ctx.learner_addr, ctx.agents_in_worker, actor.envs.num_envs, ctx.env_id,
-                )  # fmt: skip
-                backoff, failing_since = 0.5, None
-                try:
-                    return _send_until_done(client, stream, actor)
-                finally:
-                    stream.close()
-            except (ProtocolError, ConnectionError, TimeoutError) as e:
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > RECONNECT_GIVE_UP_SECONDS:
-                    log.error(
-                        "learner unreachable for %.0fs, giving up: %s",
-                        time.monotonic() - failing_since,
-                        e,
-                    )
-                    return 1
-                log.warning("learner connection lost (%s); retrying in %.1fs", e, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+        return work_connected(
+            client, f"actor-{ctx.index}", lambda stream: _send_until_done(client, stream, actor),
+            on_connect=connected,
+        )  # fmt: skip
     finally:
         client.close()
         actor.close()

@@ -1,0 +1,73 @@
+"""work_connected: reconnects with doubling backoff, resets it on success, gives up in the end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from surreal.algorithms.common import reconnect
+from surreal.protocol.client import ProtocolError
+
+
+class FakeStream:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeClient:
+    """wait_ready fails while `down` > 0 (counting down per call)."""
+
+    def __init__(self, down: int) -> None:
+        self.down, self.streams = down, []
+
+    def wait_ready(self, timeout: float) -> None:
+        if self.down > 0:
+            self.down -= 1
+            raise ConnectionError("learner not ready")
+
+    def experience(self, worker_id: str) -> FakeStream:
+        self.streams.append(FakeStream())
+        return self.streams[-1]
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    slept: list[float] = []
+    monkeypatch.setattr(reconnect.time, "sleep", slept.append)
+    return slept
+
+
+def test_backoff_doubles_up_to_its_cap_then_work_runs(sleeps: list[float]) -> None:
+    client, connects = FakeClient(down=7), []
+    work, connected = (lambda stream: 0), (lambda: connects.append(1))
+    code = reconnect.work_connected(client, "actor-0", work, on_connect=connected)  # type: ignore[arg-type]
+    assert code == 0
+    assert sleeps == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert connects == [1] and [s.closed for s in client.streams] == [True]
+
+
+def test_a_stream_lost_mid_work_reconnects_with_a_fresh_backoff(sleeps: list[float]) -> None:
+    client = FakeClient(down=1)
+    calls: list[Any] = []
+
+    def work(stream: FakeStream) -> int:
+        calls.append(stream)
+        if len(calls) == 1:
+            client.down = 1  # the learner restarts: the next wait_ready fails once
+            raise ProtocolError("UNAVAILABLE", "stream reset")
+        return 3
+
+    assert reconnect.work_connected(client, "actor-0", work) == 3  # type: ignore[arg-type]
+    # 0.5 before the first connection; after the loss the backoff starts again at 0.5, not 1.0
+    assert sleeps == [0.5, 0.5, 1.0]
+    assert len(calls) == 2 and all(s.closed for s in client.streams)
+
+
+def test_gives_up_with_exit_code_1(sleeps: list[float]) -> None:
+    client = FakeClient(down=10**6)
+    assert reconnect.work_connected(client, "actor-0", lambda s: 0, give_up_seconds=-1.0) == 1  # type: ignore[arg-type]
+    assert sleeps == [] and client.streams == []
