@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import queue
-import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -18,11 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoint, write_json
-from surreal.algorithms.common.envs import EnvBatch, EnvSpaces, spaces_for
-from surreal.algorithms.common.evaluator import evaluate
+from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoint
+from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.run import RunContext, extras_done, progress_extras
+from surreal.algorithms.common.serving import ServingLoop, finish
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.evaluator import deterministic_policy
@@ -352,40 +351,21 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     loop = _Loop(learner, server, evals, snapshot, ctx.exp_dir / "status.json")
     try:
         loop.train()
-        loop.await_final_eval(cfg.final_eval_timeout if ctx.has_evaluator else 0.0)
-        if not learner.final_evaluated:
-            log.warning("no evaluation of the final version arrived; evaluating it here")
-            params = learner.params()
-            envs = EnvBatch(ctx.env_id, cfg.eval_episodes, seed=ctx.seed * 1_000_003 + 7)
-            result = evaluate(envs, deterministic_policy(cfg, spaces, params))
-            envs.close()
-            learner.record_eval(result.report(params.version, learner.counters.env_steps))
-        loop.write_status()
-        loop.release_actors(timeout=15.0)
-        if ctx.linger:
-            # Keep answering status, health and the final parameters until the pod is deleted.
-            log.info("run complete; serving status until stopped")
-            threading.Event().wait()
-        return 0
+        return finish(
+            loop, ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
+            policy_for=lambda params: deterministic_policy(cfg, spaces, params),
+        )  # fmt: skip
     finally:
         server.stop()
         learner.close()
 
 
-class _Loop:
+class _Loop(ServingLoop):
     """The learner role's main loop: fragments -> updates -> published params, status ~1/s."""
 
-    def __init__(
-        self,
-        learner: PPOLearner,
-        server: LearnerServer,
-        evals: queue.SimpleQueue[EvalReport],
-        snapshot: dict[str, dict[str, Any]],
-        status_path: Path,
-    ) -> None:
-        self.learner, self.server, self.evals = learner, server, evals
-        self.snapshot, self.status_path = snapshot, status_path
-        self._status_at = 0.0
+    def __init__(self, learner: PPOLearner, *args: Any) -> None:
+        super().__init__(learner, *args)
+        self.learner = learner
 
     def train(self) -> None:
         learner, server = self.learner, self.server
@@ -405,33 +385,3 @@ class _Loop:
             learner.new_version()
             server.publish(learner.params())
         learner.save()
-
-    def await_final_eval(self, timeout: float) -> None:
-        """Wait for the evaluator's report on the final version. Keep taking (and discarding)
-        fragments so that actors blocked on credits get to refresh parameters and see `done`."""
-        deadline = time.monotonic() + timeout
-        while not self.learner.final_evaluated and time.monotonic() < deadline:
-            self.server.next_fragment(timeout=0.25)
-            self.tick()
-
-    def release_actors(self, timeout: float) -> None:
-        """Serve until every actor has seen `done` and hung up (or `timeout`), so that none of
-        them is left retrying a learner that is gone."""
-        deadline = time.monotonic() + timeout
-        while self.server.stats.get("connected_streams", 0) and time.monotonic() < deadline:
-            self.server.next_fragment(timeout=0.1)
-
-    def tick(self) -> None:
-        while True:
-            try:
-                self.learner.record_eval(self.evals.get_nowait())
-            except queue.Empty:
-                break
-        if time.monotonic() - self._status_at >= 1.0:
-            self.write_status()
-
-    def write_status(self) -> None:
-        self._status_at = time.monotonic()
-        connected = self.server.stats.get("connected_streams", 0)
-        self.snapshot["status"] = status = self.learner.status(connected)
-        write_json(self.status_path, status)

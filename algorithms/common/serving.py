@@ -1,0 +1,109 @@
+"""What every learner role does around its training loop: status, evaluations, the end of a run.
+
+A learner core (PPOLearner, ESMaster) trains; `ServingLoop` carries what both serve around it
+(evaluation reports in, status.json and the Status RPC out about once a second), and `finish`
+is the common end: wait for the evaluator's report on the final version (or evaluate it here),
+serve until the workers have hung up, and on Kubernetes keep serving status until the pod goes.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from surreal.algorithms.common.checkpoint import write_json
+from surreal.algorithms.common.envs import EnvBatch
+from surreal.algorithms.common.evaluator import Policy, evaluate
+from surreal.algorithms.common.run import RunContext, extras_env_steps
+from surreal.protocol.server import LearnerServer
+from surreal.protocol.types import EvalReport, Fragment, Params
+
+log = logging.getLogger(__name__)
+
+
+class LearnerCore(Protocol):
+    final_evaluated: bool
+
+    def params(self) -> Params: ...
+    def record_eval(self, report: EvalReport) -> None: ...
+    def status(self, connected_actors: int = 0) -> dict[str, Any]: ...
+
+
+class ServingLoop:
+    """Status and evaluation bookkeeping of a learner's main loop; subclasses add `train()`."""
+
+    def __init__(self, core: LearnerCore, server: LearnerServer, evals: queue.SimpleQueue[EvalReport],
+                 snapshot: dict[str, dict[str, Any]], status_path: Path) -> None:  # fmt: skip
+        self.core, self.server, self.evals = core, server, evals
+        self.snapshot, self.status_path = snapshot, status_path
+        self._status_at = 0.0
+
+    def on_late_fragment(self, fragment: Fragment) -> None:
+        """A fragment that arrives after training ended (dropped unless a subclass wants it)."""
+
+    def await_final_eval(self, timeout: float) -> None:
+        """Wait for the evaluator's report on the final version. Keep taking fragments so that
+        workers blocked on credits get to refresh parameters and see `done`."""
+        deadline = time.monotonic() + timeout
+        while not self.core.final_evaluated and time.monotonic() < deadline:
+            fragment = self.server.next_fragment(timeout=0.25)
+            if fragment is not None:
+                self.on_late_fragment(fragment)
+            self.tick()
+
+    def release_workers(self, timeout: float) -> None:
+        """Serve until every worker has seen `done` and hung up (or `timeout`), so that none of
+        them is left retrying a learner that is gone."""
+        deadline = time.monotonic() + timeout
+        while self.server.stats.get("connected_streams", 0) and time.monotonic() < deadline:
+            self.server.next_fragment(timeout=0.1)
+
+    def tick(self) -> None:
+        while True:
+            try:
+                self.core.record_eval(self.evals.get_nowait())
+            except queue.Empty:
+                break
+        if time.monotonic() - self._status_at >= 1.0:
+            self.write_status()
+
+    def write_status(self) -> None:
+        self._status_at = time.monotonic()
+        connected = self.server.stats.get("connected_streams", 0)
+        self.snapshot["status"] = status = self.core.status(connected)
+        write_json(self.status_path, status)
+
+
+def finish(
+    loop: ServingLoop,
+    ctx: RunContext,
+    *,
+    final_eval_timeout: float,
+    eval_episodes: int,
+    policy_for: Callable[[Params], Policy],
+) -> int:
+    """End a trained run: the final evaluation (from the evaluator, or here if none arrives),
+    the last status, workers released; then, in a pod, serve status until deleted. Returns 0."""
+    core = loop.core
+    loop.await_final_eval(final_eval_timeout if ctx.has_evaluator else 0.0)
+    if not core.final_evaluated:
+        log.warning("no evaluation of the final version arrived; evaluating it here")
+        params = core.params()
+        envs = EnvBatch(ctx.env_id, eval_episodes, seed=ctx.seed * 1_000_003 + 7)
+        try:
+            result = evaluate(envs, policy_for(params))
+        finally:
+            envs.close()
+        core.record_eval(result.report(params.version, extras_env_steps(params.extras)))
+    loop.write_status()
+    loop.release_workers(timeout=15.0)
+    if ctx.linger:
+        # Keep answering status, health and the final parameters until the pod is deleted.
+        log.info("run complete; serving status until stopped")
+        threading.Event().wait()
+    return 0
