@@ -12,14 +12,14 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from surreal.algorithms.common.checkpoint import write_json
 from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import Policy, evaluate
 from surreal.algorithms.common.run import RunContext, extras_env_steps
+from surreal.protocol.codec import TensorSpec
 from surreal.protocol.server import LearnerServer
 from surreal.protocol.types import EvalReport, Fragment, Params
 
@@ -35,13 +35,38 @@ class LearnerCore(Protocol):
 
 
 class ServingLoop:
-    """Status and evaluation bookkeeping of a learner's main loop; subclasses add `train()`."""
+    """A learner's server and the status and evaluation bookkeeping of its main loop; subclasses
+    add `train()`. The server is started here and stopped by `stop()`."""
 
-    def __init__(self, core: LearnerCore, server: LearnerServer, evals: queue.SimpleQueue[EvalReport],
-                 snapshot: dict[str, dict[str, Any]], status_path: Path) -> None:  # fmt: skip
-        self.core, self.server, self.evals = core, server, evals
-        self.snapshot, self.status_path = snapshot, status_path
+    def __init__(
+        self,
+        core: LearnerCore,
+        ctx: RunContext,
+        *,
+        experience_schema: Mapping[str, TensorSpec],
+        credits_per_stream: int,
+        max_workers: int,
+    ) -> None:
+        self.core = core
+        self.evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
+        # grpc threads read the snapshot; the main loop replaces it about once a second
+        self.snapshot: dict[str, dict[str, Any]] = {"status": core.status()}
+        self.status_path = ctx.exp_dir / "status.json"
+        self.server = LearnerServer(
+            token=ctx.token,
+            experience_schema=experience_schema,
+            host="0.0.0.0" if ctx.bind_all else ctx.learner_host,
+            port=ctx.learner_port,
+            credits_per_stream=credits_per_stream,
+            max_workers=max_workers,
+            status_provider=lambda: self.snapshot["status"],
+            on_eval=self.evals.put,
+        )
+        self.server.start()
         self._status_at = 0.0
+
+    def stop(self) -> None:
+        self.server.stop()
 
     def on_late_fragment(self, fragment: Fragment) -> None:
         """A fragment that arrives after training ended (dropped unless a subclass wants it)."""

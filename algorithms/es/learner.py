@@ -9,7 +9,6 @@ agent at most, on any backend).
 from __future__ import annotations
 
 import logging
-import queue
 from typing import Any
 
 from surreal.algorithms.common.envs import spaces_for
@@ -19,8 +18,7 @@ from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy
 from surreal.algorithms.es.master import ESMaster
 from surreal.algorithms.es.results import results_schema
-from surreal.protocol.server import LearnerServer
-from surreal.protocol.types import EvalReport, Fragment
+from surreal.protocol.types import Fragment
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +37,10 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
     cfg.validate()
     spaces = spaces_for(ctx.env_id)
     master = ESMaster(cfg, spaces, ctx.total_steps, ctx.num_agents, seed=ctx.seed, exp_dir=ctx.exp_dir)
-    evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
-    snapshot = {"status": master.status()}  # grpc threads read it; the main loop replaces it
-    server = LearnerServer(
-        token=ctx.token,
-        experience_schema=results_schema(spaces.obs_dim),
-        host="0.0.0.0" if ctx.bind_all else ctx.learner_host,
-        port=ctx.learner_port,
-        credits_per_stream=cfg.credits_per_worker,
-        max_workers=max_streams(ctx.num_agents) + UNARY_THREADS,
-        status_provider=lambda: snapshot["status"],
-        on_eval=evals.put,
-    )
-    server.start()
-    loop = _Loop(master, server, evals, snapshot, ctx.exp_dir / "status.json")
+    loop = _Loop(
+        master, ctx, experience_schema=results_schema(spaces.obs_dim),
+        credits_per_stream=cfg.credits_per_worker, max_workers=max_streams(ctx.num_agents) + UNARY_THREADS,
+    )  # fmt: skip
     try:
         loop.train()
         return finish(
@@ -60,15 +48,15 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
             policy_for=lambda params: deterministic_policy(cfg, spaces, params),
         )  # fmt: skip
     finally:
-        server.stop()
+        loop.stop()
         master.close()
 
 
 class _Loop(ServingLoop):
     """The master's main loop: result batches -> updates -> published params, status ~1/s."""
 
-    def __init__(self, master: ESMaster, *args: Any) -> None:
-        super().__init__(master, *args)
+    def __init__(self, master: ESMaster, ctx: RunContext, **server: Any) -> None:
+        super().__init__(master, ctx, **server)
         self.master = master
 
     def train(self) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import queue
 import time
 from collections import deque
 from pathlib import Path
@@ -28,7 +27,6 @@ from surreal.algorithms.ppo.evaluator import deterministic_policy
 from surreal.algorithms.ppo.fragment import check_fragment, experience_schema
 from surreal.algorithms.ppo.loss import compute_gae, ppo_loss
 from surreal.algorithms.ppo.networks import ActorCritic
-from surreal.protocol.server import LearnerServer
 from surreal.protocol.types import EvalReport, Fragment, Params
 
 log = logging.getLogger(__name__)
@@ -334,21 +332,11 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     torch.set_num_threads(cfg.learner_threads)
     spaces = spaces_for(ctx.env_id)
     learner = PPOLearner(cfg, spaces, ctx.total_steps, seed=ctx.seed, exp_dir=ctx.exp_dir)
-    evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
-    snapshot = {"status": learner.status()}  # grpc threads read it; the main loop replaces it
-    server = LearnerServer(
-        token=ctx.token,
-        experience_schema=experience_schema(spaces),
-        host="0.0.0.0" if ctx.bind_all else ctx.learner_host,
-        port=ctx.learner_port,
-        credits_per_stream=cfg.credits_per_worker,
+    loop = _Loop(
+        learner, ctx, experience_schema=experience_schema(spaces), credits_per_stream=cfg.credits_per_worker,
         # One server thread per open experience stream (at most one per agent), plus unary calls.
         max_workers=max(16, ctx.num_agents + 8),
-        status_provider=lambda: snapshot["status"],
-        on_eval=evals.put,
-    )
-    server.start()
-    loop = _Loop(learner, server, evals, snapshot, ctx.exp_dir / "status.json")
+    )  # fmt: skip
     try:
         loop.train()
         return finish(
@@ -356,15 +344,15 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
             policy_for=lambda params: deterministic_policy(cfg, spaces, params),
         )  # fmt: skip
     finally:
-        server.stop()
+        loop.stop()
         learner.close()
 
 
 class _Loop(ServingLoop):
     """The learner role's main loop: fragments -> updates -> published params, status ~1/s."""
 
-    def __init__(self, learner: PPOLearner, *args: Any) -> None:
-        super().__init__(learner, *args)
+    def __init__(self, learner: PPOLearner, ctx: RunContext, **server: Any) -> None:
+        super().__init__(learner, ctx, **server)
         self.learner = learner
 
     def train(self) -> None:
