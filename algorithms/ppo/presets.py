@@ -8,7 +8,7 @@ Validated on a 2-core machine (final deterministic eval return, 10 episodes):
 - HalfCheetah-v5, 1M steps, 2 agents, `surreal create NAME --algo ppo --env HalfCheetah-v5
   --agents 2 --steps 1000000 --seed S`: 3,903 / 3,672 / 4,025 for seeds 0 / 1 / 2 in 69-84 s
   (~17-19k env steps/s); with `--set epochs=10 --set minibatch_size=512 --set envs_per_agent=4`
-  6,024 / 4,906 / 5,295 in 124-155 s.
+  6,367 / 4,412 / 5,046 (earlier code: 6,024 / 4,906 / 5,295 in 124-155 s).
 - Hopper-v5, 1M steps, 2 agents, the same command: 3,209 for seed 0.
 - Pendulum-v1, serial harness, 200k steps: about -150 to -300 from 100k steps on.
 """
@@ -53,7 +53,7 @@ PENDULUM = PPOConfig(
 # settle in ~1,600-2,700 local optima by 1M steps. 16 envs per agent, so the policy runs on batches
 # of 16 (its per-step cost is a fraction of that on 4). 4 epochs of 1,024-sample minibatches (16
 # gradient steps per 4,096 env steps), so the learner costs about a quarter of what the actors cost.
-# Against 10 epochs of 512 on 4 envs it learns less per env step (~3,900 against ~5,400 at 1M steps,
+# Against 10 epochs of 512 on 4 envs it learns less per env step (~3,900 against ~5,300 at 1M steps,
 # 3 seeds each) at ~2x the env steps per second. 5 epochs learned about the same (3,695 / 4,045 /
 # 4,184) for 10-20% more learner CPU. For sample efficiency: --set epochs=10 --set minibatch_size=512
 # --set envs_per_agent=4 (see the module docstring).
