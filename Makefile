@@ -33,7 +33,7 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	LINT_IMPORTS=$(BIN)/lint-imports bash scripts/lint-imports.sh
+	LINT_IMPORTS=$(abspath $(BIN))/lint-imports bash scripts/lint-imports.sh
 	$(BIN)/mypy surreal
 
 bench: install
