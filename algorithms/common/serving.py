@@ -32,11 +32,12 @@ class LearnerCore(Protocol):
     def params(self) -> Params: ...
     def record_eval(self, report: EvalReport) -> None: ...
     def status(self, connected_actors: int = 0) -> dict[str, Any]: ...
+    def close(self) -> None: ...
 
 
 class ServingLoop:
     """A learner's server and the status and evaluation bookkeeping of its main loop; subclasses
-    add `train()`. The server is started here and stopped by `stop()`."""
+    add `train()`. The server is started here and stopped when `run()` returns."""
 
     def __init__(
         self,
@@ -65,8 +66,19 @@ class ServingLoop:
         self.server.start()
         self._status_at = 0.0
 
-    def stop(self) -> None:
-        self.server.stop()
+    def train(self) -> None:
+        raise NotImplementedError
+
+    def run(self, ctx: RunContext, *, final_eval_timeout: float, eval_episodes: int,
+            policy_for: Callable[[Params], Policy]) -> int:  # fmt: skip
+        """train(), then `finish`; the server is stopped and the core closed however it ends."""
+        try:
+            self.train()
+            return finish(self, ctx, final_eval_timeout=final_eval_timeout,
+                          eval_episodes=eval_episodes, policy_for=policy_for)  # fmt: skip
+        finally:
+            self.server.stop()
+            self.core.close()
 
     def on_late_fragment(self, fragment: Fragment) -> None:
         """A fragment that arrives after training ended (dropped unless a subclass wants it)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.run import RunContext, extras_done
-from surreal.algorithms.common.serving import ServingLoop, finish
+from surreal.algorithms.common.serving import ServingLoop
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy
 from surreal.algorithms.es.master import ESMaster
@@ -41,15 +41,10 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
         master, ctx, experience_schema=results_schema(spaces.obs_dim),
         credits_per_stream=cfg.credits_per_worker, max_workers=max_streams(ctx.num_agents) + UNARY_THREADS,
     )  # fmt: skip
-    try:
-        loop.train()
-        return finish(
-            loop, ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
-            policy_for=lambda params: deterministic_policy(cfg, spaces, params),
-        )  # fmt: skip
-    finally:
-        loop.stop()
-        master.close()
+    return loop.run(
+        ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
+        policy_for=lambda params: deterministic_policy(cfg, spaces, params),
+    )  # fmt: skip
 
 
 class _Loop(ServingLoop):

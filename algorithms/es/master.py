@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoint
 from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.common.normalization import RunningMeanStd
+from surreal.algorithms.common.progress import LearnerProgress
 from surreal.algorithms.common.run import progress_extras
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.es.config import ESConfig
@@ -27,7 +27,7 @@ from surreal.algorithms.es.maths import adam_step, ascent_direction
 from surreal.algorithms.es.networks import PolicySpec, init_params
 from surreal.algorithms.es.noise import perturbations
 from surreal.algorithms.es.results import batch_obs_moments, check_batch
-from surreal.protocol.types import EvalReport, Params
+from surreal.protocol.types import Params
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class Counters:
     elapsed_seconds: float = 0.0  # wall time of earlier runs of this master (before a restart)
 
 
-class ESMaster:
+class ESMaster(LearnerProgress):
     def __init__(
         self,
         cfg: ESConfig,
@@ -68,12 +68,8 @@ class ESMaster:
         self.handout = Handout(seed, cfg.pairs_per_agent(num_agents), cfg.max_staleness)
         self.agents: set[int] = set()  # logical agents with an accepted result
         self.train_returns: deque[float] = deque(maxlen=200)
-        self.eval_return: float | None = None
-        self.best_eval_return: float | None = None
-        self.final_evaluated = False
+        self._init_progress()
         self._pool: list[tuple[int, int, float, float]] = []  # (seed, version, fitness+, fitness-)
-        self._started = time.monotonic()
-        self._rate: deque[tuple[float, int]] = deque(maxlen=64)  # (time, env_steps) samples
         self._ckpt_dir = exp_dir / "checkpoints" if exp_dir else None
         self._tb = Scalars(exp_dir / "tb") if exp_dir else None
         if self._ckpt_dir is not None:
@@ -141,7 +137,7 @@ class ESMaster:
                 # budget counts what the environments did, as PPO's does for dropped fragments.
                 c.env_steps += lengths[0] + lengths[1]
                 c.env_steps_rejected += lengths[0] + lengths[1]
-        self._rate.append((time.monotonic(), c.env_steps))
+        self._note_steps()
         return accepted
 
     # --- update ---
@@ -174,25 +170,6 @@ class ESMaster:
         return stats
 
     # --- evaluation, status, checkpoints ---
-
-    def record_eval(self, report: EvalReport) -> None:
-        self.eval_return = report.mean_return
-        best = self.best_eval_return
-        self.best_eval_return = report.mean_return if best is None else max(best, report.mean_return)
-        if self.done and report.policy_version == self.counters.version:
-            self.final_evaluated = True
-        if self._tb is not None:
-            values = {"mean_return": report.mean_return, "mean_length": report.mean_length}
-            self._tb.add("eval", values, report.env_steps)
-
-    def steps_per_second(self) -> float:
-        if len(self._rate) < 2:
-            return 0.0
-        (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
-        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
-
-    def elapsed_seconds(self) -> float:
-        return self.counters.elapsed_seconds + time.monotonic() - self._started
 
     def status(self, connected_actors: int = 0) -> dict[str, Any]:
         """The status contract's fields (as PPO's), plus what ES adds."""

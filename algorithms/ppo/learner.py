@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,16 @@ import torch
 from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoint
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
+from surreal.algorithms.common.progress import LearnerProgress
 from surreal.algorithms.common.run import RunContext, extras_done, progress_extras
-from surreal.algorithms.common.serving import ServingLoop, finish
+from surreal.algorithms.common.serving import ServingLoop
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.evaluator import deterministic_policy
 from surreal.algorithms.ppo.fragment import check_fragment, experience_schema
 from surreal.algorithms.ppo.loss import compute_gae, ppo_loss
 from surreal.algorithms.ppo.networks import ActorCritic
-from surreal.protocol.types import EvalReport, Fragment, Params
+from surreal.protocol.types import Fragment, Params
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class Counters:
     elapsed_seconds: float = 0.0  # wall time of earlier runs of this learner (before a restart)
 
 
-class PPOLearner:
+class PPOLearner(LearnerProgress):
     def __init__(
         self,
         cfg: PPOConfig,
@@ -69,13 +69,9 @@ class PPOLearner:
         self.ret_rms = RunningMeanStd((1,))
         self.counters = Counters()
         self.train_returns: deque[float] = deque(maxlen=100)
-        self.eval_return: float | None = None
-        self.best_eval_return: float | None = None
-        self.final_evaluated = False
+        self._init_progress()
         self._batch: list[tuple[dict[str, np.ndarray], int]] = []  # (tensors, policy lag)
         self._batch_steps = 0
-        self._started = time.monotonic()
-        self._rate: deque[tuple[float, int]] = deque(maxlen=64)  # (time, env_steps) samples
         self._ckpt_dir = exp_dir / "checkpoints" if exp_dir else None
         self._tb = Scalars(exp_dir / "tb") if exp_dir else None
         if self._ckpt_dir is not None:
@@ -119,7 +115,7 @@ class PPOLearner:
         c.env_steps += steps
         c.episodes += len(t["episode_returns"])
         self.train_returns.extend(t["episode_returns"].tolist())
-        self._rate.append((time.monotonic(), c.env_steps))
+        self._note_steps()
         # Stale or not, the fragment saw real states: the statistics take them either way.
         self.obs_rms.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
         self.ret_rms.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
@@ -225,22 +221,6 @@ class PPOLearner:
 
     # --- evaluation, status, checkpoints ---
 
-    def record_eval(self, report: EvalReport) -> None:
-        self.eval_return = report.mean_return
-        best = self.best_eval_return
-        self.best_eval_return = report.mean_return if best is None else max(best, report.mean_return)
-        if self.done and report.policy_version == self.counters.version:
-            self.final_evaluated = True
-        if self._tb is not None:
-            values = {"mean_return": report.mean_return, "mean_length": report.mean_length}
-            self._tb.add("eval", values, report.env_steps)
-
-    def steps_per_second(self) -> float:
-        if len(self._rate) < 2:
-            return 0.0
-        (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
-        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
-
     def status(self, connected_actors: int = 0) -> dict[str, Any]:
         """The contract's status dict (see status.json)."""
         c = self.counters
@@ -259,9 +239,6 @@ class PPOLearner:
             "connected_actors": connected_actors,
             "done": self.done and self.final_evaluated,
         }
-
-    def elapsed_seconds(self) -> float:
-        return self.counters.elapsed_seconds + time.monotonic() - self._started
 
     def _log_update(self, stats: dict[str, float]) -> None:
         if self._tb is None:
@@ -337,15 +314,10 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
         # One server thread per open experience stream (at most one per agent), plus unary calls.
         max_workers=max(16, ctx.num_agents + 8),
     )  # fmt: skip
-    try:
-        loop.train()
-        return finish(
-            loop, ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
-            policy_for=lambda params: deterministic_policy(cfg, spaces, params),
-        )  # fmt: skip
-    finally:
-        loop.stop()
-        learner.close()
+    return loop.run(
+        ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
+        policy_for=lambda params: deterministic_policy(cfg, spaces, params),
+    )  # fmt: skip
 
 
 class _Loop(ServingLoop):

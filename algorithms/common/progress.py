@@ -1,0 +1,55 @@
+"""What a learner core (PPO's learner, ES's master) tracks for status besides its algorithm."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from surreal.algorithms.common.tb import Scalars
+from surreal.protocol.types import EvalReport
+
+
+class LearnerProgress:
+    """Evaluation results, the recent env-step rate and the run's elapsed time.
+
+    A mixin: the core calls `_init_progress()` in its constructor and `_note_steps()` whenever its
+    env step count grows, and provides `counters` (with `version`, `env_steps`,
+    `elapsed_seconds`), `done` and `_tb`.
+    """
+
+    counters: Any
+    _tb: Scalars | None
+
+    @property
+    def done(self) -> bool:
+        raise NotImplementedError
+
+    def _init_progress(self) -> None:
+        self.eval_return: float | None = None
+        self.best_eval_return: float | None = None
+        self.final_evaluated = False
+        self._started = time.monotonic()
+        self._rate: deque[tuple[float, int]] = deque(maxlen=64)  # (time, env_steps) samples
+
+    def _note_steps(self) -> None:
+        self._rate.append((time.monotonic(), self.counters.env_steps))
+
+    def record_eval(self, report: EvalReport) -> None:
+        self.eval_return = report.mean_return
+        best = self.best_eval_return
+        self.best_eval_return = report.mean_return if best is None else max(best, report.mean_return)
+        if self.done and report.policy_version == self.counters.version:
+            self.final_evaluated = True
+        if self._tb is not None:
+            values = {"mean_return": report.mean_return, "mean_length": report.mean_length}
+            self._tb.add("eval", values, report.env_steps)
+
+    def steps_per_second(self) -> float:
+        if len(self._rate) < 2:
+            return 0.0
+        (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def elapsed_seconds(self) -> float:
+        return self.counters.elapsed_seconds + time.monotonic() - self._started
