@@ -67,7 +67,7 @@ def main() -> None:
     print(f"{steps / wall:,.0f} env steps/s over {wall:.1f} s; CPU per env step {total / steps * 1e6:.1f} us")
     for role, cpu in sorted(per_role.items()):
         print(f"  {role:10s} {cpu / steps * 1e6:6.1f} us")
-    print(f"machine busy {total / wall * 100:.0f}% of one core (of {psutil.cpu_count()})")
+    print(f"machine busy: {total / wall:.2f} of {psutil.cpu_count()} cores")
 
 
 def _steps(status_file: Path) -> int:
