@@ -78,7 +78,8 @@ def should_evaluate(params: Params, last_version: int | None, last_steps: int, e
 def run_evaluator(
     cfg: EvalSettings, ctx: RunContext, make_policy: PolicyFactory, poll_seconds: float = 0.5
 ) -> int:
-    """Evaluate published versions until the final one is evaluated and reported (exit 0)."""
+    """Evaluate published versions until the final one is evaluated and reported (exit 0 right
+    after that report: the learner may stop serving once it has it)."""
     envs = EnvBatch(ctx.env_id, cfg.eval_episodes, seed=ctx.seed * 1_000_003 + 7)
     client = LearnerClient(ctx.learner_addr, ctx.token)
     latest: Params | None = None
@@ -99,8 +100,6 @@ def run_evaluator(
             latest = params or latest
             if latest is None or not should_evaluate(latest, last_version, last_steps,
                                                      cfg.eval_interval):  # fmt: skip
-                if latest is not None and extras_done(latest.extras):
-                    return 0  # the final version was evaluated
                 time.sleep(poll_seconds)
                 continue
             steps = extras_env_steps(latest.extras)
@@ -111,6 +110,9 @@ def run_evaluator(
             except (ProtocolError, ConnectionError, TimeoutError) as e:
                 log.warning("could not report the evaluation of version %d: %s", latest.version, e)
                 continue
+            if extras_done(latest.extras):
+                # Done now: the learner may stop serving as soon as it has this report.
+                return 0
             last_version, last_steps = latest.version, steps
     finally:
         client.close()

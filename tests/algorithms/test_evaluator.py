@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import test_envs  # noqa: F401  (registers SurrealTestCountdown-v0)
 
+from surreal.algorithms.common import evaluator
 from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import evaluate, should_evaluate
-from surreal.algorithms.common.run import progress_extras
-from surreal.protocol.types import Params
+from surreal.algorithms.common.run import RunContext, progress_extras
+from surreal.protocol.types import EvalReport, Params
 
 assert "SurrealTestCountdown-v0" in gym.registry
 
@@ -40,3 +44,41 @@ def test_should_evaluate_every_interval_and_always_the_final_version():
     assert not should_evaluate(params(4, 1500), last_version=3, last_steps=1000, eval_interval=1000)
     assert should_evaluate(params(5, 1500, done=True), 3, 1000, 1000)
     assert not should_evaluate(params(5, 1500, done=True), 5, 1500, 1000)  # already evaluated
+
+
+@dataclass
+class _Settings:
+    eval_interval: int = 1000
+    eval_episodes: int = 2
+
+
+class _LearnerThatStopsAfterTheFinalReport:
+    """A LearnerClient stand-in: version 1 at 1,000 steps, then the final version 2; once the
+    final report is in, the learner is gone and any further call is a failure of the test."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.reports: list[EvalReport] = []
+
+    def get_params(self, version: int) -> Params | None:
+        if self.reports and self.reports[-1].policy_version == 2:
+            raise AssertionError("the evaluator polled after reporting the final version")
+        self.polls += 1
+        latest = params(1, 1000) if self.polls < 3 else params(2, 1500, done=True)
+        return None if latest.version == version else latest
+
+    def report_eval(self, report: EvalReport) -> None:
+        self.reports.append(report)
+
+    def close(self) -> None:
+        pass
+
+
+def test_evaluator_exits_once_the_final_version_is_reported(monkeypatch):
+    learner = _LearnerThatStopsAfterTheFinalReport()
+    monkeypatch.setattr(evaluator, "LearnerClient", lambda addr, token: learner)
+    ctx = RunContext("SurrealTestCountdown-v0", 0, 1500, 1, Path("."), "127.0.0.1:1", "t")
+    policy = lambda p: (lambda obs: np.zeros(len(obs), np.int64))  # noqa: E731
+    assert evaluator.run_evaluator(_Settings(), ctx, policy, poll_seconds=0.01) == 0
+    reports = [(r.policy_version, r.env_steps, r.episodes) for r in learner.reports]
+    assert reports == [(1, 1000, 2), (2, 1500, 2)]
