@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from surreal.algorithms.common import numpy_mlp
 from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.common.numpy_mlp import Layers
 from surreal.algorithms.es.config import ESConfig
-
-Layers = list[tuple[np.ndarray, np.ndarray]]  # (weights [..., out, in], biases [..., out])
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,12 +77,7 @@ def unflatten(spec: PolicySpec, flat: np.ndarray) -> Layers:
 def forward(spec: PolicySpec, layers: Layers, x: np.ndarray) -> np.ndarray:
     """Outputs [N, A] for observations [N, D]: one shared policy (2-D weights) or one policy per
     row (3-D weights [N, out, in])."""
-    act = np.tanh if spec.activation == "tanh" else (lambda h: np.maximum(h, 0.0))
-    for k, (w, b) in enumerate(layers):
-        x = x @ w.T + b if w.ndim == 2 else np.matmul(w, x[:, :, None])[:, :, 0] + b
-        if k < len(layers) - 1:
-            x = act(x)
-    return x
+    return numpy_mlp.forward(layers, x, spec.activation)
 
 
 def to_actions(spec: PolicySpec, outputs: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """PPO actor: steps a batch of envs with the latest policy and cuts the experience into fragments.
 
 `PPOActor` is the core (no networking; the serial harness and tests drive it directly);
-`run_actor` connects it to the learner.
+`run_actor` connects it to the learner. Actors run the policy in numpy (policy.py) and never
+import torch.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import logging
 import time
 
 import numpy as np
-import torch
 
 from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.normalization import (
@@ -22,7 +22,7 @@ from surreal.algorithms.common.normalization import (
 from surreal.algorithms.common.reconnect import work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
 from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.networks import ActorCritic
+from surreal.algorithms.ppo.policy import NumpyPolicy, policy_from_params
 from surreal.protocol.client import ExperienceStream, LearnerClient
 from surreal.protocol.types import Params
 
@@ -32,28 +32,31 @@ PROGRESS_LOG_SECONDS = 30.0  # how often an actor logs what it has sent
 
 
 class PPOActor:
-    """Runs the policy on a whole EnvBatch at once; emits fragments of `fragment_length` steps."""
+    """Runs the policy on a whole EnvBatch at once; emits fragments of `fragment_length` steps.
+
+    `seed` seeds the envs ([seed, seed + num_envs)) and the policy's sampling.
+    """
 
     def __init__(self, cfg: PPOConfig, env_id: str, num_envs: int, seed: int) -> None:
         self.cfg = cfg
         self.envs = EnvBatch(env_id, num_envs, seed)
         self.spaces = self.envs.spaces
-        self.net = ActorCritic.from_config(cfg, self.spaces)
+        self.rng = np.random.default_rng(seed)
+        self.policy: NumpyPolicy | None = None  # set by set_params
         self.version = -1  # no parameters yet
         self._normalizer: ObsNormalizer | None = None
         self._obs = self.envs.reset()
         self._running_return = np.zeros(num_envs, np.float64)
 
     def set_params(self, params: Params) -> None:
-        self.net.load_weights_numpy(params.weights)
-        if self.cfg.norm_obs:
-            ex = params.extras
-            self._normalizer = ObsNormalizer(ex["obs_mean"], ex["obs_var"], self.cfg.obs_clip)
+        self.policy, self._normalizer = policy_from_params(self.cfg, self.spaces, params, self.rng)
         self.version = params.version
 
     def collect(self) -> dict[str, np.ndarray]:
         """Step every env `fragment_length` times with the current policy; return the fragment."""
-        cfg, sp = self.cfg, self.spaces
+        cfg, sp, policy = self.cfg, self.spaces, self.policy
+        if policy is None:
+            raise RuntimeError("collect() before set_params(): the actor has no policy yet")
         t_len, n = cfg.fragment_length, self.envs.num_envs
         norm = self._normalizer
         obs = np.empty((t_len + 1, n, sp.obs_dim), np.float32)  # row t_len: bootstrap
@@ -69,26 +72,23 @@ class PPOActor:
         ep_returns: list[float] = []
         ep_lengths: list[int] = []
         cur = self._obs
-        with torch.inference_mode():
-            for t in range(t_len):
-                raw[t] = cur
-                if norm is not None:
-                    norm(cur, out=obs[t])
-                a, logp = self.net.act(torch.from_numpy(obs[t]))
-                a_np = a.numpy()
-                actions[t] = a_np
-                logprobs[t] = logp.numpy()
-                res = self.envs.step(a_np)
-                rewards[t] = res.rewards
-                terminated[t] = res.terminated
-                truncated[t] = res.truncated
-                if res.trunc_envs:
-                    trunc_index += [(t, i) for i in res.trunc_envs]
-                    trunc_obs += res.trunc_obs
-                if res.episode_returns:
-                    ep_returns += res.episode_returns
-                    ep_lengths += res.episode_lengths
-                cur = res.obs
+        for t in range(t_len):
+            raw[t] = cur
+            if norm is not None:
+                norm(cur, out=obs[t])
+            a, logprobs[t] = policy.act(obs[t])
+            actions[t] = a
+            res = self.envs.step(a)
+            rewards[t] = res.rewards
+            terminated[t] = res.terminated
+            truncated[t] = res.truncated
+            if res.trunc_envs:
+                trunc_index += [(t, i) for i in res.trunc_envs]
+                trunc_obs += res.trunc_obs
+            if res.episode_returns:
+                ep_returns += res.episode_returns
+                ep_lengths += res.episode_lengths
+            cur = res.obs
         self._obs = cur
         obs[t_len] = cur if norm is None else norm(cur)
         tr_obs = np.array(trunc_obs, np.float32).reshape(-1, sp.obs_dim)
@@ -137,8 +137,6 @@ def run_actor(cfg: PPOConfig, ctx: RunContext) -> int:
     in flight is lost, which on-policy PPO does not miss.
     """
     cfg.validate()
-    torch.set_num_threads(cfg.torch_threads)
-    torch.manual_seed(actor_seed(ctx))
     actor = PPOActor(cfg, ctx.env_id, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx))
     client = LearnerClient(ctx.learner_addr, ctx.token)
 

@@ -12,7 +12,6 @@ class PPOConfig:
     # --- sampling (actors) ---
     envs_per_agent: int = 4  # envs one logical agent steps; a worker batches all of its agents'
     fragment_length: int = 128  # env steps per env in one fragment an actor sends (T)
-    torch_threads: int = 1  # torch intra-op threads in actors and the evaluator
     credits_per_worker: int = 2  # fragments a worker may have in flight (backpressure window)
     max_policy_lag: int = 4  # learner drops fragments more than this many versions old
 
@@ -55,7 +54,7 @@ class PPOConfig:
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field."""
         positive = (
-            "envs_per_agent", "fragment_length", "torch_threads", "credits_per_worker",
+            "envs_per_agent", "fragment_length", "credits_per_worker",
             "steps_per_update", "minibatch_size", "epochs", "learner_threads",
             "checkpoint_every", "eval_interval", "eval_episodes",
         )  # fmt: skip

@@ -1,7 +1,9 @@
-"""Actor-critic with separate policy and value MLPs.
+"""Actor-critic with separate policy and value MLPs: what the learner trains.
 
-Distributions are written out by hand instead of torch.distributions: the formulas are short and
-it avoids per-call validation and object overhead on the actors' per-step path.
+Actors and the evaluator run the policy half from the published weights in numpy (policy.py),
+sampling the same distributions; here the learner only needs log-probabilities, entropies and
+values. Distributions are written out by hand instead of torch.distributions: short formulas, no
+per-call validation.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 # torch's CPU tanh kernel is slow: on [1024, 64] it takes ~230 us against ~75 us for sigmoid, more
 # than the matmul beside it. tanh(x) = 2 sigmoid(2x) - 1 (exact up to ~2e-7 absolute) with the
 # backward written from the output (aten::tanh_backward, 1 - y^2) halves a learner minibatch's
-# activation cost. Small batches (the actors' policy step) keep torch.tanh: fewer kernels.
+# activation cost. Small batches keep torch.tanh: fewer kernels.
 _FAST_TANH_MIN_NUMEL = 16_384
 
 
@@ -51,9 +53,8 @@ class Tanh(nn.Module):
 
 class MLP(nn.Sequential):
     """nn.Sequential of Linear and activation layers (same state_dict keys), whose forward calls
-    the functional ops directly: a module call costs ~2 us of Python, which on the actors' batch of
-    16 observations is a quarter of the policy step. load_state_dict copies into the existing
-    parameters, so the references held here stay current."""
+    the functional ops directly (a module call costs ~2 us of Python). load_state_dict copies into
+    the existing parameters, so the references held here stay current."""
 
     def __init__(self, *layers: nn.Module) -> None:
         super().__init__(*layers)
@@ -93,7 +94,10 @@ def _linear(in_dim: int, out_dim: int, gain: float, ortho: bool) -> nn.Linear:
 
 
 class ActorCritic(nn.Module):
-    """Categorical policy for Discrete actions, diagonal Gaussian with a free log std for Box."""
+    """Categorical policy for Discrete actions, diagonal Gaussian with a free log std for Box.
+
+    state_dict keys (`policy.<i>.weight`, `policy.<i>.bias`, `log_std`) are what policy.py reads.
+    """
 
     def __init__(
         self,
@@ -116,24 +120,6 @@ class ActorCritic(nn.Module):
     def from_config(cls, cfg: PPOConfig, spaces: EnvSpaces) -> ActorCritic:
         return cls(spaces, cfg.hidden_sizes, cfg.activation, cfg.log_std_init, cfg.ortho_init)
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample (or take the mode of) actions for `obs` [B, D]; return (actions, log-probs)."""
-        out = self.policy(obs)
-        if self.discrete:
-            logp_all = torch.log_softmax(out, dim=-1)
-            if deterministic:
-                actions = out.argmax(dim=-1)
-            else:
-                actions = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
-            return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        if deterministic:
-            noise = torch.zeros_like(out)
-        else:
-            noise = torch.randn_like(out)
-        actions = out + noise * self.log_std.exp()
-        logp = (-0.5 * noise.square() - self.log_std - _HALF_LOG_2PI).sum(-1)
-        return actions, logp
-
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities of `actions` under the current policy, and the policy entropy [B]."""
         out = self.policy(obs)
@@ -154,8 +140,3 @@ class ActorCritic(nn.Module):
     def weights_numpy(self) -> dict[str, np.ndarray]:
         """Parameters as float32 numpy arrays (copies), for publishing."""
         return {k: v.detach().numpy().copy() for k, v in self.state_dict().items()}
-
-    def load_weights_numpy(self, weights: dict[str, np.ndarray]) -> None:
-        """Load parameters from numpy arrays (e.g. read-only wire buffers; they are copied)."""
-        state = {k: torch.tensor(np.asarray(v)) for k, v in weights.items()}
-        self.load_state_dict(state)

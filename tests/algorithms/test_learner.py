@@ -100,8 +100,12 @@ def test_weights_change_by_an_update_and_actor_follows():
     after = learner.params().weights
     assert any(not np.array_equal(before[k], after[k]) for k in before)
     actor.set_params(learner.params())
-    for k, v in actor.net.state_dict().items():
-        np.testing.assert_array_equal(v.numpy(), after[k])
+    # policy.0, policy.2, policy.4: the Linear layers of the nn.Sequential (activations between).
+    assert len(actor.policy.layers) == 3
+    for i, (w, b) in enumerate(actor.policy.layers):
+        np.testing.assert_array_equal(w, after[f"policy.{2 * i}.weight"])
+        np.testing.assert_array_equal(b, after[f"policy.{2 * i}.bias"])
+    np.testing.assert_allclose(actor.policy.std, np.exp(after["log_std"]), rtol=1e-6)
 
 
 def test_stale_fragments_are_dropped_and_counted_but_their_steps_count():
