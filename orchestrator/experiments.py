@@ -21,6 +21,7 @@ from typing import Any
 from surreal.orchestrator import local
 from surreal.orchestrator.components import Program
 from surreal.orchestrator.program import Target, make_program
+from surreal.orchestrator.sched_slice import slice_ms_from_env
 from surreal.spec import ExperimentSpec
 
 SPEC_FILE = "spec.yaml"
@@ -64,6 +65,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
     """Create the experiment directory with everything needed to run it; return it and the program."""
     final = experiment_dir(home, spec.name)
+    try:
+        slice_ms_from_env()  # read again by the supervisor; refuse a bad value before creating
+    except ValueError as exc:
+        raise ExperimentError(str(exc)) from None
     if final.exists():
         raise ExperimentError(
             f"experiment {spec.name!r} already exists in {experiments_root(home)} "

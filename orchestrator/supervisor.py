@@ -36,6 +36,7 @@ from typing import Any
 import psutil
 
 from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE, Component, Program
+from surreal.orchestrator.sched_slice import slice_ms_from_env, slice_request
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,11 @@ def describe_exit(code: int) -> str:
     return f"exit code {code}"
 
 
-def _child_preexec(cpu: int | None = None) -> Callable[[], None] | None:
-    """A preexec hook that makes the child die with the supervisor and, given `cpu`, pins it
-    (and every thread it will start) to that CPU (Linux only).
+def _child_preexec(
+    cpu: int | None = None, request_slice: Callable[[], None] | None = None
+) -> Callable[[], None] | None:
+    """A preexec hook that makes the child die with the supervisor, given `cpu` pins it (and every
+    thread it will start) to that CPU, and runs `request_slice` (sched_slice.py) (Linux only).
 
     The kernel sends the signal when the *thread* that forked the child exits, so components must
     be spawned from the thread that runs the supervisor loop (they are).
@@ -104,6 +107,8 @@ def _child_preexec(cpu: int | None = None) -> Callable[[], None] | None:
                 os.sched_setaffinity(0, {cpu})
             except OSError:
                 pass  # the CPU went away (hotplug, cgroup change): run unpinned
+        if request_slice is not None:
+            request_slice()
 
     return preexec
 
@@ -177,6 +182,7 @@ class Supervisor:
         backoff_seconds: float = 0.5,
         poll_seconds: float = 0.05,
         pin_actors: bool = True,
+        slice_ms: float | None = None,
     ) -> None:
         self.program = program
         self.exp_dir = Path(exp_dir).resolve()
@@ -192,7 +198,11 @@ class Supervisor:
         self._ran = False
         self._create_time = psutil.Process().create_time()
         self._cpus = actor_cpus(program, pin_actors)
-        self._preexec = {c.name: _child_preexec(self._cpus.get(c.name)) for c in program.components}
+        # Long time slices for every component (None: SURREAL_SCHED_SLICE_MS or its default).
+        request_slice = slice_request(slice_ms_from_env() if slice_ms is None else slice_ms)
+        self._preexec = {
+            c.name: _child_preexec(self._cpus.get(c.name), request_slice) for c in program.components
+        }
 
     @property
     def phase(self) -> Phase:

@@ -20,6 +20,7 @@ import pytest
 
 from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.local import read_state
+from surreal.orchestrator.sched_slice import current_slice_ns, slice_ms_from_env, slice_request
 from surreal.orchestrator.supervisor import Supervisor, actor_cpus
 
 SLEEP = "import time; time.sleep(600)"
@@ -198,6 +199,7 @@ FOREGROUND = """
 import sys
 from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.local import exit_code_for
+from surreal.orchestrator.sched_slice import current_slice_ns, slice_ms_from_env, slice_request
 from surreal.orchestrator.supervisor import Supervisor, actor_cpus
 sleep = (sys.executable, '-c', 'import time; time.sleep(600)')
 program = Program('exp', (Component('learner', 'learner', sleep),
@@ -270,3 +272,48 @@ def test_running_actors_are_pinned_and_the_learner_is_not(tmp_path: Path) -> Non
     assert result == ["Succeeded"]
     assert affinity["learner"] == affinity["evaluator"] == ALLOWED
     assert [affinity[f"actor-{i}"] for i in range(3)] == [[ALLOWED[i % len(ALLOWED)]] for i in range(3)]
+
+
+# --- scheduler time slices ---
+
+def _kernel_honours_slices() -> bool:
+    """Linux >= 6.12 reports a custom slice back; older kernels accept and ignore it."""
+    request = slice_request(37.0)
+    if request is None:
+        return False
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"], preexec_fn=request)
+    try:
+        return current_slice_ns(child.pid) == 37_000_000
+    finally:
+        child.kill()
+        child.wait()
+
+
+needs_slices = pytest.mark.skipif(not _kernel_honours_slices(), reason="needs Linux >= 6.12 (EEVDF slices)")
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", 100.0), ("20", 20.0), ("0", 0.0)])
+def test_slice_setting_is_read_from_the_environment(monkeypatch, value, expected) -> None:
+    monkeypatch.setenv("SURREAL_SCHED_SLICE_MS", value)
+    assert slice_ms_from_env() == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "101", "fast"])
+def test_bad_slice_setting_names_the_variable(monkeypatch, value) -> None:
+    monkeypatch.setenv("SURREAL_SCHED_SLICE_MS", value)
+    with pytest.raises(ValueError, match="SURREAL_SCHED_SLICE_MS"):
+        slice_ms_from_env()
+
+
+@needs_slices
+@pytest.mark.parametrize("slice_ms", [100.0, 0.0])
+def test_components_run_with_the_requested_time_slice(tmp_path: Path, slice_ms: float) -> None:
+    default = current_slice_ns(os.getpid())
+    sup = Supervisor(_three_actors(), tmp_path, grace_seconds=2.0, slice_ms=slice_ms)
+    with until_done(sup, tmp_path) as result:
+        names = ("learner", "evaluator", "actor-0", "actor-1", "actor-2")
+        comps = wait_for(lambda: running(tmp_path, *names), what="Running")
+        slices = {n: current_slice_ns(comps[n]["pid"]) for n in names}
+    assert result == ["Succeeded"]
+    expected = int(slice_ms * 1e6) if slice_ms else default
+    assert slices == dict.fromkeys(names, expected)

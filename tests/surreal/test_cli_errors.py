@@ -14,9 +14,9 @@ import pytest
 SURREAL = shutil.which("surreal", path=str(Path(sys.executable).parent))
 
 
-def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run(home: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
     assert SURREAL, "the surreal command is not installed"
-    env = {**os.environ, "SURREAL_HOME": str(home)}
+    env = {**os.environ, "SURREAL_HOME": str(home), **env_vars}
     return subprocess.run([SURREAL, *args], capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -79,6 +79,18 @@ def test_existing_name_is_refused_and_left_intact(tmp_path: Path) -> None:
     assert "experiment 'taken' already exists" in result.stderr
     assert {p.name: p.read_bytes() for p in exp_dir.iterdir() if p.is_file()} == before
     assert created(home) == ["taken"]
+
+
+@pytest.mark.parametrize(("value", "message"), [("fast", "must be a number"), ("250", "between 0 and 100")])
+def test_bad_time_slice_setting_is_refused_before_anything_is_created(
+    tmp_path: Path, value: str, message: str
+) -> None:
+    home = tmp_path / "home"
+    result = run(home, "create", "e1", "--algo", "ppo", SURREAL_SCHED_SLICE_MS=value)
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "SURREAL_SCHED_SLICE_MS" in result.stderr and message in result.stderr
+    assert created(home) == []
 
 
 @pytest.mark.parametrize("command", [["status", "ghost"], ["logs", "ghost"], ["delete", "ghost"]])
