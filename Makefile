@@ -33,8 +33,8 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	LINT_IMPORTS=$(abspath $(BIN))/lint-imports bash scripts/lint-imports.sh
-	$(BIN)/mypy surreal
+	bash scripts/staged.sh $(abspath $(BIN))/lint-imports --config $(CURDIR)/pyproject.toml --no-cache
+	bash scripts/staged.sh $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p surreal
 
 bench: install
 	$(BIN)/python benchmarks/ppo_throughput.py

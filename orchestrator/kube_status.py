@@ -5,7 +5,7 @@ API's JSON (dicts), so it is tested with hand-written pods.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -61,7 +61,7 @@ def _exited_cleanly(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def phase(pods: list[Mapping[str, Any]], metrics: Mapping[str, Any] | None = None) -> str:
+def phase(pods: Sequence[Mapping[str, Any]], metrics: Mapping[str, Any] | None = None) -> str:
     """Pending, Running, Succeeded (the learner reports the run done — it then serves status until
     deleted — or its container exited 0) or Failed (the learner is stuck)."""
     metrics = metrics or {}
@@ -76,7 +76,7 @@ def phase(pods: list[Mapping[str, Any]], metrics: Mapping[str, Any] | None = Non
     return "Running" if is_ready(learner) else "Pending"
 
 
-def _sorted(pods: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _sorted(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     def key(p: Mapping[str, Any]) -> tuple[int, str]:
         role = role_of(p)
         order = ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER)
@@ -85,7 +85,7 @@ def _sorted(pods: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return sorted(pods, key=key)
 
 
-def components(pods: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def components(pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [
         {
             "name": p["metadata"]["name"],
@@ -100,7 +100,7 @@ def components(pods: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def status(
     spec: Mapping[str, Any],
-    pods: list[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
     metrics: Mapping[str, Any],
     learner_problem: str = "",
 ) -> dict[str, Any]:
@@ -127,7 +127,7 @@ def status(
     return out
 
 
-def list_row(root: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> dict[str, Any]:
+def list_row(root: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     spec = yaml.safe_load((root.get("data") or {}).get("spec.yaml") or "") or {}
     labels = root["metadata"].get("labels") or {}
     name = labels.get("surreal.io/experiment") or spec.get("name")
@@ -144,14 +144,14 @@ def list_row(root: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> dict[str
     }
 
 
-def ready_pod(pods: list[Mapping[str, Any]], role: str) -> str | None:
+def ready_pod(pods: Sequence[Mapping[str, Any]], role: str) -> str | None:
     for pod in _sorted(pods):
         if role_of(pod) == role and is_ready(pod):
             return str(pod["metadata"]["name"])
     return None
 
 
-def pick_pod(pods: list[Mapping[str, Any]], component: str, experiment: str) -> tuple[str, str]:
+def pick_pod(pods: Sequence[Mapping[str, Any]], component: str, experiment: str) -> tuple[str, str]:
     """(pod, container) for `surreal logs`: a role (its first pod, running ones first), "actor-N"
     (the N-th actor pod by name, from 0) or a pod's name."""
     by_name = {p["metadata"]["name"]: p for p in pods}

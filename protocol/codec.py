@@ -17,7 +17,7 @@ import numpy as np
 from surreal.protocol.v1 import surreal_pb2 as pb
 
 # Wire dtype -> numpy dtype. Explicitly little-endian so a big-endian peer decodes the same values.
-_FROM_WIRE: dict[int, np.dtype] = {
+_FROM_WIRE: dict[pb.DType, np.dtype] = {
     pb.FLOAT32: np.dtype("<f4"),
     pb.FLOAT64: np.dtype("<f8"),
     pb.INT32: np.dtype("<i4"),
@@ -26,7 +26,7 @@ _FROM_WIRE: dict[int, np.dtype] = {
     pb.BOOL: np.dtype("?"),
 }
 # Keyed by (kind, itemsize) so that a native or a byte-swapped dtype finds its wire dtype.
-_TO_WIRE: dict[tuple[str, int], int] = {(d.kind, d.itemsize): w for w, d in _FROM_WIRE.items()}
+_TO_WIRE: dict[tuple[str, int], pb.DType] = {(d.kind, d.itemsize): w for w, d in _FROM_WIRE.items()}
 
 SUPPORTED_DTYPES: tuple[str, ...] = ("float32", "float64", "int32", "int64", "uint8", "bool")
 
@@ -35,7 +35,7 @@ class CodecError(ValueError):
     """A tensor (or a map of them) cannot be encoded, or a received one is malformed."""
 
 
-def _wire_dtype(dtype: np.dtype) -> int:
+def _wire_dtype(dtype: np.dtype) -> pb.DType:
     wire = _TO_WIRE.get((dtype.kind, dtype.itemsize))
     if wire is None:
         raise CodecError(f"unsupported dtype {dtype}; supported: {', '.join(SUPPORTED_DTYPES)}")

@@ -27,8 +27,13 @@ GIVE_UP_SECONDS = 900.0  # an evaluator that cannot reach the learner this long 
 
 
 class EvalSettings(Protocol):
-    eval_interval: int  # env steps between evaluations
-    eval_episodes: int  # episodes per evaluation
+    """What the evaluator reads from an algorithm's (frozen, so read-only) config."""
+
+    @property
+    def eval_interval(self) -> int: ...  # env steps between evaluations
+
+    @property
+    def eval_episodes(self) -> int: ...  # episodes per evaluation
 
 
 @dataclass(frozen=True)

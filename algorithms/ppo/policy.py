@@ -86,7 +86,9 @@ class NumpyPolicy:
         logp = self._logp_const - 0.5 * np.einsum("ij,ij->i", noise, noise)
         return actions, logp.astype(np.float32, copy=False)
 
-    def _categorical(self, logits: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+    def _categorical(
+        self, logits: np.ndarray, rng: np.random.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Sample with `rng` (the argmax without one)."""
         shifted = logits - logits.max(axis=-1, keepdims=True)
         logp_all = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))

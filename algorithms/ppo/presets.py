@@ -7,8 +7,9 @@ Validated on a 2-core machine (final deterministic eval return, 10 episodes):
   --env CartPole-v1 --agents 2 --steps 100000 --seed S`.
 - HalfCheetah-v5, 1M steps, 2 agents, `surreal create NAME --algo ppo --env HalfCheetah-v5
   --agents 2 --steps 1000000 --seed S`: 4,083 / 3,878 / 3,844 for seeds 0 / 1 / 2 in 61-66 s
-  (~16-18k env steps/s, start-up and evaluations included); with `--set epochs=10 --set minibatch_size=512 --set envs_per_agent=4`
-  6,367 / 4,412 / 5,046 (earlier code: 6,024 / 4,906 / 5,295 in 124-155 s).
+  (~16-18k env steps/s, start-up and evaluations included); with `--set epochs=10
+  --set minibatch_size=512 --set envs_per_agent=4` 6,367 / 4,412 / 5,046 (earlier code: 6,024 /
+  4,906 / 5,295 in 124-155 s).
 - Hopper-v5, 1M steps, 2 agents, the same command: 3,209 for seed 0.
 - Pendulum-v1, serial harness, 200k steps: about -150 to -300 from 100k steps on.
 """

@@ -78,7 +78,7 @@ def test_evaluator_exits_once_the_final_version_is_reported(monkeypatch):
     learner = _LearnerThatStopsAfterTheFinalReport()
     monkeypatch.setattr(evaluator, "LearnerClient", lambda addr, token: learner)
     ctx = RunContext("SurrealTestCountdown-v0", 0, 1500, 1, Path("."), "127.0.0.1:1", "t")
-    policy = lambda p: (lambda obs: np.zeros(len(obs), np.int64))  # noqa: E731
+    policy = lambda p: lambda obs: np.zeros(len(obs), np.int64)  # noqa: E731
     assert evaluator.run_evaluator(_Settings(), ctx, policy, poll_seconds=0.01) == 0
     reports = [(r.policy_version, r.env_steps, r.episodes) for r in learner.reports]
     assert reports == [(1, 1000, 2), (2, 1500, 2)]

@@ -276,6 +276,7 @@ def test_running_actors_are_pinned_and_the_learner_is_not(tmp_path: Path) -> Non
 
 # --- scheduler time slices ---
 
+
 def _kernel_honours_slices() -> bool:
     """Linux >= 6.12 reports a custom slice back; older kernels accept and ignore it."""
     request = slice_request(37.0)
