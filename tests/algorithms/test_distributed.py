@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from ppo_roles import cfg_to_json, ctx_to_json, free_port
+from roles import free_port, read_status, run_in_thread, spawn, wait_for
 
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.ppo.actor import run_actor
@@ -21,7 +16,6 @@ from surreal.algorithms.ppo.evaluator import run_evaluator
 from surreal.algorithms.ppo.learner import run_learner
 from surreal.algorithms.ppo.presets import preset_for
 
-ROLES_SCRIPT = Path(__file__).with_name("ppo_roles.py")
 CFG = dataclasses.replace(
     preset_for("CartPole-v1"), eval_interval=1024, eval_episodes=2, checkpoint_every=2,
     final_eval_timeout=60.0,
@@ -40,13 +34,6 @@ def context(tmp_path: Path):
         )  # fmt: skip
 
     return make
-
-
-def run_in_thread(target, *args) -> tuple[threading.Thread, dict]:
-    result: dict = {}
-    thread = threading.Thread(target=lambda: result.setdefault("rc", target(*args)), daemon=True)
-    thread.start()
-    return thread, result
 
 
 def test_learner_actors_and_evaluator_finish_a_run(tmp_path, context):
@@ -79,39 +66,18 @@ def test_learner_without_evaluator_evaluates_the_final_policy_itself(tmp_path, c
     assert status["done"] is True and status["eval_return"] is not None
 
 
-def spawn(role: str, ctx: RunContext, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(ROLES_SCRIPT), role, ctx_to_json(ctx), cfg_to_json(CFG)],
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": ""},
-    )  # fmt: skip
-
-
-def wait_for(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
-def read_status(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
 @pytest.mark.slow
 def test_sigkilled_learner_resumes_its_counters_and_actors_reconnect(tmp_path, context):
     total, status_path, log = 12_288, tmp_path / "status.json", tmp_path / "roles.log"
     learner_ctx = dataclasses.replace(context(total), has_evaluator=False)
-    learner = spawn("learner", learner_ctx, log)
-    actor = spawn("actor", context(total), log)
+    learner = spawn("ppo", "learner", learner_ctx, CFG, log)
+    actor = spawn("ppo", "actor", context(total), CFG, log)
     try:
         wait_for(lambda: read_status(status_path).get("updates", 0) >= 6, timeout=120)
         learner.send_signal(signal.SIGKILL)
         learner.wait()
         before = read_status(status_path)
-        learner = spawn("learner", learner_ctx, log)
+        learner = spawn("ppo", "learner", learner_ctx, CFG, log)
         assert learner.wait(timeout=180) == 0
         assert actor.wait(timeout=30) == 0  # reconnected, then saw `done`
     finally:

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from es_roles import cfg_to_json, ctx_to_json, free_port
+from roles import free_port, read_status, run_in_thread, spawn, wait_for
 
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.es.actor import run_actor
@@ -21,7 +16,6 @@ from surreal.algorithms.es.evaluator import run_evaluator
 from surreal.algorithms.es.learner import run_learner
 from surreal.algorithms.es.presets import preset_for
 
-ROLES_SCRIPT = Path(__file__).with_name("es_roles.py")
 AGENTS_IN_WORKER = 2
 CFG = dataclasses.replace(preset_for("CartPole-v1"), eval_episodes=3, checkpoint_every=3,
                           final_eval_timeout=60.0, flush_interval=0.05)  # fmt: skip
@@ -40,13 +34,6 @@ def context(tmp_path: Path):
         )  # fmt: skip
 
     return make
-
-
-def run_in_thread(target, *args) -> tuple[threading.Thread, dict]:
-    result: dict = {}
-    thread = threading.Thread(target=lambda: result.setdefault("rc", target(*args)), daemon=True)
-    thread.start()
-    return thread, result
 
 
 def run_roles(cfg, context, total: int, timeout: float) -> list:
@@ -82,35 +69,18 @@ def test_es_learns_cartpole_over_grpc(tmp_path, context):
     assert status["agents_reporting"] == 2 * AGENTS_IN_WORKER
 
 
-def spawn(role: str, ctx: RunContext, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(ROLES_SCRIPT), role, ctx_to_json(ctx), cfg_to_json(CFG)],
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": ""},
-    )  # fmt: skip
-
-
-def read_status(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
 @pytest.mark.slow
 def test_sigkilled_master_resumes_and_workers_reconnect(tmp_path, context):
     total, status_path, log = 300_000, tmp_path / "status.json", tmp_path / "roles.log"
     master_ctx = dataclasses.replace(context(total), has_evaluator=False)
-    master = spawn("learner", master_ctx, log)
-    workers = [spawn("actor", context(total, i), log) for i in range(2)]
+    master = spawn("es", "learner", master_ctx, CFG, log)
+    workers = [spawn("es", "actor", context(total, i), CFG, log) for i in range(2)]
     try:
-        deadline = time.monotonic() + 120
-        while read_status(status_path).get("updates", 0) < 8:
-            assert time.monotonic() < deadline, "no progress"
-            time.sleep(0.1)
+        wait_for(lambda: read_status(status_path).get("updates", 0) >= 8, timeout=120)
         master.send_signal(signal.SIGKILL)
         master.wait()
         before = read_status(status_path)
-        master = spawn("learner", master_ctx, log)
+        master = spawn("es", "learner", master_ctx, CFG, log)
         assert master.wait(timeout=300) == 0
         assert [w.wait(timeout=30) for w in workers] == [0, 0]  # reconnected, then saw `done`
     finally:
