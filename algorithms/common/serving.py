@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from surreal.algorithms.common.checkpoint import write_json
 from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import Policy, evaluate
-from surreal.algorithms.common.run import RunContext, extras_env_steps
+from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.protocol.codec import TensorSpec
 from surreal.protocol.server import LearnerServer
 from surreal.protocol.types import EvalReport, Fragment, Params
@@ -29,6 +29,12 @@ log = logging.getLogger(__name__)
 class LearnerCore(Protocol):
     final_evaluated: bool
 
+    @property
+    def done(self) -> bool: ...  # the run's step budget is used up
+    def ready(self) -> bool: ...  # an update is due
+    def update(self) -> Any: ...  # one update; bumps the version
+    def new_version(self) -> None: ...  # bump the version without an update
+    def save(self) -> None: ...  # checkpoint
     def params(self) -> Params: ...
     def record_eval(self, report: EvalReport) -> None: ...
     def status(self, connected_actors: int = 0) -> dict[str, Any]: ...
@@ -36,8 +42,9 @@ class LearnerCore(Protocol):
 
 
 class ServingLoop:
-    """A learner's server and the status and evaluation bookkeeping of its main loop; subclasses
-    add `train()`. The server is started here and stopped when `run()` returns."""
+    """A learner's server, its main loop, and the status and evaluation bookkeeping; subclasses say
+    how a fragment reaches their core (`take`). The server is started here and stopped when `run()`
+    returns."""
 
     def __init__(
         self,
@@ -66,8 +73,30 @@ class ServingLoop:
         self.server.start()
         self._status_at = 0.0
 
-    def train(self) -> None:
+    def take(self, fragment: Fragment) -> None:
+        """Hand a received fragment to the core (each algorithm's own method)."""
         raise NotImplementedError
+
+    def train(self) -> None:
+        """Fragments in, updates, parameters out, status about once a second, until the core is
+        done; then announce `done` under a new version (unless the last update did) and save."""
+        core, server = self.core, self.server
+        server.publish(params := core.params())
+        while not core.done:
+            fragment = server.next_fragment(timeout=0.25)
+            if fragment is not None:
+                self.take(fragment)
+            if core.ready():
+                core.update()
+                server.publish(params := core.params())
+            self.tick()
+        while core.ready():  # the fragment that finished the run may leave a batch
+            core.update()
+            server.publish(params := core.params())
+        if not extras_done(params.extras):  # announce the end under a new version number
+            core.new_version()
+            server.publish(core.params())
+        core.save()
 
     def run(self, ctx: RunContext, *, final_eval_timeout: float, eval_episodes: int,
             policy_for: Callable[[Params], Policy]) -> int:  # fmt: skip

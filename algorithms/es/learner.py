@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from surreal.algorithms.common.envs import spaces_for
-from surreal.algorithms.common.run import RunContext, extras_done
+from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.common.serving import ServingLoop
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy
@@ -48,27 +48,14 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
 
 
 class _Loop(ServingLoop):
-    """The master's main loop: result batches -> updates -> published params, status ~1/s."""
+    """The master's main loop (ServingLoop.train): result batches -> updates -> parameters."""
 
     def __init__(self, master: ESMaster, ctx: RunContext, **server: Any) -> None:
         super().__init__(master, ctx, **server)
         self.master = master
 
-    def train(self) -> None:
-        master, server = self.master, self.server
-        server.publish(params := master.params())
-        while not master.done:
-            fragment = server.next_fragment(timeout=0.25)
-            if fragment is not None:
-                master.add_results(fragment.tensors)
-            if master.ready():
-                master.update()
-                server.publish(params := master.params())
-            self.tick()
-        if not extras_done(params.extras):  # announce the end under a new version number
-            master.new_version()
-            server.publish(master.params())
-        master.save()
+    def take(self, fragment: Fragment) -> None:
+        self.master.add_results(fragment.tensors)
 
     def on_late_fragment(self, fragment: Fragment) -> None:
-        self.master.add_results(fragment.tensors)
+        self.take(fragment)

@@ -19,7 +19,7 @@ from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoin
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
-from surreal.algorithms.common.run import RunContext, extras_done, progress_extras
+from surreal.algorithms.common.run import RunContext, progress_extras
 from surreal.algorithms.common.serving import ServingLoop
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
@@ -321,27 +321,11 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
 
 
 class _Loop(ServingLoop):
-    """The learner role's main loop: fragments -> updates -> published params, status ~1/s."""
+    """The learner role's main loop (ServingLoop.train): fragments -> updates -> parameters."""
 
     def __init__(self, learner: PPOLearner, ctx: RunContext, **server: Any) -> None:
         super().__init__(learner, ctx, **server)
         self.learner = learner
 
-    def train(self) -> None:
-        learner, server = self.learner, self.server
-        server.publish(params := learner.params())
-        while not learner.done:
-            fragment = server.next_fragment(timeout=0.25)
-            if fragment is not None:
-                learner.add_fragment(fragment)
-            if learner.ready():
-                learner.update()
-                server.publish(params := learner.params())
-            self.tick()
-        while learner.ready():  # the fragment that finished the run may leave a batch
-            learner.update()
-            server.publish(params := learner.params())
-        if not extras_done(params.extras):  # announce the end under a new version number
-            learner.new_version()
-            server.publish(learner.params())
-        learner.save()
+    def take(self, fragment: Fragment) -> None:
+        self.learner.add_fragment(fragment)
