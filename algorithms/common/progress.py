@@ -6,6 +6,8 @@ import time
 from collections import deque
 from typing import Any
 
+import numpy as np
+
 from surreal.algorithms.common.tb import Scalars
 from surreal.protocol.types import EvalReport
 
@@ -14,8 +16,8 @@ class LearnerProgress:
     """Evaluation results, the recent env-step rate and the run's elapsed time.
 
     A mixin: the core calls `_init_progress()` in its constructor and `_note_steps()` whenever its
-    env step count grows, and provides `counters` (with `version`, `env_steps`,
-    `elapsed_seconds`), `done` and `_tb`.
+    env step count grows, and provides `counters` (with `version`, `env_steps`, `updates`,
+    `episodes`, `elapsed_seconds`), `done` and `_tb`.
     """
 
     counters: Any
@@ -53,3 +55,25 @@ class LearnerProgress:
 
     def elapsed_seconds(self) -> float:
         return self.counters.elapsed_seconds + time.monotonic() - self._started
+
+    def contract_status(
+        self, recent_returns: list[float], dropped: int, connected_actors: int
+    ) -> dict[str, Any]:
+        """The fields of the status contract (status.json, the Status RPC), as every algorithm
+        fills them: `recent_returns` are the last training episodes' returns, `dropped` counts
+        the experience the core discarded."""
+        c = self.counters
+        return {
+            "env_steps": c.env_steps,
+            "updates": c.updates,
+            "policy_version": c.version,
+            "episodes": c.episodes,
+            "train_return": float(np.mean(recent_returns)) if recent_returns else None,
+            "eval_return": self.eval_return,
+            "best_eval_return": self.best_eval_return,
+            "steps_per_second": self.steps_per_second(),
+            "elapsed_seconds": self.elapsed_seconds(),
+            "dropped_fragments": dropped,
+            "connected_actors": connected_actors,
+            "done": self.done and self.final_evaluated,
+        }

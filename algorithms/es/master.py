@@ -176,19 +176,9 @@ class ESMaster(LearnerProgress):
         c = self.counters
         recent = list(self.train_returns)[-50:]
         rejected = dict(self.handout.rejected)
+        # ES's dropped experience: results rejected, for any reason.
         return {
-            "env_steps": c.env_steps,
-            "updates": c.updates,
-            "policy_version": c.version,
-            "episodes": c.episodes,
-            "train_return": float(np.mean(recent)) if recent else None,
-            "eval_return": self.eval_return,
-            "best_eval_return": self.best_eval_return,
-            "steps_per_second": self.steps_per_second(),
-            "elapsed_seconds": self.elapsed_seconds(),
-            "dropped_fragments": sum(rejected.values()),  # ES: results rejected, any reason
-            "connected_actors": connected_actors,
-            "done": self.done and self.final_evaluated,
+            **self.contract_status(recent, sum(rejected.values()), connected_actors),
             "agents_reporting": len(self.agents),
             "results_accepted": c.results_accepted,
             "results_rejected": rejected,

@@ -223,22 +223,8 @@ class PPOLearner(LearnerProgress):
 
     def status(self, connected_actors: int = 0) -> dict[str, Any]:
         """The contract's status dict (see status.json)."""
-        c = self.counters
         recent = list(self.train_returns)[-20:]
-        return {
-            "env_steps": c.env_steps,
-            "updates": c.updates,
-            "policy_version": c.version,
-            "episodes": c.episodes,
-            "train_return": float(np.mean(recent)) if recent else None,
-            "eval_return": self.eval_return,
-            "best_eval_return": self.best_eval_return,
-            "steps_per_second": self.steps_per_second(),
-            "elapsed_seconds": self.elapsed_seconds(),
-            "dropped_fragments": c.dropped_fragments,
-            "connected_actors": connected_actors,
-            "done": self.done and self.final_evaluated,
-        }
+        return self.contract_status(recent, self.counters.dropped_fragments, connected_actors)
 
     def _log_update(self, stats: dict[str, float]) -> None:
         if self._tb is None:
