@@ -42,20 +42,23 @@ class LearnerCore(Protocol):
 
 
 class ServingLoop:
-    """A learner's server, its main loop, and the status and evaluation bookkeeping; subclasses say
-    how a fragment reaches their core (`take`). The server is started here and stopped when `run()`
-    returns."""
+    """A learner's server, its main loop, and the status and evaluation bookkeeping. `take` hands a
+    received fragment to the core (each algorithm's own method; it also gets fragments that arrive
+    after training ended, which a core may ignore). The server is started here and stopped when
+    `run()` returns."""
 
     def __init__(
         self,
         core: LearnerCore,
         ctx: RunContext,
         *,
+        take: Callable[[Fragment], object],
         experience_schema: Mapping[str, TensorSpec],
         credits_per_stream: int,
         max_workers: int,
     ) -> None:
         self.core = core
+        self.take = take
         self.evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
         # grpc threads read the snapshot; the main loop replaces it about once a second
         self.snapshot: dict[str, dict[str, Any]] = {"status": core.status()}
@@ -72,10 +75,6 @@ class ServingLoop:
         )
         self.server.start()
         self._status_at = 0.0
-
-    def take(self, fragment: Fragment) -> None:
-        """Hand a received fragment to the core (each algorithm's own method)."""
-        raise NotImplementedError
 
     def train(self) -> None:
         """Fragments in, updates, parameters out, status about once a second, until the core is
@@ -109,9 +108,6 @@ class ServingLoop:
             self.server.stop()
             self.core.close()
 
-    def on_late_fragment(self, fragment: Fragment) -> None:
-        """A fragment that arrives after training ended (dropped unless a subclass wants it)."""
-
     def await_final_eval(self, timeout: float) -> None:
         """Wait for the evaluator's report on the final version. Keep taking fragments so that
         workers blocked on credits get to refresh parameters and see `done`."""
@@ -119,7 +115,7 @@ class ServingLoop:
         while not self.core.final_evaluated and time.monotonic() < deadline:
             fragment = self.server.next_fragment(timeout=0.25)
             if fragment is not None:
-                self.on_late_fragment(fragment)
+                self.take(fragment)
             self.tick()
 
     def release_workers(self, timeout: float) -> None:

@@ -9,7 +9,6 @@ agent at most, on any backend).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.run import RunContext
@@ -18,7 +17,6 @@ from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy
 from surreal.algorithms.es.master import ESMaster
 from surreal.algorithms.es.results import results_schema
-from surreal.protocol.types import Fragment
 
 log = logging.getLogger(__name__)
 
@@ -37,25 +35,12 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
     cfg.validate()
     spaces = spaces_for(ctx.env_id)
     master = ESMaster(cfg, spaces, ctx.total_steps, ctx.num_agents, seed=ctx.seed, exp_dir=ctx.exp_dir)
-    loop = _Loop(
-        master, ctx, experience_schema=results_schema(spaces.obs_dim),
+    loop = ServingLoop(
+        master, ctx, take=lambda fragment: master.add_results(fragment.tensors),  # late ones too
+        experience_schema=results_schema(spaces.obs_dim),
         credits_per_stream=cfg.credits_per_worker, max_workers=max_streams(ctx.num_agents) + UNARY_THREADS,
     )  # fmt: skip
     return loop.run(
         ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
         policy_for=lambda params: deterministic_policy(cfg, spaces, params),
     )  # fmt: skip
-
-
-class _Loop(ServingLoop):
-    """The master's main loop (ServingLoop.train): result batches -> updates -> parameters."""
-
-    def __init__(self, master: ESMaster, ctx: RunContext, **server: Any) -> None:
-        super().__init__(master, ctx, **server)
-        self.master = master
-
-    def take(self, fragment: Fragment) -> None:
-        self.master.add_results(fragment.tensors)
-
-    def on_late_fragment(self, fragment: Fragment) -> None:
-        self.take(fragment)

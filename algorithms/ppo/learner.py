@@ -295,8 +295,9 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     torch.set_num_threads(cfg.learner_threads)
     spaces = spaces_for(ctx.env_id)
     learner = PPOLearner(cfg, spaces, ctx.total_steps, seed=ctx.seed, exp_dir=ctx.exp_dir)
-    loop = _Loop(
-        learner, ctx, experience_schema=experience_schema(spaces), credits_per_stream=cfg.credits_per_worker,
+    loop = ServingLoop(
+        learner, ctx, take=learner.add_fragment,  # ignores fragments once the run is done
+        experience_schema=experience_schema(spaces), credits_per_stream=cfg.credits_per_worker,
         # One server thread per open experience stream (at most one per agent), plus unary calls.
         max_workers=max(16, ctx.num_agents + 8),
     )  # fmt: skip
@@ -304,14 +305,3 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
         ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
         policy_for=lambda params: deterministic_policy(cfg, spaces, params),
     )  # fmt: skip
-
-
-class _Loop(ServingLoop):
-    """The learner role's main loop (ServingLoop.train): fragments -> updates -> parameters."""
-
-    def __init__(self, learner: PPOLearner, ctx: RunContext, **server: Any) -> None:
-        super().__init__(learner, ctx, **server)
-        self.learner = learner
-
-    def take(self, fragment: Fragment) -> None:
-        self.learner.add_fragment(fragment)
