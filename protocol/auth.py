@@ -14,10 +14,11 @@ TOKEN_METADATA_KEY = "x-surreal-token"
 _OPEN_PREFIX = "/grpc.health.v1.Health/"
 
 
-def _abort_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def _abort_handler(handler: grpc.RpcMethodHandler, on_reject: Callable[[str], None]) -> grpc.RpcMethodHandler:
     """A handler of the same streaming kind as `handler` that refuses the call."""
 
     def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
+        on_reject(context.peer())
         context.abort(grpc.StatusCode.UNAUTHENTICATED, f"missing or wrong {TOKEN_METADATA_KEY}")
 
     if handler.request_streaming and handler.response_streaming:
@@ -30,9 +31,10 @@ def _abort_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """UNAUTHENTICATED for any call (but health checks) without the right token."""
+    """UNAUTHENTICATED for any call (but health checks) without the right token; `on_reject` is
+    called with the caller's peer string for each refused call."""
 
-    def __init__(self, token: str, on_reject: Callable[[], None]) -> None:
+    def __init__(self, token: str, on_reject: Callable[[str], None]) -> None:
         if not token:
             raise ValueError("token must be a non-empty string")
         self._token = token.encode()
@@ -52,5 +54,4 @@ class TokenInterceptor(grpc.ServerInterceptor):
                 if hmac.compare_digest(given, self._token):
                     return handler
                 break
-        self._on_reject()
-        return _abort_handler(handler)
+        return _abort_handler(handler, self._on_reject)

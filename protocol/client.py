@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from surreal.protocol.auth import TOKEN_METADATA_KEY
 from surreal.protocol.codec import decode_map, encode_map
+from surreal.protocol.options import client_options
 from surreal.protocol.types import EvalReport, Params
 from surreal.protocol.v1 import surreal_pb2 as pb
 from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
@@ -135,10 +136,7 @@ class LearnerClient:
         max_message_bytes: int = 64 * 2**20,
         tls_root: bytes | None = None,
     ) -> None:
-        options = [
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes),
-        ]
+        options = client_options(max_message_bytes)
         if tls_root is None:
             self._channel = grpc.insecure_channel(address, options=options)
         else:

@@ -12,7 +12,6 @@ thread for its lifetime, which is why the number of streams is capped (see Learn
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 from collections.abc import Iterator, Mapping
@@ -21,11 +20,11 @@ from dataclasses import dataclass, field
 import grpc
 
 from surreal.protocol.codec import CodecError, TensorSpec, decode_map
+from surreal.protocol.messages import Undecodable, peer_host, worker_id_problem
+from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.stats import Counters
 from surreal.protocol.types import Fragment
 from surreal.protocol.v1 import surreal_pb2 as pb
-
-log = logging.getLogger(__name__)
 
 _STOP = object()  # in the fragment queue after shutdown: wakes every next_fragment() waiter
 
@@ -50,8 +49,10 @@ class ExperienceService:
         credits_per_stream: int,
         max_streams: int,
         counters: Counters,
+        rejections: RejectionLog,
     ) -> None:
         self._schema = dict(schema)
+        self._rejections = rejections
         self._credits = credits_per_stream
         self._max_streams = max_streams
         self._counters = counters
@@ -90,6 +91,7 @@ class ExperienceService:
         for stream in streams:
             stream.grants.put(None)
         self._fragments.put(_STOP)
+        self._rejections.flush(force=True)
 
     # ---- grpc handler
 
@@ -100,9 +102,13 @@ class ExperienceService:
             first = next(request_iterator)
         except (StopIteration, grpc.RpcError):
             return  # the client went away before saying hello
-        if first.WhichOneof("kind") != "hello" or not first.hello.worker_id:
-            self._counters.add("rejected_invalid")
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message must be a Hello")
+        if isinstance(first, Undecodable):
+            self._reject(context, "undecodable", f"undecodable message: {first.error}")
+        if first.WhichOneof("kind") != "hello":
+            self._reject(context, "invalid", "first message must be a Hello")
+        problem = worker_id_problem(first.hello.worker_id)
+        if problem is not None:
+            self._reject(context, "invalid", f"bad Hello: {problem}")
         stream = self._open(first.hello.worker_id, context)
         context.add_callback(lambda: stream.grants.put(None))
         threading.Thread(
@@ -120,6 +126,12 @@ class ExperienceService:
             context.abort(*stream.error)
         if self._stopping:
             context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is shutting down")
+
+    def _reject(self, context: grpc.ServicerContext, kind: str, message: str) -> None:
+        """Abort a stream that has not said a valid Hello (raises)."""
+        self._counters.add(f"rejected_{kind}")
+        self._rejections.note(peer_host(context.peer()), kind, message)
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
 
     def _open(self, worker_id: str, context: grpc.ServicerContext) -> _Stream:
         with self._lock:
@@ -168,20 +180,23 @@ class ExperienceService:
             for request in request_iterator:
                 error = self._accept(request, stream)
                 if error is not None:
-                    log.warning("experience stream of %r rejected: %s", stream.worker_id, error[1])
-                    self._counters.add("rejected_invalid")
+                    kind = "undecodable" if isinstance(request, Undecodable) else "invalid"
+                    self._counters.add(f"rejected_{kind}")
+                    self._rejections.note(stream.worker_id, kind, error[1])
                     stream.error = error
                     break
         except grpc.RpcError:
             pass  # the call ended (cancelled, too large, server stopping): nothing left to read
-        except Exception:
-            log.exception("experience stream of %r failed", stream.worker_id)
+        except Exception as e:
+            self._rejections.note(stream.worker_id, "internal", f"{type(e).__name__}: {e}")
             stream.error = (grpc.StatusCode.INTERNAL, "the learner failed to read the stream")
         finally:
             stream.grants.put(None)
 
     def _accept(self, request: pb.ExperienceRequest, stream: _Stream) -> tuple[grpc.StatusCode, str] | None:
         """Queue one fragment for the learner, or say why the stream must be aborted."""
+        if isinstance(request, Undecodable):
+            return grpc.StatusCode.INVALID_ARGUMENT, f"undecodable message: {request.error}"
         kind = request.WhichOneof("kind")
         if kind != "fragment":
             return grpc.StatusCode.INVALID_ARGUMENT, f"expected a Fragment, got {kind or 'nothing'}"
