@@ -35,6 +35,11 @@ METRIC_FIELDS = (
 
 # Reported by the ES master only: logical agents whose results arrived, and the result ledger.
 ES_METRICS = ("agents_reporting", "results_accepted", "results_rejected")
+# Passed through when the learner reports them: what it dropped or refused, and why.
+EXTRA_METRICS = (
+    "dropped_fragments", "connected_actors", "rejected_fragments", "skipped_updates",
+    "wire_rejections", *ES_METRICS,
+)  # fmt: skip
 
 
 class ExperimentError(RuntimeError):
@@ -138,7 +143,7 @@ def status(exp_dir: Path) -> dict[str, Any]:
     }
     for key in METRIC_FIELDS:
         out[key] = metrics.get(key)
-    for key in ("dropped_fragments", "connected_actors", "restored_from_checkpoint", *ES_METRICS):
+    for key in EXTRA_METRICS:
         if key in metrics:
             out[key] = metrics[key]
     out["components"] = [

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from surreal.orchestrator.experiments import ES_METRICS, METRIC_FIELDS
+from surreal.orchestrator.experiments import EXTRA_METRICS, METRIC_FIELDS
 from surreal.orchestrator.kube_errors import KubeError
 
 ROLE_ORDER = ("learner", "actor", "evaluator", "tensorboard")
@@ -118,7 +118,7 @@ def status(
     }
     for key in METRIC_FIELDS:
         out[key] = metrics.get(key)
-    for key in ("dropped_fragments", "connected_actors", *ES_METRICS):
+    for key in EXTRA_METRICS:
         if key in metrics:
             out[key] = metrics[key]
     out["learner_status"] = learner_problem or "ok"

@@ -7,10 +7,15 @@ and the rare episode-end bookkeeping kept out of the common case.
 from __future__ import annotations
 
 import difflib
+import logging
 from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
+
+from surreal.protocol.ratelimit import RejectionLog
+
+log = logging.getLogger(__name__)
 
 
 def check_env_id(env_id: str) -> None:
@@ -84,6 +89,11 @@ class EnvBatch:
 
     Box actions are clipped to the action bounds here, so callers keep the unclipped samples
     (whose log-probabilities the policy computed).
+
+    An environment whose step returns a non-finite observation or reward (a MuJoCo simulation gone
+    unstable does) ends its episode there, as terminated with reward 0, and is reset: NaN never
+    leaves the batch, and one broken episode does not spoil its neighbours' experience.
+    `broken_episodes` counts them; they are logged at a bounded rate.
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int) -> None:
@@ -94,6 +104,9 @@ class EnvBatch:
         self.spaces = env_spaces(self.envs[0])
         self._ep_return = np.zeros(num_envs, np.float64)
         self._ep_length = np.zeros(num_envs, np.int64)
+        self.broken_episodes = 0
+        self._broken_log = RejectionLog(log, "environment step", interval=60.0)
+        self._env_id = env_id
 
     def reset(self) -> np.ndarray:
         """Reset every env and the episode trackers; return observations [N, D] float32."""
@@ -124,11 +137,27 @@ class EnvBatch:
                 ended.append(i)
                 terminated[i] = term
                 truncated[i] = trunc and not term
+        if not (np.isfinite(obs).all() and np.isfinite(rewards).all()):
+            ended = self._end_broken(obs, rewards, terminated, truncated, ended)
         self._ep_return += rewards
         self._ep_length += 1
         if not ended:
             return StepResult(obs, rewards, terminated, truncated, [], [], [], [])
         return self._end_episodes(ended, obs, rewards, terminated, truncated)
+
+    def _end_broken(
+        self, obs: np.ndarray, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        ended: list[int],
+    ) -> list[int]:  # fmt: skip
+        broken = np.flatnonzero(~(np.isfinite(obs).all(axis=1) & np.isfinite(rewards)))
+        rewards[broken] = 0.0
+        terminated[broken], truncated[broken] = True, False
+        self.broken_episodes += len(broken)
+        for i in broken.tolist():
+            self._broken_log.note(self._env_id, "non_finite", f"environment {i} returned a non-finite "
+                                  "observation or reward; its episode ends there (terminated, "
+                                  "reward 0) and it is reset")  # fmt: skip
+        return sorted(set(ended) | set(broken.tolist()))
 
     def _end_episodes(
         self,

@@ -7,6 +7,7 @@ the concatenated data no matter how it was split.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,13 @@ def batch_moments(x: np.ndarray) -> Moments:
     x = np.asarray(x, np.float64)
     mean = x.mean(axis=0)
     return Moments(float(x.shape[0]), mean, ((x - mean) ** 2).sum(axis=0))
+
+
+def valid_moments(m: Moments) -> bool:
+    """Moments some real sample could have: finite, count > 0 and m2 >= 0 (or all empty)."""
+    if not (math.isfinite(m.count) and m.count >= 0):
+        return False
+    return bool(np.isfinite(m.mean).all() and np.isfinite(m.m2).all() and (m.m2 >= 0).all())
 
 
 def merge_moments(a: Moments, b: Moments) -> Moments:
@@ -76,9 +84,20 @@ class RunningMeanStd:
         """Merge the batch `x` (samples along axis 0)."""
         self.merge(batch_moments(x))
 
-    def merge(self, other: Moments) -> None:
-        if other.count > 0:
-            self.moments = merge_moments(self.moments, other)
+    def merge(self, other: Moments) -> bool:
+        """Merge `other` unless it, or the result, is not a valid sample's moments (a negative or
+        non-finite count, mean or m2): the statistics stay finite whatever arrives. True if merged
+        (or empty)."""
+        if other.count == 0:
+            return True
+        if not valid_moments(other):
+            return False
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is caught just below
+            merged = merge_moments(self.moments, other)
+        if not valid_moments(merged):
+            return False
+        self.moments = merged
+        return True
 
     def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
         """The moments as float64 arrays `<prefix>_count` [1], `_mean`, `_m2` for the wire."""

@@ -26,6 +26,16 @@ from surreal.protocol.types import EvalReport, Fragment, Params
 log = logging.getLogger(__name__)
 
 
+# What the learner's server refused before any fragment reached the core (status "wire_rejections").
+WIRE_REJECTIONS = (
+    ("unauthenticated", "rejected_auth"),  # calls without the experiment's token
+    ("undecodable", "rejected_undecodable"),  # bytes that are not a valid message
+    ("invalid_stream", "rejected_invalid"),  # streams aborted: bad tensors or protocol misuse
+    ("too_many_streams", "rejected_streams"),  # streams beyond the server's capacity
+    ("bad_eval", "rejected_evals"),  # eval reports with non-finite or impossible numbers
+)
+
+
 class LearnerCore(Protocol):
     final_evaluated: bool
 
@@ -136,8 +146,10 @@ class ServingLoop:
 
     def write_status(self) -> None:
         self._status_at = time.monotonic()
-        connected = self.server.stats.get("connected_streams", 0)
-        self.snapshot["status"] = status = self.core.status(connected)
+        stats = self.server.stats
+        status = self.core.status(stats.get("connected_streams", 0))
+        status["wire_rejections"] = {name: stats.get(counter, 0) for name, counter in WIRE_REJECTIONS}
+        self.snapshot["status"] = status
         write_json(self.status_path, status)
 
 

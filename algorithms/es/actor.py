@@ -3,14 +3,17 @@
 Each logical agent owns two environments and evaluates the antithetic pairs the current version
 hands it (theta + sigma eps on one, theta - sigma eps on the other, both from the same start
 state), one pair after another. All agents' environments are stepped together and their policies
-run in one batched call. Finished pairs and the moments of the observations seen go up the
-experience stream every `flush_interval` seconds. Workers are stateless: a restarted worker, or
-one whose master restarted, simply fetches the parameters again.
+run in one batched call. Finished pairs and the moments of the observations seen in their episodes
+go up the experience stream every `flush_interval` seconds. A pair during which an environment
+returned a non-finite observation or reward (an unstable simulation) is dropped here, counted and
+logged at a bounded rate. Workers are stateless: a restarted worker, or one whose master
+restarted, simply fetches the parameters again.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import numpy as np
@@ -25,6 +28,7 @@ from surreal.algorithms.es.networks import BatchPolicy, PolicySpec
 from surreal.algorithms.es.noise import env_seed, pair_seed, perturbation
 from surreal.algorithms.es.results import pack_batch
 from surreal.protocol.client import ExperienceStream, LearnerClient
+from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Params
 
 log = logging.getLogger(__name__)
@@ -62,8 +66,13 @@ class ESWorker:
         self.version, self._nonce, self._pairs, self._theta = -1, 0, 0, np.zeros(0, np.float32)
         self._norm: ObsNormalizer | None = None
         self._rows: list[tuple[int, int, int, int, float, float, int, int]] = []
+        # Per environment: sums of the raw observations of its running episode (norm_obs), folded
+        # into the batch's moments when its pair finishes, so that they describe exactly the rows.
+        self._ep_sum, self._ep_sq = np.zeros((2 * n, d)), np.zeros((2 * n, d))
         self._obs_n, self._obs_sum, self._obs_sq = 0, np.zeros(d), np.zeros(d)
         self.env_steps = 0  # steps taken by this worker (all versions)
+        self.broken_pairs = 0  # pairs dropped for a non-finite observation or reward
+        self._broken_log = RejectionLog(log, "pair", interval=60.0)
 
     def set_params(self, params: Params) -> None:
         """Switch to a new version: idle agents start its pairs; running pairs finish first."""
@@ -100,28 +109,34 @@ class ESWorker:
         self.policy.set(2 * a + 1, self._theta - delta)
         for i in (2 * a, 2 * a + 1):
             self._obs[i] = np.ravel(self.envs[i].reset(seed=env_seed(seed))[0])
-        self._active[2 * a : 2 * a + 2] = True
-        self._ret[2 * a : 2 * a + 2] = 0.0
-        self._len[2 * a : 2 * a + 2] = 0
+        pair_slots = slice(2 * a, 2 * a + 2)
+        self._active[pair_slots] = True
+        self._ret[pair_slots] = 0.0
+        self._len[pair_slots] = 0
+        self._ep_sum[pair_slots] = 0.0
+        self._ep_sq[pair_slots] = 0.0
         self._tasks[a] = (self.version, pair, seed)
 
     def step(self) -> None:
         """One env step of every running episode, all policies in one batched call."""
         rows = np.flatnonzero(self._active)
         obs = self._obs[rows]
-        if self.cfg.norm_obs:
-            self._obs_n += len(rows)
-            self._obs_sum += obs.sum(axis=0)
-            self._obs_sq += np.square(obs, dtype=np.float64).sum(axis=0)
+        if self.cfg.norm_obs:  # rows are distinct, so the fancy-indexed += adds each once
+            self._ep_sum[rows] += obs
+            self._ep_sq[rows] += np.square(obs, dtype=np.float64)
         x = self._norm(obs) if self._norm is not None else obs
         actions = self.policy.act(x, rows if len(rows) < len(self._active) else None)
         acts = actions.tolist() if self.spec.discrete else actions
         for k, i in enumerate(rows.tolist()):
+            if not self._active[i]:  # its partner broke earlier in this step
+                continue
             o, r, terminated, truncated, _ = self.envs[i].step(acts[k])
             self._obs[i] = np.ravel(o)
             self._ret[i] += r
             self._len[i] += 1
-            if terminated or truncated:
+            if not (np.isfinite(self._obs[i]).all() and math.isfinite(float(r))):
+                self._drop_broken(i // 2)
+            elif terminated or truncated:
                 self._active[i] = False
                 if not self._active[i ^ 1]:  # both episodes of the pair are over
                     self._finish(i // 2)
@@ -134,8 +149,21 @@ class ESWorker:
         p, m = 2 * a, 2 * a + 1
         self._rows.append((self.ids[a], pair, seed, version, float(self._ret[p]), float(self._ret[m]),
                            int(self._len[p]), int(self._len[m])))  # fmt: skip
+        if self.cfg.norm_obs:
+            self._obs_n += int(self._len[p] + self._len[m])
+            self._obs_sum += self._ep_sum[p] + self._ep_sum[m]
+            self._obs_sq += self._ep_sq[p] + self._ep_sq[m]
         self._tasks[a] = None
         self._startable = True
+
+    def _drop_broken(self, a: int) -> None:
+        """End agent `a`'s pair without a result: one of its environments went non-finite."""
+        self._active[2 * a : 2 * a + 2] = False
+        self._tasks[a] = None
+        self._startable = True
+        self.broken_pairs += 1
+        self._broken_log.note(f"agent {self.ids[a]}", "non_finite", "an environment returned a "
+                              "non-finite observation or reward; the pair is dropped")  # fmt: skip
 
     def take_batch(self) -> dict[str, np.ndarray] | None:
         """The finished pairs and observation moments since the last batch (None if no pair)."""

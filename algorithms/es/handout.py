@@ -20,7 +20,8 @@ REJECT_REASONS = (
     "unknown_seed",  # a seed never handed to that agent at that index
     "duplicate",  # the same (version, agent, pair) came back before
     "nan",  # a return that is NaN or infinite
-    "invalid",  # a batch whose tensors do not fit together
+    "invalid",  # a batch whose tensors do not fit together (every row is counted)
+    "bad_moments",  # a batch whose observation moments are impossible (every row is counted)
 )
 
 

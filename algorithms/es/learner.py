@@ -36,7 +36,7 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
     spaces = spaces_for(ctx.env_id)
     master = ESMaster(cfg, spaces, ctx.total_steps, ctx.num_agents, seed=ctx.seed, exp_dir=ctx.exp_dir)
     loop = ServingLoop(
-        master, ctx, take=lambda fragment: master.add_results(fragment.tensors),  # late ones too
+        master, ctx, take=lambda fragment: master.add_results(fragment.tensors, fragment.worker_id),
         experience_schema=results_schema(spaces.obs_dim),
         credits_per_stream=cfg.credits_per_worker, max_workers=max_streams(ctx.num_agents) + UNARY_THREADS,
     )  # fmt: skip

@@ -27,6 +27,7 @@ from surreal.algorithms.es.maths import adam_step, ascent_direction
 from surreal.algorithms.es.networks import PolicySpec, init_params
 from surreal.algorithms.es.noise import perturbations
 from surreal.algorithms.es.results import batch_obs_moments, check_batch
+from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Params
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class Counters:
     updates: int = 0  # ES updates done
     episodes: int = 0  # episodes of accepted results (two per pair)
     results_accepted: int = 0  # pairs accepted
+    skipped_updates: int = 0  # updates whose result was not finite (parameters and Adam state kept)
     elapsed_seconds: float = 0.0  # wall time of earlier runs of this master (before a restart)
 
 
@@ -70,6 +72,7 @@ class ESMaster(LearnerProgress):
         self.train_returns: deque[float] = deque(maxlen=200)
         self._init_progress()
         self._pool: list[tuple[int, int, float, float]] = []  # (seed, version, fitness+, fitness-)
+        self._rejections = RejectionLog(log, "result")  # bounded-rate log of rejected results
         self._ckpt_dir = exp_dir / "checkpoints" if exp_dir else None
         self._tb = Scalars(exp_dir / "tb") if exp_dir else None
         if self._ckpt_dir is not None:
@@ -105,17 +108,17 @@ class ESMaster(LearnerProgress):
 
     # --- results ---
 
-    def add_results(self, tensors: dict[str, np.ndarray]) -> int:
+    def add_results(self, tensors: dict[str, np.ndarray], worker_id: str = "worker") -> int:
         """Check every result of one batch; pool the accepted ones. Returns how many."""
         c, t = self.counters, tensors
-        problem = check_batch(t)
+        problem = check_batch(t, self.cfg.norm_obs)
         if problem is not None:
-            self.handout.reject("invalid", max(1, len(t["agent_id"])))
-            log.warning("dropping a result batch: %s", problem)
+            why, detail = problem
+            self.handout.reject(why, max(1, len(t["agent_id"])))
+            self._rejections.note(worker_id, why, detail)
             return 0
-        moments = batch_obs_moments(t)
-        if moments is not None and self.cfg.norm_obs:  # real states, whatever their results' fate
-            self.obs_rms.merge(moments)
+        if self.cfg.norm_obs:  # real states, whatever their results' fate
+            self.obs_rms.merge(batch_obs_moments(t))
         if self.done:
             return 0
         accepted = 0
@@ -132,6 +135,8 @@ class ESMaster(LearnerProgress):
                 c.episodes += 2
                 c.results_accepted += 1
                 accepted += 1
+            elif reason == "nan":
+                self._rejections.note(worker_id, reason, "a non-finite return")
             elif reason == "stale" or (reason == "unknown_version" and version < c.version):
                 # Real evaluations that came too late (or outlived a master restart): the step
                 # budget counts what the environments did, as PPO's does for dropped fragments.
@@ -150,10 +155,15 @@ class ESMaster(LearnerProgress):
         fitness = np.array([(p[2], p[3]) for p in pool], np.float64)
         noise = perturbations(seeds, self.spec.num_params)
         g = ascent_direction(fitness, noise, cfg.sigma, cfg.top_fraction)
-        self.theta, self._adam_m, self._adam_v = adam_step(
+        stepped = adam_step(
             self.theta, -g + cfg.weight_decay * self.theta, self._adam_m, self._adam_v,
             c.updates + 1, cfg.learning_rate, cfg.adam_beta1, cfg.adam_beta2,
         )  # fmt: skip
+        if not all(np.isfinite(a).all() for a in stepped):  # ranks keep it finite; make sure
+            c.skipped_updates += 1
+            self._rejections.note("master", "non_finite_update", "the update was not finite; skipped")
+            return {}
+        self.theta, self._adam_m, self._adam_v = stepped
         c.updates += 1
         self.new_version()
         stats = {
@@ -183,6 +193,7 @@ class ESMaster(LearnerProgress):
             "results_accepted": c.results_accepted,
             "results_rejected": rejected,
             "env_steps_rejected": c.env_steps_rejected,
+            "skipped_updates": c.skipped_updates,
             "pairs_per_update": self.pairs_per_update,
             "pairs_per_agent": self.handout.pairs_per_agent,
         }
@@ -198,6 +209,7 @@ class ESMaster(LearnerProgress):
         if self.train_returns:
             progress["episode_return"] = float(np.mean(list(self.train_returns)[-50:]))
         self._tb.add("progress", progress, c.env_steps)
+        self._tb.add("results_rejected", dict(self.handout.rejected), c.env_steps)
 
     def save(self) -> None:
         """Checkpoint parameters, Adam state, normalization, counters and ledger totals."""
@@ -228,7 +240,8 @@ class ESMaster(LearnerProgress):
         self.theta, self._adam_m, self._adam_v = arrays["theta"], arrays["adam_m"], arrays["adam_v"]
         self.agents = set(arrays["agents"].tolist())
         self.obs_rms.moments = RunningMeanStd.moments_from_arrays(arrays, "obs")
-        self.counters = Counters(**state["counters"])
+        known = {f.name for f in dataclasses.fields(Counters)}  # a field added since is defaulted
+        self.counters = Counters(**{k: v for k, v in state["counters"].items() if k in known})
         self.handout.rejected.update(state["rejected"])
         self.train_returns.extend(state["train_returns"])
         self.eval_return, self.best_eval_return = state["eval"]
@@ -239,5 +252,6 @@ class ESMaster(LearnerProgress):
         log.info("resumed from checkpoint: %s", self.counters)
 
     def close(self) -> None:
+        self._rejections.flush(force=True)
         if self._tb is not None:
             self._tb.close()

@@ -1,12 +1,13 @@
 """What an ES worker sends up the experience stream: a batch of evaluated pairs and the moments
-of the observations it saw. Every row names its agent, pair index, seed and policy version, so
-the master can check each result on its own."""
+of the observations seen in exactly those pairs' episodes (so their count is the sum of the rows'
+lengths). Every row names its agent, pair index, seed and policy version, so the master can check
+each result on its own; a batch that does not fit together is rejected whole."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from surreal.algorithms.common.normalization import Moments, RunningMeanStd
+from surreal.algorithms.common.normalization import Moments, RunningMeanStd, valid_moments
 from surreal.protocol.codec import TensorSpec
 
 RESULT_KEYS = ("agent_id", "pair", "seed", "version", "returns", "lengths")
@@ -27,24 +28,28 @@ def results_schema(obs_dim: int) -> dict[str, TensorSpec]:
     }
 
 
-def check_batch(t: dict[str, np.ndarray]) -> str | None:
-    """Why the tensors of a batch do not fit together, or None. (Dtypes and ranks are checked
-    by the protocol against the schema; per-row checks are the master's.)"""
+def check_batch(t: dict[str, np.ndarray], norm_obs: bool) -> tuple[str, str] | None:
+    """(reason, detail) if the tensors of a batch do not fit together, else None. Dtypes and
+    ranks are checked by the protocol against the schema; per-row checks (versions, seeds, NaN
+    returns) are the master's. `norm_obs`: whether workers measure observations at all."""
     rows = len(t["agent_id"])
     for name in RESULT_KEYS[1:]:
         if len(t[name]) != rows:
-            return f"{name} has {len(t[name])} rows, agent_id {rows}"
+            return "invalid", f"{name} has {len(t[name])} rows, agent_id {rows}"
     if rows and (t["lengths"].min() < 1 or t["agent_id"].min() < 0 or t["pair"].min() < 0):
-        return "lengths must be >= 1, agent_id and pair >= 0"
+        return "invalid", "lengths must be >= 1, agent_id and pair >= 0"
+    m = RunningMeanStd.moments_from_arrays(t, "obs")
+    expected = float(t["lengths"].sum()) if norm_obs else 0.0
+    if m.count != expected:
+        return "bad_moments", f"obs_count is {m.count:g}, the rows' lengths sum to {expected:g}"
+    if not valid_moments(m):
+        return "bad_moments", "observation moments are not finite, or m2 is negative"
     return None
 
 
-def batch_obs_moments(t: dict[str, np.ndarray]) -> Moments | None:
-    """The batch's observation moments, or None when absent or not finite."""
-    m = RunningMeanStd.moments_from_arrays(t, "obs")
-    if m.count <= 0 or not (np.isfinite(m.mean).all() and np.isfinite(m.m2).all()):
-        return None
-    return m
+def batch_obs_moments(t: dict[str, np.ndarray]) -> Moments:
+    """The batch's observation moments (of a batch that passed check_batch)."""
+    return RunningMeanStd.moments_from_arrays(t, "obs")
 
 
 def pack_batch(rows: list[tuple[int, int, int, int, float, float, int, int]],

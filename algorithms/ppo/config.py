@@ -39,6 +39,10 @@ class PPOConfig:
     obs_clip: float = 10.0  # clip normalized observations to [-obs_clip, obs_clip]
     reward_clip: float = 10.0  # clip scaled rewards to [-reward_clip, reward_clip]
 
+    # --- trust (what the learner accepts from actors; see fragment.py) ---
+    max_abs_reward: float = 1e6  # a fragment with a larger raw reward is rejected as corrupt (a
+    #   broken or unstable environment); raise it for environments whose rewards are this large
+
     # --- networks (separate policy and value MLPs) ---
     hidden_sizes: tuple[int, ...] = (64, 64)  # hidden layer widths of both MLPs
     activation: str = "tanh"  # "tanh" or "relu"
@@ -74,7 +78,7 @@ class PPOConfig:
         _check(self.clip_coef > 0, "clip_coef", "must be > 0", self.clip_coef)
         for name in ("ent_coef", "vf_coef"):
             _check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
-        for name in ("max_grad_norm", "obs_clip", "reward_clip", "final_eval_timeout"):
+        for name in ("max_grad_norm", "obs_clip", "reward_clip", "final_eval_timeout", "max_abs_reward"):
             _check(getattr(self, name) > 0, name, "must be > 0", getattr(self, name))
         if self.target_kl is not None:
             _check(self.target_kl > 0, "target_kl", "must be > 0 or None", self.target_kl)

@@ -1,11 +1,15 @@
-"""The fragment an actor sends: its tensors (checked by the protocol against the schema) and
-the consistency between them (checked by the learner)."""
+"""The fragment an actor sends: its tensors (checked by the protocol against the schema), and
+what the learner checks before it trusts one: that the tensors fit together and that every value
+is one an honest actor could have sent. A fragment that fails is rejected whole."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.ppo.config import PPOConfig
 from surreal.protocol.codec import TensorSpec
 
 
@@ -33,9 +37,54 @@ def experience_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
     }
 
 
-def check_fragment(t: dict[str, np.ndarray]) -> str | None:
-    """Why the tensors of a fragment do not fit together, or None. (Each tensor's dtype and rank
-    is checked by the protocol against the experience schema.)"""
+# Why the learner rejects a whole fragment (counted per reason in status and TensorBoard).
+REJECT_REASONS = (
+    "malformed",  # tensors whose shapes do not fit together
+    "non_finite",  # NaN or infinity in any float tensor
+    "bad_action",  # a discrete action outside [0, n)
+    "out_of_range",  # a reward beyond max_abs_reward, a normalized observation beyond obs_clip,
+    #   an episode length < 1 or a return its length cannot produce
+    "bad_moments",  # normalization moments with the wrong count, negative m2, or impossible values
+    "non_finite_targets",  # values, advantages or returns the learner computed are not finite
+)
+
+_FLOAT_TENSORS = ("obs", "logprobs", "rewards", "trunc_obs", "obs_count", "obs_mean", "obs_m2",
+                  "ret_count", "ret_mean", "ret_m2", "episode_returns")  # fmt: skip
+
+
+class Rejection(NamedTuple):
+    reason: str  # one of REJECT_REASONS
+    detail: str  # for the log
+
+
+def check_fragment(t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: PPOConfig) -> Rejection | None:
+    """Why the learner must not train on a fragment, or None. The protocol has checked each
+    tensor's dtype and rank against the experience schema; this checks that they fit together and
+    that every value is one an honest actor with this config could have sent."""
+    problem = _shape_problem(t)
+    if problem is not None:
+        return Rejection("malformed", problem)
+    floats = [*_FLOAT_TENSORS, *(() if spaces.discrete else ("actions",))]
+    for name in floats:
+        if not np.isfinite(t[name]).all():
+            return Rejection("non_finite", f"{name} has {np.size(t[name]) - np.isfinite(t[name]).sum()} "
+                             "NaN or infinite values")  # fmt: skip
+    if (
+        spaces.discrete
+        and t["actions"].size
+        and not (0 <= t["actions"].min() and t["actions"].max() < spaces.action_dim)
+    ):
+        return Rejection("bad_action", f"actions outside [0, {spaces.action_dim})")
+    problem = _range_problem(t, cfg)
+    if problem is not None:
+        return Rejection("out_of_range", problem)
+    problem = _moments_problem(t, cfg)
+    if problem is not None:
+        return Rejection("bad_moments", problem)
+    return None
+
+
+def _shape_problem(t: dict[str, np.ndarray]) -> str | None:
     steps, envs = t["rewards"].shape
     if steps < 1 or envs < 1:
         return f"empty fragment {t['rewards'].shape}"
@@ -51,4 +100,43 @@ def check_fragment(t: dict[str, np.ndarray]) -> str | None:
         return "trunc_index out of range"
     if not t["truncated"][idx[:, 0], idx[:, 1]].all() or len(idx) != t["truncated"].sum():
         return "trunc_index does not list exactly the truncated steps"
+    if (t["terminated"] & t["truncated"]).any():
+        return "a step both terminated and truncated"
+    return None
+
+
+def _range_problem(t: dict[str, np.ndarray], cfg: PPOConfig) -> str | None:
+    limit = cfg.max_abs_reward
+    if t["rewards"].size and np.abs(t["rewards"]).max() > limit:
+        return f"a reward of {np.abs(t['rewards']).max():.3g} (max_abs_reward is {limit:g})"
+    if cfg.norm_obs:  # actors send observations normalized and clipped to obs_clip
+        bound = cfg.obs_clip * (1 + 1e-6)
+        for name in ("obs", "trunc_obs"):
+            if t[name].size and np.abs(t[name]).max() > bound:
+                return f"normalized {name} beyond obs_clip={cfg.obs_clip:g}"
+    lengths = t["episode_lengths"]
+    if len(lengths) and (lengths.min() < 1 or (np.abs(t["episode_returns"]) > limit * lengths).any()):
+        return "an episode length < 1, or a return beyond max_abs_reward x its length"
+    return None
+
+
+def _moments_problem(t: dict[str, np.ndarray], cfg: PPOConfig) -> str | None:
+    """Actors send the moments of what they saw in the fragment: exactly T x N samples of each
+    statistic in use, none of one that is not. Running discounted returns are bounded by
+    max_abs_reward / (1 - gamma), and so are their mean and std."""
+    samples = float(t["rewards"].size)
+    for prefix, used in (("obs", cfg.norm_obs), ("ret", cfg.norm_reward)):
+        count = t[f"{prefix}_count"][0]
+        if count != (samples if used else 0.0):
+            return f"{prefix}_count is {count:g}, expected {samples if used else 0:g}"
+        if (t[f"{prefix}_m2"] < 0).any():
+            return f"{prefix}_m2 is negative"
+    if cfg.norm_reward and cfg.gamma < 1:
+        bound = cfg.max_abs_reward / (1 - cfg.gamma)
+        mean, var = abs(t["ret_mean"][0]), t["ret_m2"][0] / samples
+        if mean > bound or var > bound**2:
+            return (
+                f"discounted-return moments (mean {mean:.3g}, var {var:.3g}) beyond what rewards "
+                f"within max_abs_reward can produce"
+            )
     return None

@@ -6,6 +6,7 @@ add_fragment() until ready(), update(), params(). `run_learner` serves it over t
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections import deque
@@ -24,9 +25,10 @@ from surreal.algorithms.common.serving import ServingLoop
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.evaluator import deterministic_policy
-from surreal.algorithms.ppo.fragment import check_fragment, experience_schema
+from surreal.algorithms.ppo.fragment import REJECT_REASONS, check_fragment, experience_schema
 from surreal.algorithms.ppo.loss import compute_gae, ppo_loss
 from surreal.algorithms.ppo.networks import ActorCritic
+from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Fragment, Params
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,9 @@ class Counters:
     updates: int = 0  # PPO updates done
     episodes: int = 0  # training episodes finished
     dropped_fragments: int = 0  # fragments more than max_policy_lag versions old (or from the future)
-    invalid_fragments: int = 0  # fragments whose tensors did not fit together
+    # fragments rejected whole, by reason (fragment.REJECT_REASONS); their steps do not count
+    rejected: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
+    skipped_updates: int = 0  # updates abandoned for a non-finite loss or gradient (weights kept)
     elapsed_seconds: float = 0.0  # wall time of earlier runs of this learner (before a restart)
 
 
@@ -70,8 +74,11 @@ class PPOLearner(LearnerProgress):
         self.counters = Counters()
         self.train_returns: deque[float] = deque(maxlen=100)
         self._init_progress()
-        self._batch: list[tuple[dict[str, np.ndarray], int]] = []  # (tensors, policy lag)
+        self._batch: list[tuple[dict[str, np.ndarray], int, str]] = []  # (tensors, policy lag, worker)
         self._batch_steps = 0
+        # Whatever workers send, the log gets one line per interval about it (protocol/ratelimit.py).
+        self._rejections = RejectionLog(log, "fragment")
+        self._skips = RejectionLog(log, "update")
         self._ckpt_dir = exp_dir / "checkpoints" if exp_dir else None
         self._tb = Scalars(exp_dir / "tb") if exp_dir else None
         if self._ckpt_dir is not None:
@@ -106,10 +113,9 @@ class PPOLearner(LearnerProgress):
         t, c = fragment.tensors, self.counters
         if self.done:
             return False
-        problem = check_fragment(t)
-        if problem is not None:
-            c.invalid_fragments += 1
-            log.warning("dropping fragment from %s: %s", fragment.worker_id, problem)
+        rejection = check_fragment(t, self.spaces, self.cfg)
+        if rejection is not None:
+            self._reject(fragment.worker_id, *rejection)
             return False
         steps = t["rewards"].size
         c.env_steps += steps
@@ -123,28 +129,41 @@ class PPOLearner(LearnerProgress):
         if not 0 <= lag <= self.cfg.max_policy_lag:  # < 0: a version this learner never had
             c.dropped_fragments += 1
             return False
-        self._batch.append((t, lag))
+        self._batch.append((t, lag, fragment.worker_id))
         self._batch_steps += steps
         return True
+
+    def _reject(self, worker_id: str, reason: str, detail: str) -> None:
+        self.counters.rejected[reason] = self.counters.rejected.get(reason, 0) + 1
+        self._rejections.note(worker_id, reason, detail)
 
     # --- update ---
 
     def update(self) -> dict[str, float]:
-        """One PPO update on the buffered fragments; bumps the version."""
+        """One PPO update on the buffered fragments; bumps the version. Returns {} (and keeps the
+        weights, optimizer state and version) if no fragment was usable or the loss or a gradient
+        was not finite."""
         cfg, c = self.cfg, self.counters
         batch, self._batch, self._batch_steps = self._batch, [], 0
-        data = self._prepare([t for t, _ in batch])
+        data, lags = self._prepare(batch)
+        if data is None:
+            return {}
         frac = 1.0 - (c.env_steps - len(data["obs"])) / self.total_steps
         lr = cfg.learning_rate * min(max(frac, 0.0), 1.0) if cfg.anneal_lr else cfg.learning_rate
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         stats = self._optimize(data)
+        if stats is None:
+            c.skipped_updates += 1
+            self._skips.note("learner", "non_finite_loss", "a non-finite loss or gradient; the "
+                             "update was skipped and the weights kept")  # fmt: skip
+            return {}
         c.updates += 1
         c.version += 1
         stats.update(
             learning_rate=lr,
             batch_steps=float(len(data["obs"])),
-            policy_lag=float(np.mean([lag for _, lag in batch])),
+            policy_lag=float(np.mean(lags)),
             explained_variance=_explained_variance(data["values"], data["returns"]),
         )
         self._log_update(stats)
@@ -152,23 +171,37 @@ class PPOLearner(LearnerProgress):
             self.save()
         return stats
 
-    def _prepare(self, frags: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
-        """Values of every observation in one forward pass, then GAE per fragment, flattened."""
+    def _prepare(
+        self, batch: list[tuple[dict[str, np.ndarray], int, str]]
+    ) -> tuple[dict[str, torch.Tensor] | None, list[int]]:
+        """Values of every observation in one forward pass, then GAE per fragment, flattened; and
+        the policy lags of the fragments used. A fragment whose values, advantages or returns are
+        not finite (finite inputs can still overflow) is rejected; None if none is left."""
         d = self.spaces.obs_dim
+        frags = [t for t, _, _ in batch]
         rows = [f["obs"].reshape(-1, d) for f in frags] + [f["trunc_obs"] for f in frags]
         with torch.no_grad():
             values = self.net.value(torch.from_numpy(np.concatenate(rows))).numpy()
         parts = np.split(values, np.cumsum([len(r) for r in rows])[:-1])
         obs_values, trunc_values = parts[: len(frags)], parts[len(frags) :]
         out: dict[str, list[np.ndarray]] = {k: [] for k in BATCH_KEYS}
-        for f, v, tv in zip(frags, obs_values, trunc_values, strict=True):
+        lags: list[int] = []
+        for (f, lag, worker), v, tv in zip(batch, obs_values, trunc_values, strict=True):
             t_len, n = f["rewards"].shape
             v = v.reshape(t_len + 1, n)
-            adv, ret = self._advantages(f, v, tv)
+            with np.errstate(over="ignore", invalid="ignore"):  # caught just below
+                adv, ret = self._advantages(f, v, tv)
+            if not (np.isfinite(v).all() and np.isfinite(tv).all() and np.isfinite(adv).all()
+                    and np.isfinite(ret).all()):  # fmt: skip
+                self._reject(worker, "non_finite_targets", "values, advantages or returns overflowed")
+                continue
+            lags.append(lag)
             for key, arr in zip(BATCH_KEYS, (f["obs"][:t_len], f["actions"], f["logprobs"],
                                              adv, ret, v[:t_len]), strict=True):  # fmt: skip
                 out[key].append(arr.reshape(t_len * n, *arr.shape[2:]))
-        return {k: torch.from_numpy(np.concatenate(v)) for k, v in out.items()}
+        if not lags:
+            return None, lags
+        return {k: torch.from_numpy(np.concatenate(v)) for k, v in out.items()}, lags
 
     def _advantages(
         self, f: dict[str, np.ndarray], values: np.ndarray, trunc_obs_values: np.ndarray
@@ -187,13 +220,15 @@ class PPOLearner(LearnerProgress):
             trunc_values, cfg.gamma, cfg.gae_lambda,
         )  # fmt: skip
 
-    def _optimize(self, data: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Clipped PPO epochs over shuffled minibatches. Stats stay tensors until the end."""
+    def _optimize(self, data: dict[str, torch.Tensor]) -> dict[str, float] | None:
+        """Clipped PPO epochs over shuffled minibatches. Stats stay tensors until the end. None if
+        a loss or gradient was not finite: the weights and optimizer state are then as before."""
         cfg, net = self.cfg, self.net
         keys = ("obs", "actions", "logprobs", "advantages", "returns", "values")
         size = len(data["obs"])
         n_minibatches = max(1, round(size / cfg.minibatch_size))
         rows: list[torch.Tensor] = []
+        saved = self._snapshot()
         for _ in range(cfg.epochs):
             epoch_start = len(rows)
             # One gather per tensor per epoch; the minibatches are then contiguous views.
@@ -209,7 +244,10 @@ class PPOLearner(LearnerProgress):
                 )  # fmt: skip
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm, foreach=True)
+                norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm, foreach=True)
+                if not bool(torch.isfinite(loss) & torch.isfinite(norm)):  # one host read per step
+                    self._rollback(saved)
+                    return None
                 self.optimizer.step()
                 rows.append(torch.stack([stats[k] for k in LOSS_STATS]))
             if cfg.target_kl is not None:  # one host read per epoch, not per minibatch
@@ -219,23 +257,46 @@ class PPOLearner(LearnerProgress):
         means = torch.stack(rows).mean(0).tolist()
         return {**dict(zip(LOSS_STATS, means, strict=True)), "grad_steps": float(len(rows))}
 
+    def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        """Copies of the weights and the optimizer state, to undo an update that went non-finite."""
+        return [p.detach().clone() for p in self._params], copy.deepcopy(self.optimizer.state_dict())
+
+    def _rollback(self, saved: tuple[list[torch.Tensor], dict[str, Any]]) -> None:
+        weights, optimizer_state = saved
+        with torch.no_grad():
+            for p, w in zip(self._params, weights, strict=True):
+                p.copy_(w)
+        self.optimizer.load_state_dict(optimizer_state)
+        self.optimizer.zero_grad(set_to_none=True)
+
     # --- evaluation, status, checkpoints ---
 
     def status(self, connected_actors: int = 0) -> dict[str, Any]:
         """The contract's status dict (see status.json)."""
+        c = self.counters
         recent = list(self.train_returns)[-20:]
-        return self.contract_status(recent, self.counters.dropped_fragments, connected_actors)
+        return {
+            **self.contract_status(recent, c.dropped_fragments, connected_actors),
+            "rejected_fragments": dict(c.rejected),
+            "skipped_updates": c.skipped_updates,
+        }
 
     def _log_update(self, stats: dict[str, float]) -> None:
         if self._tb is None:
             return
         step = self.counters.env_steps
         self._tb.add("train", stats, step)
-        progress = {"steps_per_second": self.steps_per_second(), "episodes": self.counters.episodes,
-                    "dropped_fragments": self.counters.dropped_fragments}  # fmt: skip
+        c = self.counters
+        progress = {
+            "steps_per_second": self.steps_per_second(),
+            "episodes": c.episodes,
+            "dropped_fragments": c.dropped_fragments,
+            "skipped_updates": c.skipped_updates,
+        }
         if self.train_returns:
             progress["episode_return"] = float(np.mean(list(self.train_returns)[-20:]))
         self._tb.add("progress", progress, step)
+        self._tb.add("rejected_fragments", c.rejected, step)
 
     def save(self) -> None:
         """Checkpoint model, optimizer, normalization statistics and counters (atomically)."""
@@ -269,7 +330,8 @@ class PPOLearner(LearnerProgress):
         stats = {k: v.numpy() for k, v in state["normalization"].items()}
         self.obs_rms.moments = RunningMeanStd.moments_from_arrays(stats, "obs")
         self.ret_rms.moments = RunningMeanStd.moments_from_arrays(stats, "ret")
-        self.counters = Counters(**state["counters"])
+        known = {f.name for f in dataclasses.fields(Counters)}  # a field added since is defaulted
+        self.counters = Counters(**{k: v for k, v in state["counters"].items() if k in known})
         self.train_returns.extend(state["train_returns"])
         self.eval_return, self.best_eval_return = state["eval"]
         # Versions published after this checkpoint died with the old process, and actors may
@@ -279,6 +341,8 @@ class PPOLearner(LearnerProgress):
         log.info("resumed from checkpoint: %s", self.counters)
 
     def close(self) -> None:
+        self._rejections.flush(force=True)
+        self._skips.flush(force=True)
         if self._tb is not None:
             self._tb.close()
 

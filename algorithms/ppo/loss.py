@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+MAX_LOG_RATIO = 20.0  # |log pi_new(a|s) - log pi_old(a|s)| beyond this is clamped (see ppo_loss)
+
 
 def compute_gae(
     rewards: np.ndarray,
@@ -58,7 +60,9 @@ def ppo_loss(
     value_loss = 0.5 mean((V - R)^2), or with clip_vloss 0.5 mean(max((V - R)^2, (Vc - R)^2))
     where Vc = old_V + clip(V - old_V, -c, c). Stats are detached scalars (no host sync here).
     """
-    logratio = new_logp - old_logp
+    # No sample of an honest actor at most max_policy_lag versions old comes near e^20; the clamp
+    # keeps one with corrupt log-probabilities from making the loss infinite (its gradient is 0).
+    logratio = (new_logp - old_logp).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
     ratio = logratio.exp()
     pg_loss = torch.max(
         -advantages * ratio, -advantages * ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)

@@ -19,6 +19,7 @@ from surreal.cli.common import (
     kube_call,
     kube_launcher,
     kube_options,
+    rejections,
     summary,
     table,
 )
@@ -222,6 +223,8 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
             click.echo(f"{key + ':':<18}{st[key]}")
     for key in exps.METRIC_FIELDS:
         click.echo(f"{key + ':':<18}{fmt(st[key], ',') if isinstance(st[key], int) else fmt(st[key])}")
+    for i, line in enumerate(rejections(st)):
+        click.echo(f"{'rejected:' if i == 0 else '':<18}{line}")
     click.echo("")
     table(["COMPONENT", "ROLE", "STATE", "RESTARTS"],
           [[c["name"], c["role"], c["state"], c["restarts"]] for c in st["components"]])  # fmt: skip

@@ -91,6 +91,20 @@ def summary(m: dict[str, Any]) -> str:
     )
 
 
+def rejections(st: dict[str, Any]) -> list[str]:
+    """What the learner refused, one line per kind that is not all zeros: fragments (PPO) or
+    results (ES) by reason, updates skipped, and calls its server refused."""
+    lines = []
+    for key, what in (("rejected_fragments", "fragments"), ("results_rejected", "results"),
+                      ("wire_rejections", "calls")):  # fmt: skip
+        counts = {k: v for k, v in (st.get(key) or {}).items() if v}
+        if counts:
+            lines.append(f"{what}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())))
+    if st.get("skipped_updates"):
+        lines.append(f"updates skipped (non-finite): {st['skipped_updates']:,}")
+    return lines
+
+
 def table(headers: list[str], rows: list[list[Any]]) -> None:
     cells = [headers, *[[str(c) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]

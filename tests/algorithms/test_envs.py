@@ -102,3 +102,36 @@ def test_env_batch_seeds_are_distinct_and_reproducible():
     b = EnvBatch("CartPole-v1", 3, seed=5).reset()
     np.testing.assert_array_equal(a, b)
     assert len({tuple(row) for row in a}) == 3
+
+
+class Unstable(Countdown):
+    """Countdown whose third step returns NaN (action 0) or an infinite reward (action 1)."""
+
+    def step(self, action):
+        self.t += 1
+        if self.t == 3:
+            bad = np.array([np.nan]) if action == 0 else np.array([3.0])
+            return bad, (3.0 if action == 0 else float("inf")), False, False, {}
+        return np.array([float(self.t)]), 1.0, False, False, {}
+
+
+gym.register("SurrealTestUnstable-v0", entry_point=Unstable, max_episode_steps=10)
+
+
+def test_a_non_finite_step_ends_that_episode_and_never_leaves_the_batch(caplog):
+    batch = EnvBatch("SurrealTestUnstable-v0", 3, seed=0)
+    batch.reset()
+    for _ in range(2):
+        res = batch.step(np.array([0, 1, 0]))
+        assert not res.terminated.any()
+    res = batch.step(np.array([0, 1, 0]))  # every env breaks at its third step
+    assert np.isfinite(res.obs).all() and np.isfinite(res.rewards).all()
+    np.testing.assert_array_equal(res.obs[:, 0], [0.0, 0.0, 0.0])  # reset observations
+    np.testing.assert_array_equal(res.rewards, [0.0, 0.0, 0.0])
+    assert res.terminated.all() and not res.truncated.any() and res.trunc_envs == []
+    assert res.episode_returns == [2.0, 2.0, 2.0] and res.episode_lengths == [3, 3, 3]
+    assert batch.broken_episodes == 3
+    res = batch.step(np.array([0, 0, 0]))  # the batch goes on from the reset
+    np.testing.assert_array_equal(res.obs[:, 0], [1.0, 1.0, 1.0])
+    # Logged once, not once per broken episode.
+    assert sum("non-finite observation or reward" in r.getMessage() for r in caplog.records) == 1

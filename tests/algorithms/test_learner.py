@@ -43,7 +43,7 @@ def test_fragment_matches_the_wire_schema_and_is_consistent():
     for name, spec in schema.items():
         spec.check(name, tensors[name])
     assert tensors["obs"].shape == (17, 2, 3)
-    assert check_fragment(tensors) is None
+    assert check_fragment(tensors, actor.spaces, CFG) is None
 
 
 def test_truncations_are_reported_with_their_final_observation():
@@ -122,7 +122,7 @@ def test_inconsistent_fragment_is_refused():
     tensors = dict(actor.collect())
     tensors["logprobs"] = tensors["logprobs"][:-1]
     assert not learner.add_fragment(Fragment("bad", 0, tensors))
-    assert learner.counters.invalid_fragments == 1 and learner.counters.env_steps == 0
+    assert learner.counters.rejected["malformed"] == 1 and learner.counters.env_steps == 0
 
 
 def test_truncated_steps_bootstrap_from_trunc_obs_in_the_batch():
@@ -139,7 +139,8 @@ def test_truncated_steps_bootstrap_from_trunc_obs_in_the_batch():
         "trunc_index": np.array([[0, 0]]),
         "trunc_obs": np.array([[10, 0, 0]], np.float32),
     }
-    data = learner._prepare([f, f])
+    data, lags = learner._prepare([(f, 0, "a"), (f, 1, "b")])
+    assert data is not None and lags == [0, 1]
     # step 0: 1 + .5*10 = 6 (final obs), step 1: 1 + .5*3 = 2.5 (bootstrap row)
     np.testing.assert_allclose(data["returns"].numpy(), [6.0, 2.5, 6.0, 2.5])
     np.testing.assert_allclose(data["values"].numpy(), [1.0, 2.0, 1.0, 2.0])
@@ -188,7 +189,7 @@ def test_status_has_the_contract_fields():
     assert set(status) == {
         "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
         "best_eval_return", "steps_per_second", "elapsed_seconds", "dropped_fragments",
-        "connected_actors", "done",
+        "connected_actors", "done", "rejected_fragments", "skipped_updates",
     }  # fmt: skip
     assert status["env_steps"] == 32 and status["connected_actors"] == 3
     json.dumps(status)
@@ -213,5 +214,5 @@ def test_actor_runs_discrete_and_continuous(env_id):
     actor = PPOActor(cfg, env_id, num_envs=2, seed=0)
     actor.set_params(learner.params())
     tensors = actor.collect()
-    assert check_fragment(tensors) is None
+    assert check_fragment(tensors, actor.spaces, cfg) is None
     assert tensors["actions"].dtype == (np.int64 if env_id == "CartPole-v1" else np.float32)

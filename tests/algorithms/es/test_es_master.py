@@ -15,7 +15,12 @@ from surreal.algorithms.es.results import pack_batch
 
 CFG = ESConfig(policy="linear", population=2, handout_ratio=1.0, max_staleness=1, checkpoint_every=5)
 SPACES = spaces_for("CartPole-v1")
-NO_OBS = {"obs_count": np.zeros(1), "obs_mean": np.zeros(4), "obs_m2": np.zeros(4)}
+
+
+def batch_of(rows: list[tuple]) -> dict[str, np.ndarray]:
+    """A batch of `rows` with the observation moments a worker would send: one sample per step."""
+    steps = float(sum(r[6] + r[7] for r in rows))
+    return pack_batch(rows, {"obs_count": np.array([steps]), "obs_mean": np.zeros(4), "obs_m2": np.zeros(4)})
 
 
 def make_master(tmp_path=None, **kw) -> ESMaster:
@@ -47,7 +52,7 @@ def test_hand_out_is_in_the_params_and_one_pair_per_agent_here():
 
 def test_a_correct_result_is_accepted_and_counted():
     master = make_master()
-    assert master.add_results(pack_batch([row(master, 0)], NO_OBS)) == 1
+    assert master.add_results(batch_of([row(master, 0)])) == 1
     st = master.status()
     assert st["env_steps"] == 50 and st["results_accepted"] == 1 and st["agents_reporting"] == 1
     assert st["episodes"] == 2 and not rejected(master)
@@ -66,7 +71,7 @@ def test_results_for_unknown_versions_unhanded_seeds_nan_and_duplicates_are_reje
         good,
         good,  # the same result twice
     ]
-    assert master.add_results(pack_batch(batch, NO_OBS)) == 1
+    assert master.add_results(batch_of(batch)) == 1
     assert rejected(master) == {"unknown_version": 1, "unknown_seed": 3, "nan": 2, "duplicate": 1}
     st = master.status()
     assert st["env_steps"] == 50 and st["agents_reporting"] == 1 and st["dropped_fragments"] == 7
@@ -75,7 +80,7 @@ def test_results_for_unknown_versions_unhanded_seeds_nan_and_duplicates_are_reje
 
 def test_an_inconsistent_batch_is_rejected_whole():
     master = make_master()
-    batch = pack_batch([row(master, 0), row(master, 1)], NO_OBS)
+    batch = batch_of([row(master, 0), row(master, 1)])
     batch["lengths"] = batch["lengths"][:1]
     assert master.add_results(batch) == 0
     assert rejected(master) == {"invalid": 2}
@@ -85,19 +90,19 @@ def test_an_update_per_population_bumps_the_version_and_stale_results_are_droppe
     master = make_master()
     theta0 = master.params().weights["theta"].copy()
     v0_results = [row(master, 0), row(master, 1, returns=(1.0, 9.0))]
-    master.add_results(pack_batch(v0_results, NO_OBS))
+    master.add_results(batch_of(v0_results))
     assert master.ready()
     stats = master.update()
     assert stats["pairs"] == 2 and master.params().version == 1
     assert not np.array_equal(master.params().weights["theta"], theta0)
     # One version behind is within max_staleness = 1 (but these were already received).
-    assert master.add_results(pack_batch(v0_results, NO_OBS)) == 0
+    assert master.add_results(batch_of(v0_results)) == 0
     assert rejected(master) == {"duplicate": 2}
-    master.add_results(pack_batch([row(master, 0), row(master, 1)], NO_OBS))
+    master.add_results(batch_of([row(master, 0), row(master, 1)]))
     master.update()  # version 2: version 0 is now two behind
     stale = row(master, 0, version=0, seed=v0_results[0][2])
     steps = master.status()["env_steps"]
-    assert master.add_results(pack_batch([stale], NO_OBS)) == 0
+    assert master.add_results(batch_of([stale])) == 0
     assert rejected(master)["stale"] == 1
     # The environments did those steps: they count in the budget, and as rejected steps.
     assert master.status()["env_steps"] == steps + 50 and master.status()["env_steps_rejected"] == 50
@@ -108,7 +113,7 @@ def test_the_update_follows_the_better_perturbation():
     # Both agents: theta + sigma eps scored higher than theta - sigma eps. The step must have a
     # positive inner product with the better perturbations' direction.
     rows = [row(master, 0, returns=(9.0, 1.0)), row(master, 1, returns=(8.0, 2.0))]
-    master.add_results(pack_batch(rows, NO_OBS))
+    master.add_results(batch_of(rows))
     master.update()
     from surreal.algorithms.es.noise import perturbation
 
@@ -118,8 +123,8 @@ def test_the_update_follows_the_better_perturbation():
 
 def test_observation_moments_from_workers_are_merged_and_shipped():
     master = make_master()
-    obs = np.array([[1.0, 2.0, 3.0, 4.0], [3.0, 2.0, 1.0, 0.0]])
-    moments = {"obs_count": np.array([2.0]), "obs_mean": obs.mean(0),
+    obs = np.array([[1.0, 2.0, 3.0, 4.0], [3.0, 2.0, 1.0, 0.0]] * 25)  # the row's 20 + 30 steps
+    moments = {"obs_count": np.array([50.0]), "obs_mean": obs.mean(0),
                "obs_m2": ((obs - obs.mean(0)) ** 2).sum(0)}  # fmt: skip
     master.add_results(pack_batch([row(master, 0, returns=(float("nan"), 0.0))], moments))
     extras = master.params().extras
@@ -130,7 +135,7 @@ def test_observation_moments_from_workers_are_merged_and_shipped():
 def test_resume_restores_parameters_counters_and_moves_past_old_versions(tmp_path):
     master = make_master(tmp_path)
     old = [row(master, 0), row(master, 1)]
-    master.add_results(pack_batch(old, NO_OBS))
+    master.add_results(batch_of(old))
     master.update()
     master.save()
     saved = master.params()
@@ -142,16 +147,16 @@ def test_resume_restores_parameters_counters_and_moves_past_old_versions(tmp_pat
     assert resumed.params().version == saved.version + CFG.checkpoint_every
     # A worker still holding the old version gets its results rejected, not applied.
     late = row(master, 0, version=saved.version, seed=pair_seed(master.handout.nonce(1), 0, 0))
-    assert resumed.add_results(pack_batch([late], NO_OBS)) == 0
+    assert resumed.add_results(batch_of([late])) == 0
     assert sum(rejected(resumed).values()) == 1
 
 
 def test_the_run_is_done_at_total_steps_and_takes_no_more_results():
     master = ESMaster(CFG, SPACES, total_steps=50, num_agents=2, seed=0)
-    master.add_results(pack_batch([row(master, 0)], NO_OBS))
+    master.add_results(batch_of([row(master, 0)]))
     assert master.done and not master.ready()
     assert master.params().extras["done"].tolist() == [True]
-    assert master.add_results(pack_batch([row(master, 1)], NO_OBS)) == 0
+    assert master.add_results(batch_of([row(master, 1)])) == 0
 
 
 @pytest.mark.parametrize(("agents", "per_agent", "per_update"), [(8, 6, 32), (16, 3, 32), (512, 1, 341)])
@@ -170,6 +175,41 @@ def test_reward_shift_ranks_returns_net_of_an_alive_bonus():
     for shift, sign in ((0.0, 1), (1.0, -1)):
         master = make_master(weight_decay=0.0, reward_shift=shift, population=1)
         r = row(master, 0, returns=(100.0, 60.0))
-        master.add_results(pack_batch([r[:6] + (100, 20)], NO_OBS))
+        master.add_results(batch_of([r[:6] + (100, 20)]))
         master.update()
         assert sign * (master.theta @ perturbation(r[2], 10)) > 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("obs_count", 49.0), ("obs_count", -50.0), ("obs_mean", np.nan), ("obs_m2", -1.0), ("obs_m2", np.inf)],
+)
+def test_a_batch_with_impossible_moments_is_rejected_whole(field, value):
+    master = make_master()
+    before = master.obs_rms.moments
+    batch = batch_of([row(master, 0), row(master, 1)])
+    batch[field] = np.full_like(batch[field], value)
+    assert master.add_results(batch, "rogue") == 0
+    assert rejected(master) == {"bad_moments": 2}
+    assert master.obs_rms.moments is before and master.status()["env_steps"] == 0
+
+
+def test_non_finite_returns_are_dropped_and_the_rest_of_the_batch_counts():
+    master = make_master()
+    batch = batch_of([row(master, 0, returns=(float("nan"), 1.0)), row(master, 1)])
+    assert master.add_results(batch, "actor-1") == 1
+    assert rejected(master) == {"nan": 1}
+    assert master.status()["env_steps"] == 50  # only the accepted pair's steps
+
+
+def test_an_update_that_is_not_finite_is_skipped_and_keeps_the_parameters(monkeypatch):
+    master = make_master()
+    master.add_results(batch_of([row(master, 0), row(master, 1)]))
+    theta, version = master.theta.copy(), master.counters.version
+    import surreal.algorithms.es.master as master_module
+
+    monkeypatch.setattr(master_module, "ascent_direction", lambda *a: np.full_like(theta, np.nan))
+    assert master.update() == {}
+    assert master.counters.skipped_updates == 1 and master.counters.version == version
+    np.testing.assert_array_equal(master.theta, theta)
+    assert np.isfinite(master._adam_m).all() and np.isfinite(master._adam_v).all()

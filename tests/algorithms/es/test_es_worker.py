@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import gymnasium as gym
 import numpy as np
 
 from surreal.algorithms.common.envs import make_env, spaces_for
@@ -92,3 +93,45 @@ def test_the_evaluator_policy_is_the_unperturbed_parameters():
     obs = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
     expected = Policy(PolicySpec.from_config(CFG, spaces), params.weights["theta"]).act(obs)
     np.testing.assert_array_equal(deterministic_policy(CFG, spaces, params)(obs), expected)
+
+
+class _Blows(gym.Env):
+    """CartPole-like spaces; the observation turns NaN at the 3rd step of an episode whose first
+    action is 1, so which episodes break depends on the perturbed policy."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.first = 0, None
+        return np.full(4, 0.1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.first = action if self.first is None else self.first
+        obs = np.full(4, np.nan if (self.t == 3 and self.first == 1) else 0.1 * self.t, np.float32)
+        return obs, 1.0, False, self.t >= 5, {}
+
+
+gym.register("SurrealTestBlows-v0", entry_point=_Blows)
+
+
+def test_a_pair_whose_environment_goes_non_finite_is_dropped_and_the_rest_is_accepted():
+    cfg = dataclasses.replace(CFG, population=16)
+    spaces = spaces_for("SurrealTestBlows-v0")
+    master = ESMaster(cfg, spaces, total_steps=10**9, num_agents=4, seed=5)
+    worker = ESWorker(cfg, "SurrealTestBlows-v0", agent_ids(0, 4), seed=0)
+    worker.set_params(master.params())
+    while worker.start_idle() or worker.busy:
+        worker.step()
+    batch = worker.take_batch()
+    handed_out = 4 * cfg.pairs_per_agent(4)
+    assert worker.broken_pairs > 0 and batch is not None
+    assert len(batch["agent_id"]) + worker.broken_pairs == handed_out
+    assert np.isfinite(batch["returns"]).all() and np.isfinite(batch["obs_mean"]).all()
+    assert batch["obs_count"][0] == batch["lengths"].sum()  # the dropped pairs' steps are not in it
+    assert master.add_results(batch) == len(batch["agent_id"]) and not any(
+        master.status()["results_rejected"].values()
+    )
+    worker.close()
