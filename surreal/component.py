@@ -10,13 +10,18 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 import zlib
 from pathlib import Path
 
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
+from surreal.protocol.ratelimit import RateLimitFilter
 from surreal.spec import ExperimentSpec, load_spec_file
+
+EXIT_SECONDS = 30.0  # from the end of a component's work to its process being gone, at most
 
 
 class ComponentError(RuntimeError):
@@ -75,13 +80,34 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # grpc logs some errors itself, one record per bad call: those never fill the log either.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RateLimitFilter(prefixes=("grpc",)))
     spec = load_spec_file(spec_path)
     ctx = build_context(spec, worker_index(role, index))
     main = get_algorithm(spec.algo).role_main(role)
-    code = int(main(spec.config, ctx))
-    if code == 0 and ctx.linger:
-        linger(role)
+    code = 1
+    try:
+        code = int(main(spec.config, ctx))
+        if code == 0 and ctx.linger:
+            linger(role)
+    finally:
+        exit_within(EXIT_SECONDS, code)
     return code
+
+
+def exit_within(seconds: float, code: int) -> None:
+    """Make sure the process is gone `seconds` from now. A component's work is done; what is left
+    is the interpreter's own shutdown, which joins every non-daemon thread (grpc's pool among
+    them). Whatever a peer did to one of those, the experiment must still end."""
+
+    def force() -> None:
+        time.sleep(seconds)
+        logging.getLogger(__name__).error("still exiting after %.0f s; forcing exit %d", seconds, code)
+        logging.shutdown()
+        os._exit(code)
+
+    threading.Thread(target=force, name="surreal-exit-watchdog", daemon=True).start()
 
 
 def linger(role: str) -> None:
