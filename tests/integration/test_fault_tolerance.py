@@ -7,66 +7,22 @@ and every wait by an explicit timeout, and never asserts on wall time or through
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import shutil
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
 
 pytestmark = pytest.mark.slow
 
-SURREAL = shutil.which("surreal", path=str(Path(sys.executable).parent))
-CLI_TIMEOUT = 60.0  # seconds any one short command (status, logs, delete) may take
-RUN_TIMEOUT = 180.0  # seconds a small CartPole run may take to end on a busy 2-core machine
 STEPS = 30_000  # env steps of each run: long enough to kill something in the middle
 QUICK = ("--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
          "--steps", str(STEPS), "--set", "eval_episodes=2")  # fmt: skip
-
-
-class Cli:
-    """Runs the installed `surreal` with one SURREAL_HOME and reads what it leaves there."""
-
-    def __init__(self, home: Path) -> None:
-        assert SURREAL is not None, f"no `surreal` next to {sys.executable}"
-        self.home = home
-        self.env = {**os.environ, "SURREAL_HOME": str(home)}
-
-    def run(self, *args: str, timeout: float = CLI_TIMEOUT) -> str:
-        proc = subprocess.run([str(SURREAL), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
-        assert proc.returncode == 0, f"surreal {' '.join(args)}: {proc.returncode}\n{proc.stderr}"
-        return proc.stdout
-
-    def status(self, name: str) -> dict[str, Any]:
-        return json.loads(self.run("status", name, "-o", "json"))
-
-    def exp_dir(self, name: str) -> Path:
-        return self.home / "experiments" / name
-
-    def component(self, name: str, component: str) -> dict[str, Any]:
-        """One component's entry in the supervisor's state.json (pids are not in `status`)."""
-        state = json.loads((self.exp_dir(name) / "state.json").read_text())
-        return next(c for c in state["components"] if c["name"] == component)
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, poll: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def dead(pid: int) -> bool:
@@ -86,36 +42,10 @@ def restarts(st: dict[str, Any]) -> dict[str, int]:
     return {c["name"]: c["restarts"] for c in st["components"]}
 
 
-def running(cli: Cli, name: str, min_updates: int = 0) -> dict[str, Any] | None:
-    """The status once the run has counted env steps and `min_updates` updates, else None."""
-    st = cli.status(name)
-    assert st["phase"] in ("Pending", "Running"), f"run ended early: {st}"
-    progress = (st["env_steps"] or 0) > 0 and (st["updates"] or 0) >= min_updates
-    return st if st["phase"] == "Running" and progress else None
-
-
-def ended(cli: Cli, name: str, seen: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
-    st = cli.status(name)
-    if seen is not None:
-        seen.append(st)
-    return st if st["phase"] in ("Succeeded", "Failed", "Stopped") else None
-
-
 def restarted(cli: Cli, name: str, component: str, old_pid: int) -> dict[str, Any] | None:
     entry = cli.component(name, component)
     ok = entry["restarts"] == 1 and entry["state"] == "Running" and entry["pid"] != old_pid
     return entry if ok else None
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Iterator[Cli]:
-    c = Cli(tmp_path / "home")
-    yield c
-    # Whatever a failed test left running is ours (its command line names our SURREAL_HOME).
-    for proc in psutil.process_iter(["cmdline"]):
-        if str(c.home) in " ".join(proc.info["cmdline"] or []):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()
 
 
 def test_killed_actor_is_restarted_and_the_run_succeeds(cli: Cli) -> None:
@@ -177,7 +107,7 @@ def test_killed_learner_resumes_from_its_checkpoint(cli: Cli) -> None:
         assert st["updates"] >= checkpointed and st["policy_version"] >= checkpointed, st
         assert st["env_steps"] >= first["env_steps"], (first, st)
 
-    learner_log = cli.run("logs", "ft-learner", "learner", "--lines", "100000")
+    learner_log = cli.run("logs", "ft-learner", "learner", "--lines", "100000").stdout
     cli.run("delete", "ft-learner")
     assert re.search(r"resum|restor", learner_log, re.IGNORECASE), (
         f"the restarted learner's log does not say it resumed from its checkpoint:\n{learner_log}"

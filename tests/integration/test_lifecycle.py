@@ -6,26 +6,18 @@ and every wait by an explicit timeout, and never asserts on wall time or through
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 import signal
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from cli_harness import RUN_TIMEOUT, Cli, ended, processes_mentioning, running, wait_for
 
 pytestmark = pytest.mark.slow
 
-SURREAL = shutil.which("surreal", path=str(Path(sys.executable).parent))
-CLI_TIMEOUT = 60.0  # seconds any one short command (status, list, logs, delete) may take
-RUN_TIMEOUT = 180.0  # seconds a small CartPole run may take to end on a busy 2-core machine
 # Small, quick runs: CartPole's preset, two agents, two-episode evaluations.
 QUICK = ("--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
          "--set", "eval_episodes=2")  # fmt: skip
@@ -35,51 +27,6 @@ CONTRACT_FIELDS = (
 )  # fmt: skip
 COUNTERS = ("env_steps", "updates", "policy_version", "episodes")
 METRICS = ("steps_per_second", "elapsed_seconds")
-
-
-class Cli:
-    """Runs the installed `surreal` with one SURREAL_HOME and reads what it leaves there."""
-
-    def __init__(self, home: Path) -> None:
-        assert SURREAL is not None, f"no `surreal` next to {sys.executable}"
-        self.home = home
-        self.env = {**os.environ, "SURREAL_HOME": str(home)}
-
-    def argv(self, *args: str) -> list[str]:
-        return [str(SURREAL), *args]
-
-    def run(
-        self, *args: str, timeout: float = CLI_TIMEOUT, ok: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(self.argv(*args), env=self.env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
-        if ok:
-            detail = f"surreal {' '.join(args)}: {proc.returncode}\n{proc.stderr}"
-            assert proc.returncode == 0, detail
-        return proc
-
-    def status(self, name: str) -> dict[str, Any]:
-        return json.loads(self.run("status", name, "-o", "json").stdout)
-
-    def exp_dir(self, name: str) -> Path:
-        return self.home / "experiments" / name
-
-    def state(self, name: str) -> dict[str, Any]:
-        """The supervisor's state.json (pids are not in `status`, by design)."""
-        return json.loads((self.exp_dir(name) / "state.json").read_text())
-
-    def leftovers(self) -> list[psutil.Process]:
-        """Live processes whose command line mentions this SURREAL_HOME (supervisor, components)."""
-        return processes_mentioning(str(self.home.resolve()), str(self.home))
-
-
-def processes_mentioning(*needles: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(n in cmdline for n in needles):
-            found.append(proc)
-    return found
 
 
 def recorded_processes(state: dict[str, Any]) -> list[tuple[str, int, float | None]]:
@@ -106,43 +53,9 @@ def still_running(procs: list[tuple[str, int, float | None]]) -> list[str]:
     return alive
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, poll: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def running_with_steps(cli: Cli, name: str) -> dict[str, Any] | None:
-    """The status once the experiment runs and the learner has counted env steps, else None."""
-    if not cli.exp_dir(name).is_dir():
-        return None
-    st = cli.status(name)
-    assert st["phase"] in ("Pending", "Running"), f"run ended early: {st}"
-    return st if st["phase"] == "Running" and (st["env_steps"] or 0) > 0 else None
-
-
-def ended(cli: Cli, name: str) -> dict[str, Any] | None:
-    st = cli.status(name)
-    return st if st["phase"] in ("Succeeded", "Failed", "Stopped") else None
-
-
 def alive(proc: subprocess.Popen[Any]) -> bool:
     assert proc.poll() is None, f"`surreal create` exited early with code {proc.returncode}"
     return True
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Iterator[Cli]:
-    c = Cli(tmp_path / "home")
-    yield c
-    # Whatever a failed test left running is ours (its command line names our SURREAL_HOME).
-    for proc in c.leftovers():
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
 
 
 def test_detached_run_status_list_logs_and_delete(cli: Cli) -> None:
@@ -150,7 +63,7 @@ def test_detached_run_status_list_logs_and_delete(cli: Cli) -> None:
     out = cli.run("create", "life", *QUICK, "--steps", str(steps), "--detach", timeout=30.0)
     assert "life" in out.stdout
 
-    st = wait_for(lambda: running_with_steps(cli, "life"), 60.0, "phase Running with env steps")
+    st = wait_for(lambda: running(cli, "life"), 60.0, "phase Running with env steps")
     assert set(CONTRACT_FIELDS) <= set(st), f"missing: {set(CONTRACT_FIELDS) - set(st)}"
     identity = (st["name"], st["algo"], st["env"], st["backend"])
     assert identity == ("life", "ppo", "CartPole-v1", "local"), identity
@@ -203,7 +116,7 @@ def test_ctrl_c_on_foreground_create_stops_everything(cli: Cli, tmp_path: Path) 
         start_new_session=True,  # like a terminal's job: only the CLI gets our SIGINT
     )  # fmt: skip
     try:
-        wait_for(lambda: alive(proc) and running_with_steps(cli, "fg"), 60.0, "env steps")
+        wait_for(lambda: alive(proc) and running(cli, "fg"), 60.0, "env steps")
         recorded = recorded_processes(cli.state("fg"))
         spec_path = cli.exp_dir("fg") / "spec.yaml"
         assert processes_mentioning(str(spec_path)), "components should name their spec file"
@@ -229,7 +142,7 @@ def test_ctrl_c_on_foreground_create_stops_everything(cli: Cli, tmp_path: Path) 
 
 def test_delete_of_a_running_detached_experiment_stops_every_process(cli: Cli) -> None:
     cli.run("create", "doomed", *QUICK, "--steps", "1000000", "--detach", timeout=30.0)
-    wait_for(lambda: running_with_steps(cli, "doomed"), 60.0, "phase Running with env steps")
+    wait_for(lambda: running(cli, "doomed"), 60.0, "phase Running with env steps")
     recorded = recorded_processes(cli.state("doomed"))
     assert len(recorded) >= 4  # the supervisor, a learner, an evaluator and actors
     assert len(still_running(recorded)) == len(recorded)

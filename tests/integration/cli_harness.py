@@ -1,0 +1,101 @@
+"""Driving the installed `surreal` command as a user would, for the integration tests.
+
+Every run gets its own SURREAL_HOME; every wait has an explicit timeout; nothing asserts on wall
+time or throughput. The `cli` fixture (conftest.py) kills whatever a failed test left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+SURREAL = shutil.which("surreal", path=str(Path(sys.executable).parent))
+CLI_TIMEOUT = 60.0  # seconds any one short command (status, list, logs, delete) may take
+RUN_TIMEOUT = 180.0  # seconds a small CartPole run may take to end on a busy 2-core machine
+TERMINAL = ("Succeeded", "Failed", "Stopped")
+
+
+class Cli:
+    """Runs the installed `surreal` with one SURREAL_HOME and reads what it leaves there."""
+
+    def __init__(self, home: Path) -> None:
+        assert SURREAL is not None, f"no `surreal` next to {sys.executable}"
+        self.home = home
+        self.env = {**os.environ, "SURREAL_HOME": str(home)}
+
+    def argv(self, *args: str) -> list[str]:
+        return [str(SURREAL), *args]
+
+    def run(
+        self, *args: str, timeout: float = CLI_TIMEOUT, ok: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(self.argv(*args), env=self.env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+        if ok:
+            detail = f"surreal {' '.join(args)}: {proc.returncode}\n{proc.stderr}"
+            assert proc.returncode == 0, detail
+        return proc
+
+    def status(self, name: str) -> dict[str, Any]:
+        return json.loads(self.run("status", name, "-o", "json").stdout)
+
+    def exp_dir(self, name: str) -> Path:
+        return self.home / "experiments" / name
+
+    def state(self, name: str) -> dict[str, Any]:
+        """The supervisor's state.json (pids are not in `status`, by design)."""
+        return json.loads((self.exp_dir(name) / "state.json").read_text())
+
+    def component(self, name: str, component: str) -> dict[str, Any]:
+        """One component's entry in the supervisor's state.json."""
+        return next(c for c in self.state(name)["components"] if c["name"] == component)
+
+    def leftovers(self) -> list[psutil.Process]:
+        """Live processes whose command line mentions this SURREAL_HOME (supervisor, components)."""
+        return processes_mentioning(str(self.home.resolve()), str(self.home))
+
+
+def processes_mentioning(*needles: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(n in cmdline for n in needles):
+            found.append(proc)
+    return found
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, poll: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def running(cli: Cli, name: str, min_updates: int = 0) -> dict[str, Any] | None:
+    """The status once the run is Running and has counted env steps and `min_updates` updates."""
+    if not cli.exp_dir(name).is_dir():
+        return None
+    st = cli.status(name)
+    assert st["phase"] in ("Pending", "Running"), f"run ended early: {st}"
+    progress = (st["env_steps"] or 0) > 0 and (st["updates"] or 0) >= min_updates
+    return st if st["phase"] == "Running" and progress else None
+
+
+def ended(cli: Cli, name: str, seen: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """The status once the run is over, else None; every status read is appended to `seen`."""
+    st = cli.status(name)
+    if seen is not None:
+        seen.append(st)
+    return st if st["phase"] in TERMINAL else None
