@@ -146,8 +146,9 @@ def test_ppo_learns_cartpole_beside_a_poisoning_actor(cli: Cli) -> None:
     final = wait_for(lambda: ended(cli, "poisoned"), 600, "the end of the run", poll=0.5)
     rogue.thread.join(timeout=60)
     rejected = final["rejected_fragments"]
+    named = len(_rogue_lines(cli, "poisoned"))
     print(f"rogue sent {rogue.sent} fragments ({rogue.error}); rejected {rejected}; eval return "
-          f"{final['eval_return']}; {len(_rogue_lines(cli, 'poisoned'))} log lines name the rogue")  # fmt: skip
+          f"{final['eval_return']}; {named} log lines name the rogue")  # fmt: skip
     assert final["phase"] == "Succeeded", final
     assert final["eval_return"] >= 475, final
     # Counted while training; after it the learner drops whatever arrives without looking.
