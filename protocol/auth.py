@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -17,9 +17,9 @@ _OPEN_PREFIX = "/grpc.health.v1.Health/"
 def _abort_handler(handler: grpc.RpcMethodHandler, on_reject: Callable[[str], None]) -> grpc.RpcMethodHandler:
     """A handler of the same streaming kind as `handler` that refuses the call."""
 
-    def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
+    async def refuse(_request: Any, context: grpc.aio.ServicerContext) -> Any:
         on_reject(context.peer())
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, f"missing or wrong {TOKEN_METADATA_KEY}")
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"missing or wrong {TOKEN_METADATA_KEY}")
 
     if handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(refuse)
@@ -30,7 +30,7 @@ def _abort_handler(handler: grpc.RpcMethodHandler, on_reject: Callable[[str], No
     return grpc.unary_unary_rpc_method_handler(refuse)
 
 
-class TokenInterceptor(grpc.ServerInterceptor):
+class TokenInterceptor(grpc.aio.ServerInterceptor):
     """UNAUTHENTICATED for any call (but health checks) without the right token; `on_reject` is
     called with the caller's peer string for each refused call."""
 
@@ -40,12 +40,12 @@ class TokenInterceptor(grpc.ServerInterceptor):
         self._token = token.encode()
         self._on_reject = on_reject
 
-    def intercept_service(
+    async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is None or handler_call_details.method.startswith(_OPEN_PREFIX):
             return handler
         for key, value in handler_call_details.invocation_metadata or ():

@@ -54,6 +54,7 @@ class ExperienceStream:
         self._requests.put(pb.ExperienceRequest(hello=pb.Hello(worker_id=worker_id)))
         self._cond = threading.Condition()
         self._credits = 0
+        self._latest_version: int | None = None
         self._error: ProtocolError | None = None
         self._closed = False
         self._call = stub.Stream(self._request_iter(), metadata=metadata)
@@ -71,6 +72,8 @@ class ExperienceStream:
             for credit in self._call:
                 with self._cond:
                     self._credits += credit.credits
+                    if credit.HasField("latest_version"):
+                        self._latest_version = credit.latest_version
                     self._cond.notify_all()
             error = ProtocolError("UNAVAILABLE", "the learner closed the experience stream")
         except grpc.RpcError as e:
@@ -104,6 +107,13 @@ class ExperienceStream:
                 raise TimeoutError(f"no credit from the learner within {timeout} s")
             self._credits -= 1
         self._requests.put(request)
+
+    @property
+    def latest_version(self) -> int | None:
+        """The learner's latest policy version as of its last credit, or None when it has not
+        said (nothing published yet, or a server that does not say): then ask with get_params."""
+        with self._cond:
+            return self._latest_version
 
     @property
     def credits(self) -> int:

@@ -5,16 +5,18 @@ stream gets it back only when the learner takes that fragment (`next_fragment`).
 of a stream that wait in the learner's queue never exceed its credits, and a slow learner slows its
 actors down instead of growing a queue without bound.
 
-Threads: the grpc handler thread runs the response generator, which waits for credits to grant;
-a plain thread per stream reads and validates the fragments. A stream therefore holds one grpc pool
-thread for its lifetime, which is why the number of streams is capped (see LearnerServer).
+Threads: every stream is served on the server's one asyncio event loop (server.py), as a handler
+that sends credits and a task that reads, decodes and checks fragments; the learner takes them
+from another thread through a thread-safe queue, and each take hands the stream's credit back to
+the loop. A stream costs a few objects, not a thread, so hundreds of streams cost little.
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -32,16 +34,17 @@ _STOP = object()  # in the fragment queue after shutdown: wakes every next_fragm
 @dataclass(eq=False)
 class _Stream:
     worker_id: str
-    # Credits granted to the client and not yet spent on a received fragment.
+    # Credits granted to the client and not yet spent on a received fragment (loop thread only).
     outstanding: int
     # Credits to send to the client; None means "the stream is over, stop waiting".
-    grants: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    grants: asyncio.Queue[int | None] = field(default_factory=asyncio.Queue)
     # Set by the reader when the client broke the protocol; the handler aborts with it.
     error: tuple[grpc.StatusCode, str] | None = None
 
 
 class ExperienceService:
-    """Holds the learner's fragment queue and serves the experience streams that fill it."""
+    """Holds the learner's fragment queue and serves the experience streams that fill it. The
+    handler runs on the server's event loop (`loop`); next_fragment() on any other thread."""
 
     def __init__(
         self,
@@ -50,18 +53,25 @@ class ExperienceService:
         max_streams: int,
         counters: Counters,
         rejections: RejectionLog,
+        latest_version: Callable[[], int | None] = lambda: None,
     ) -> None:
         self._schema = dict(schema)
+        self._latest_version = latest_version
         self._rejections = rejections
         self._credits = credits_per_stream
         self._max_streams = max_streams
         self._counters = counters
-        self._lock = threading.Lock()
-        self._streams: set[_Stream] = set()
+        self._streams: set[_Stream] = set()  # loop thread only
         self._fragments: queue.Queue = queue.Queue()
-        self._stopping = False
+        self._stopping = threading.Event()
+        # Streams whose fragments the learner took, to be granted a credit back on the loop; one
+        # wake-up of the loop serves all that pile up meanwhile (a wake-up is a system call).
+        self._taken: list[_Stream] = []
+        self._taken_lock = threading.Lock()
+        self._wakeup_pending = False
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by the server before it starts
 
-    # ---- learner side
+    # ---- learner side (any thread)
 
     def next_fragment(self, timeout: float | None) -> Fragment | None:
         try:
@@ -72,112 +82,123 @@ class ExperienceService:
             self._fragments.put(_STOP)
             return None
         fragment, stream = item
-        with self._lock:
-            stream.outstanding += 1
-        stream.grants.put(1)  # harmless if the stream has ended: nobody reads the queue any more
+        with self._taken_lock:
+            self._taken.append(stream)
+            wake, self._wakeup_pending = not self._wakeup_pending, True
+        loop = self.loop
+        if wake and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._grant_taken)
+            except RuntimeError:
+                pass  # the loop closed meanwhile: the streams are over anyway
         self._counters.add("fragments_taken")
         return fragment
 
     def pending(self) -> int:
-        return max(0, self._fragments.qsize() - (1 if self._stopping else 0))
+        return max(0, self._fragments.qsize() - (1 if self._stopping.is_set() else 0))
 
     def shutdown(self) -> None:
-        """End every stream with UNAVAILABLE and wake every next_fragment() waiter."""
-        with self._lock:
-            if self._stopping:
-                return
-            self._stopping = True
-            streams = list(self._streams)
-        for stream in streams:
-            stream.grants.put(None)
+        """End every stream with UNAVAILABLE (on the loop) and wake every next_fragment() waiter."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._end_streams)
+            except RuntimeError:
+                pass
         self._fragments.put(_STOP)
         self._rejections.flush(force=True)
 
-    # ---- grpc handler
+    # ---- loop thread
 
-    def stream(
-        self, request_iterator: Iterator[pb.ExperienceRequest], context: grpc.ServicerContext
-    ) -> Iterator[pb.Credit]:
+    def _grant_taken(self) -> None:
+        with self._taken_lock:
+            taken, self._taken, self._wakeup_pending = self._taken, [], False
+        for stream in taken:
+            stream.outstanding += 1
+            stream.grants.put_nowait(1)  # harmless if the stream has ended: nobody reads it any more
+
+    def _end_streams(self) -> None:
+        for stream in list(self._streams):
+            stream.grants.put_nowait(None)
+
+    async def stream(
+        self, request_iterator: AsyncIterator[pb.ExperienceRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.Credit]:
         try:
-            first = next(request_iterator)
-        except (StopIteration, grpc.RpcError):
+            first = await anext(request_iterator)
+        except (StopAsyncIteration, grpc.RpcError, asyncio.CancelledError):
             return  # the client went away before saying hello
         if isinstance(first, Undecodable):
-            self._reject(context, "undecodable", f"undecodable message: {first.error}")
+            await self._reject(context, "undecodable", f"undecodable message: {first.error}")
         if first.WhichOneof("kind") != "hello":
-            self._reject(context, "invalid", "first message must be a Hello")
+            await self._reject(context, "invalid", "first message must be a Hello")
         problem = worker_id_problem(first.hello.worker_id)
         if problem is not None:
-            self._reject(context, "invalid", f"bad Hello: {problem}")
-        stream = self._open(first.hello.worker_id, context)
-        context.add_callback(lambda: stream.grants.put(None))
-        threading.Thread(
-            target=self._read_fragments,
-            args=(request_iterator, stream),
-            name=f"surreal-experience-{stream.worker_id}",
-            daemon=True,
-        ).start()
+            await self._reject(context, "invalid", f"bad Hello: {problem}")
+        stream = await self._open(first.hello.worker_id, context)
+        reader = asyncio.create_task(self._read_fragments(request_iterator, stream))
         try:
-            yield pb.Credit(credits=self._credits)
-            yield from self._grants(stream)
+            yield self._credit(self._credits)
+            while (total := await self._coalesced(stream)) is not None:
+                yield self._credit(total)
         finally:
+            reader.cancel()
             self._close(stream)
         if stream.error is not None:
-            context.abort(*stream.error)
-        if self._stopping:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is shutting down")
+            await context.abort(*stream.error)
+        if self._stopping.is_set():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is shutting down")
 
-    def _reject(self, context: grpc.ServicerContext, kind: str, message: str) -> None:
+    def _credit(self, credits: int) -> pb.Credit:
+        """A grant, with the version an actor would get from Parameters.Get now (so it asks only
+        when that changed: one call per fragment fewer)."""
+        version = self._latest_version()
+        if version is None:
+            return pb.Credit(credits=credits)
+        return pb.Credit(credits=credits, latest_version=version)
+
+    @staticmethod
+    async def _coalesced(stream: _Stream) -> int | None:
+        """The credits the learner handed back since the last grant, at least one; None once the
+        stream is over."""
+        total = await stream.grants.get()
+        while total is not None and not stream.grants.empty():
+            more = stream.grants.get_nowait()
+            total = None if more is None else total + more
+        return total
+
+    async def _reject(self, context: grpc.aio.ServicerContext, kind: str, message: str) -> None:
         """Abort a stream that has not said a valid Hello (raises)."""
         self._counters.add(f"rejected_{kind}")
         self._rejections.note(peer_host(context.peer()), kind, message)
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
 
-    def _open(self, worker_id: str, context: grpc.ServicerContext) -> _Stream:
-        with self._lock:
-            stopping, full = self._stopping, len(self._streams) >= self._max_streams
-            if not (stopping or full):
-                stream = _Stream(worker_id, outstanding=self._credits)
-                self._streams.add(stream)
-        if stopping:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is shutting down")
-        if full:
+    async def _open(self, worker_id: str, context: grpc.aio.ServicerContext) -> _Stream:
+        if self._stopping.is_set():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is shutting down")
+        if len(self._streams) >= self._max_streams:
             self._counters.add("rejected_streams")
-            context.abort(
+            await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many experience streams (max {self._max_streams}); raise max_workers",
+                f"too many experience streams (max {self._max_streams}); raise max_streams",
             )
+        stream = _Stream(worker_id, outstanding=self._credits)
+        self._streams.add(stream)
         self._counters.add("streams_opened")
         self._counters.add("connected_streams")
         return stream
 
     def _close(self, stream: _Stream) -> None:
-        with self._lock:
-            self._streams.discard(stream)
+        self._streams.discard(stream)
         self._counters.add("connected_streams", -1)
 
-    @staticmethod
-    def _grants(stream: _Stream) -> Iterator[pb.Credit]:
-        """Credits as the learner hands them back, coalesced; returns when the stream is over."""
-        while True:
-            total = stream.grants.get()
-            if total is None:
-                return
-            while True:
-                try:
-                    more = stream.grants.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    return
-                total += more
-            yield pb.Credit(credits=total)
-
-    # ---- reader thread
-
-    def _read_fragments(self, request_iterator: Iterator[pb.ExperienceRequest], stream: _Stream) -> None:
+    async def _read_fragments(self, request_iterator: AsyncIterator[pb.ExperienceRequest],
+                              stream: _Stream) -> None:  # fmt: skip
         try:
-            for request in request_iterator:
+            async for request in request_iterator:
                 error = self._accept(request, stream)
                 if error is not None:
                     kind = "undecodable" if isinstance(request, Undecodable) else "invalid"
@@ -185,13 +206,13 @@ class ExperienceService:
                     self._rejections.note(stream.worker_id, kind, error[1])
                     stream.error = error
                     break
-        except grpc.RpcError:
+        except (grpc.RpcError, asyncio.CancelledError):
             pass  # the call ended (cancelled, too large, server stopping): nothing left to read
         except Exception as e:
             self._rejections.note(stream.worker_id, "internal", f"{type(e).__name__}: {e}")
             stream.error = (grpc.StatusCode.INTERNAL, "the learner failed to read the stream")
         finally:
-            stream.grants.put(None)
+            stream.grants.put_nowait(None)
 
     def _accept(self, request: pb.ExperienceRequest, stream: _Stream) -> tuple[grpc.StatusCode, str] | None:
         """Queue one fragment for the learner, or say why the stream must be aborted."""
@@ -200,15 +221,13 @@ class ExperienceService:
         kind = request.WhichOneof("kind")
         if kind != "fragment":
             return grpc.StatusCode.INVALID_ARGUMENT, f"expected a Fragment, got {kind or 'nothing'}"
-        with self._lock:
-            if stream.outstanding <= 0:
-                return grpc.StatusCode.INVALID_ARGUMENT, "fragment sent without a credit"
-            stream.outstanding -= 1
+        if stream.outstanding <= 0:
+            return grpc.StatusCode.INVALID_ARGUMENT, "fragment sent without a credit"
+        stream.outstanding -= 1
         try:
             tensors = decode_map(request.fragment.tensors, self._schema)
         except CodecError as e:
             return grpc.StatusCode.INVALID_ARGUMENT, f"invalid fragment: {e}"
-        fragment = Fragment(stream.worker_id, request.fragment.policy_version, tensors)
-        self._fragments.put((fragment, stream))
+        self._fragments.put((Fragment(stream.worker_id, request.fragment.policy_version, tensors), stream))
         self._counters.add("fragments_received")
         return None

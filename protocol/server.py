@@ -1,18 +1,26 @@
-"""The learner's gRPC server: experience in, parameters out, status, health and auth."""
+"""The learner's gRPC server: experience in, parameters out, status, health and auth.
+
+It runs on grpc's asyncio API, on an event loop in a thread of its own: every call and every
+experience stream is a coroutine of that one loop rather than a thread of a pool, so hundreds of
+streams cost a few objects each and no thread switches (benchmarks/learner_ceiling.py measures
+it). The learner's side stays synchronous: publish(), next_fragment() and stats may be called from
+any thread. On the wire it is any grpc server: clients are unchanged.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import logging
 import math
 import threading
 from collections.abc import Callable, Mapping
-from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2
+from grpc_health.v1 import health_pb2
 
 from surreal.protocol.auth import TokenInterceptor
 from surreal.protocol.codec import TensorSpec, encode_map
@@ -28,18 +36,17 @@ log = logging.getLogger(__name__)
 
 _SERVICES = pb.DESCRIPTOR.services_by_name
 EXPERIENCE_SERVICE: str = _SERVICES["Experience"].full_name
-
-# Pool threads kept free of experience streams (each stream holds one thread for its lifetime),
-# so parameter, status and health calls are always served.
-_UNARY_RESERVE = 4
+HEALTH_SERVICE: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+_START_TIMEOUT_SECONDS = 30.0
 # How long stop() waits, past its grace period, for grpc to finish the cancelled calls.
 _STOP_TIMEOUT_SECONDS = 5.0
-HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
 STAT_NAMES: tuple[str, ...] = (
     "connected_streams",  # experience streams open now
     "streams_opened",  # experience streams accepted since start
-    "rejected_streams",  # streams refused because max_workers was reached
+    "rejected_streams",  # streams refused because max_streams were open
     "fragments_received",  # valid fragments queued for the learner
     "fragments_taken",  # fragments handed to the learner by next_fragment
     "rejected_invalid",  # streams aborted with INVALID_ARGUMENT (bad tensors, protocol misuse)
@@ -85,9 +92,40 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
+def _wait(coro: Any, loop: asyncio.AbstractEventLoop, timeout: float) -> bool:
+    """Run `coro` on `loop` from another thread; False if it did not finish within `timeout`."""
+    try:
+        asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+        return True
+    except (concurrent.futures.TimeoutError, RuntimeError):
+        return False
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, timeout: float) -> bool:
+    """Cancel what is left on `loop`, stop it and close it; False if its thread did not end."""
+
+    async def cancel_the_rest() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=timeout) if tasks else None
+
+    try:
+        asyncio.run_coroutine_threadsafe(cancel_the_rest(), loop).result(timeout + 1.0)
+    except (concurrent.futures.TimeoutError, RuntimeError):
+        pass
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout)
+    if thread.is_alive():
+        return False
+    loop.close()
+    return True
+
+
 class LearnerServer:
     """Serves one learner. `next_fragment` and `publish` may be called from any thread;
-    `status_provider` and `on_eval` are called from grpc threads."""
+    `status_provider` and `on_eval` are called on the server's event-loop thread and must not
+    block."""
 
     def __init__(
         self,
@@ -98,15 +136,15 @@ class LearnerServer:
         port: int = 0,
         credits_per_stream: int = 2,
         max_message_bytes: int = 64 * 2**20,
-        max_workers: int = 16,
+        max_streams: int = 16,
         status_provider: Callable[[], dict] | None = None,
         on_eval: Callable[[EvalReport], None] | None = None,
         tls: tuple[bytes, bytes] | None = None,
     ) -> None:
         if credits_per_stream < 1:
             raise ValueError(f"credits_per_stream must be >= 1, got {credits_per_stream}")
-        if max_workers <= _UNARY_RESERVE:
-            raise ValueError(f"max_workers must be > {_UNARY_RESERVE}, got {max_workers}")
+        if max_streams < 1:
+            raise ValueError(f"max_streams must be >= 1, got {max_streams}")
         if max_message_bytes < 1:
             raise ValueError(f"max_message_bytes must be >= 1, got {max_message_bytes}")
         self._counters = Counters(STAT_NAMES)
@@ -114,21 +152,21 @@ class LearnerServer:
         self._rejections = RejectionLog(log, "call")
         self._interceptor = TokenInterceptor(token, self._reject_unauthenticated)
         self._experience = ExperienceService(
-            experience_schema, credits_per_stream, max_workers - _UNARY_RESERVE, self._counters,
-            RejectionLog(log, "stream"),
+            experience_schema, credits_per_stream, max_streams, self._counters,
+            RejectionLog(log, "stream"), self._latest_version,
         )  # fmt: skip
         self._address = _address(host, port)
         self._max_message_bytes = max_message_bytes
-        self._max_workers = max_workers
         self._status_provider = status_provider
         self._on_eval = on_eval
         self._tls = tls
         self._published: _Published | None = None
-        self._health = health.HealthServicer()
-        for service in ("", EXPERIENCE_SERVICE):
-            self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        # Health by service name ("" is the whole server); replaced whole, never mutated.
+        self._health: dict[str, int] = {"": _NOT_SERVING, EXPERIENCE_SERVICE: _NOT_SERVING}
         self._lifecycle = threading.Lock()
-        self._server: grpc.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: grpc.aio.Server | None = None
         self._stopped = False
 
     # ---- lifecycle
@@ -138,16 +176,19 @@ class LearnerServer:
         with self._lifecycle:
             if self._server is not None or self._stopped:
                 raise RuntimeError("a LearnerServer can be started once")
-            server = self._build()
-            if self._tls is None:
-                port = server.add_insecure_port(self._address)
-            else:
-                creds = grpc.ssl_server_credentials([self._tls])
-                port = server.add_secure_port(self._address, creds)
-            server.start()
-            self._server = server
-        for service in ("", EXPERIENCE_SERVICE):
-            self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="surreal-grpc", daemon=True)
+            thread.start()
+            self._experience.loop = loop
+            try:
+                started = asyncio.run_coroutine_threadsafe(self._serve(), loop)
+                self._server, port = started.result(_START_TIMEOUT_SECONDS)
+            except BaseException:
+                self._experience.loop = None
+                _stop_loop(loop, thread, _STOP_TIMEOUT_SECONDS)
+                raise
+            self._loop, self._thread = loop, thread
+        self._health = {"": _SERVING, EXPERIENCE_SERVICE: _SERVING}
         log.info("learner server listening on %s (port %d)", self._address, port)
         return port
 
@@ -155,32 +196,34 @@ class LearnerServer:
         """Report NOT_SERVING, end the experience streams (clients see UNAVAILABLE), stop.
         Idempotent; also wakes every next_fragment() caller, which then returns None.
 
-        Bounded whatever clients did: calls still running after `grace` seconds are cancelled, and
-        if grpc has not finished them `timeout` seconds later the server is abandoned (logged; its
-        port closes with the process). Returns False in that case."""
+        Bounded whatever clients did: calls still running after `grace` seconds are cancelled; if
+        grpc has not finished them `timeout` seconds later, it is told to stop at once, and given
+        `timeout` more before the server is abandoned. Returns False unless the first stop ended in
+        time (logged)."""
         with self._lifecycle:
             if self._stopped:
                 return True
             self._stopped = True
-            server = self._server
-        self._health.enter_graceful_shutdown()
+            server, loop, thread = self._server, self._loop, self._thread
+        self._health = {"": _NOT_SERVING, EXPERIENCE_SERVICE: _NOT_SERVING}
         self._experience.shutdown()
         self._rejections.flush(force=True)
-        if server is None or server.stop(grace).wait(grace + timeout):
+        if server is None or loop is None or thread is None:
             return True
-        log.warning("the grpc server did not finish its calls within %.0f s of stopping; "
-                    "abandoning it", grace + timeout)  # fmt: skip
-        return False
+        stopped = _wait(server.stop(grace), loop, grace + timeout)
+        if not stopped:
+            log.warning("the grpc server did not finish its calls within %.0f s of stopping; "
+                        "stopping it at once", grace + timeout)  # fmt: skip
+            if not _wait(server.stop(0), loop, timeout):
+                log.warning("the grpc server did not stop; abandoning it")
+        return _stop_loop(loop, thread, timeout) and stopped
 
-    def _build(self) -> grpc.Server:
-        server = grpc.server(
-            futures.ThreadPoolExecutor(self._max_workers, thread_name_prefix="surreal-grpc"),
-            interceptors=[self._interceptor],
-            options=server_options(self._max_message_bytes),
-        )
+    async def _serve(self) -> tuple[grpc.aio.Server, int]:
+        server = grpc.aio.server(interceptors=[self._interceptor],
+                                 options=server_options(self._max_message_bytes))  # fmt: skip
         # Every request deserializer is tolerant (messages.py): grpc never sees a parse error.
         handlers = {
-            _SERVICES["Experience"].full_name: {
+            EXPERIENCE_SERVICE: {
                 "Stream": grpc.stream_stream_rpc_method_handler(
                     self._experience.stream,
                     request_deserializer=tolerant(pb.ExperienceRequest.FromString),
@@ -207,7 +250,7 @@ class LearnerServer:
                 ),
             },
             # Check only: what Kubernetes' grpc probes call. Watch would let any client, without a
-            # token (health stays open for probes), hold a pool thread per call for as long as it likes.
+            # token (health stays open for probes), hold a call open for as long as it likes.
             HEALTH_SERVICE: {
                 "Check": grpc.unary_unary_rpc_method_handler(
                     self._health_check,
@@ -217,10 +260,13 @@ class LearnerServer:
             },
         }
         for service, methods in handlers.items():
-            generic = grpc.method_handlers_generic_handler(service, methods)
-            server.add_generic_rpc_handlers((generic,))
-            server.add_registered_method_handlers(service, methods)
-        return server
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, methods),))
+        if self._tls is None:
+            port = server.add_insecure_port(self._address)
+        else:
+            port = server.add_secure_port(self._address, grpc.ssl_server_credentials([self._tls]))
+        await server.start()
+        return server, port
 
     # ---- learner API
 
@@ -236,7 +282,7 @@ class LearnerServer:
                 f"params of {len(full)} bytes exceed max_message_bytes={self._max_message_bytes}"
             )
         unchanged = pb.Params(version=params.version, unchanged=True).SerializeToString()
-        # One reference assignment: Get threads see the old or the new snapshot, never a mix.
+        # One reference assignment: Get calls see the old or the new snapshot, never a mix.
         self._published = _Published(params.version, full, unchanged)
         self._counters.add("params_published")
 
@@ -249,34 +295,49 @@ class LearnerServer:
         """Fragments received and not yet taken."""
         return self._experience.pending()
 
+    def _latest_version(self) -> int | None:
+        published = self._published
+        return None if published is None else published.version
+
     @property
     def stats(self) -> dict[str, int]:
         """A snapshot of the counters named in STAT_NAMES."""
         return self._counters.snapshot()
 
-    # ---- handlers
+    # ---- handlers (on the event loop)
 
     def _reject_unauthenticated(self, peer: str) -> None:
         self._counters.add("rejected_auth")
         self._rejections.note(peer_host(peer), "unauthenticated")
 
-    def _refuse(self, context: grpc.ServicerContext, counter: str, reason: str, message: str) -> None:
+    async def _refuse(self, context: grpc.aio.ServicerContext, counter: str, reason: str,
+                      message: str) -> None:  # fmt: skip
         """Abort the call with INVALID_ARGUMENT (raises), counted and logged at a bounded rate."""
         self._counters.add(counter)
         self._rejections.note(peer_host(context.peer()), reason, message)
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
 
-    def _decoded(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def _failed(self, context: grpc.aio.ServicerContext, what: str, error: Exception) -> None:
+        """Abort with INTERNAL when our own callback failed (logged at a bounded rate: a client
+        that keeps calling must not turn one bug into a log without end)."""
+        self._rejections.note("learner", f"{what}_failed", f"{type(error).__name__}: {error}")
+        await context.abort(grpc.StatusCode.INTERNAL, f"{what} failed: {error}")
+
+    async def _decoded(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
-            self._refuse(context, "rejected_undecodable", "undecodable", f"undecodable message: "
-                         f"{request.error}")  # fmt: skip
+            await self._refuse(context, "rejected_undecodable", "undecodable",
+                               f"undecodable message: {request.error}")  # fmt: skip
         return request
 
-    def _health_check(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._health.Check(self._decoded(request, context), context)
+    async def _health_check(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        request = await self._decoded(request, context)
+        status = self._health.get(request.service)
+        if status is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return health_pb2.HealthCheckResponse(status=status)
 
-    def _get_params(self, request: pb.GetParams, context: grpc.ServicerContext) -> bytes:
-        request = self._decoded(request, context)
+    async def _get_params(self, request: pb.GetParams, context: grpc.aio.ServicerContext) -> bytes:
+        request = await self._decoded(request, context)
         published = self._published
         if published is None:
             self._counters.add("params_unchanged")
@@ -287,27 +348,26 @@ class LearnerServer:
         self._counters.add("params_full")
         return published.full
 
-    def _get_status(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> Any:
-        self._decoded(request, context)
+    async def _get_status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> Any:
+        await self._decoded(request, context)
         self._counters.add("status_requests")
         if self._status_provider is None:
             return pb.StatusReply(json="{}")
         try:
             text = json.dumps(self._status_provider())
         except Exception as e:
-            log.exception("status provider failed")
-            context.abort(grpc.StatusCode.INTERNAL, f"status provider failed: {e}")
+            await self._failed(context, "status provider", e)
         return pb.StatusReply(json=text)
 
-    def _report_eval(self, request: pb.EvalReport, context: grpc.ServicerContext) -> Any:
-        request = self._decoded(request, context)
+    async def _report_eval(self, request: pb.EvalReport, context: grpc.aio.ServicerContext) -> Any:
+        request = await self._decoded(request, context)
         on_eval = self._on_eval
         if on_eval is None:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this learner takes no eval reports")
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this learner takes no eval reports")
             return None  # not reached: abort raises
         problem = eval_report_problem(request)
         if problem is not None:
-            self._refuse(context, "rejected_evals", "bad_eval", f"invalid eval report: {problem}")
+            await self._refuse(context, "rejected_evals", "bad_eval", f"invalid eval report: {problem}")
         report = EvalReport(
             policy_version=request.policy_version,
             env_steps=request.env_steps,
@@ -319,7 +379,6 @@ class LearnerServer:
         try:
             on_eval(report)
         except Exception as e:
-            log.exception("on_eval failed")
-            context.abort(grpc.StatusCode.INTERNAL, f"on_eval failed: {e}")
+            await self._failed(context, "on_eval", e)
         self._counters.add("evals_received")
         return pb.Ack()

@@ -26,6 +26,15 @@ from surreal.protocol.types import EvalReport, Fragment, Params
 log = logging.getLogger(__name__)
 
 
+SPARE_STREAMS = 8  # streams of restarted workers that the server has not yet seen close
+
+
+def max_streams(num_agents: int) -> int:
+    """Experience streams a learner accepts: one per worker, and every worker hosts at least one
+    agent on any backend; plus streams of restarted workers not yet seen closing."""
+    return num_agents + SPARE_STREAMS
+
+
 # What the learner's server refused before any fragment reached the core (status "wire_rejections").
 WIRE_REJECTIONS = (
     ("unauthenticated", "rejected_auth"),  # calls without the experiment's token
@@ -65,7 +74,7 @@ class ServingLoop:
         take: Callable[[Fragment], object],
         experience_schema: Mapping[str, TensorSpec],
         credits_per_stream: int,
-        max_workers: int,
+        max_streams: int,
     ) -> None:
         self.core = core
         self.take = take
@@ -79,7 +88,7 @@ class ServingLoop:
             host="0.0.0.0" if ctx.bind_all else ctx.learner_host,
             port=ctx.learner_port,
             credits_per_stream=credits_per_stream,
-            max_workers=max_workers,
+            max_streams=max_streams,
             status_provider=lambda: self.snapshot["status"],
             on_eval=self.evals.put,
         )

@@ -12,21 +12,13 @@ import logging
 
 from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.common.serving import ServingLoop
+from surreal.algorithms.common.serving import ServingLoop, max_streams
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy
 from surreal.algorithms.es.master import ESMaster
 from surreal.algorithms.es.results import results_schema
 
 log = logging.getLogger(__name__)
-
-UNARY_THREADS = 4  # the server keeps this many pool threads free of streams (LearnerServer)
-SPARE_STREAMS = 8  # streams of restarted workers that the server has not yet seen close
-
-
-def max_streams(num_agents: int) -> int:
-    """Experience streams the master must accept: every worker hosts at least one agent."""
-    return num_agents + SPARE_STREAMS
 
 
 def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
@@ -38,7 +30,7 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
     loop = ServingLoop(
         master, ctx, take=lambda fragment: master.add_results(fragment.tensors, fragment.worker_id),
         experience_schema=results_schema(spaces.obs_dim),
-        credits_per_stream=cfg.credits_per_worker, max_workers=max_streams(ctx.num_agents) + UNARY_THREADS,
+        credits_per_stream=cfg.credits_per_worker, max_streams=max_streams(ctx.num_agents),
     )  # fmt: skip
     return loop.run(
         ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,

@@ -162,8 +162,10 @@ def _send_until_done(client: LearnerClient, stream: ExperienceStream, actor: PPO
         if time.monotonic() >= next_report:
             log.info("sent %d fragments; policy version %d", sent, actor.version)
             next_report = time.monotonic() + PROGRESS_LOG_SECONDS
-        # Cheap when nothing changed: the learner answers "unchanged" without weights.
-        params = client.get_params(actor.version)
+        # The credits say which version is current: ask only when it is not the one held (or when
+        # the learner has not said). The answer then carries the weights.
+        latest = stream.latest_version
+        params = client.get_params(actor.version) if latest is None or latest != actor.version else None
         if params is not None:
             actor.set_params(params)
             if extras_done(params.extras):

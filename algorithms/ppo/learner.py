@@ -21,7 +21,7 @@ from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
 from surreal.algorithms.common.run import RunContext, progress_extras
-from surreal.algorithms.common.serving import ServingLoop
+from surreal.algorithms.common.serving import ServingLoop, max_streams
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.evaluator import deterministic_policy
@@ -363,7 +363,7 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
         learner, ctx, take=learner.add_fragment,  # ignores fragments once the run is done
         experience_schema=experience_schema(spaces), credits_per_stream=cfg.credits_per_worker,
         # One server thread per open experience stream (at most one per agent), plus unary calls.
-        max_workers=max(16, ctx.num_agents + 8),
+        max_streams=max_streams(ctx.num_agents),
     )  # fmt: skip
     return loop.run(
         ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,

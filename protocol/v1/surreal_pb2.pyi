@@ -60,10 +60,12 @@ class ExperienceRequest(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., fragment: _Optional[_Union[Fragment, _Mapping]] = ...) -> None: ...
 
 class Credit(_message.Message):
-    __slots__ = ("credits",)
+    __slots__ = ("credits", "latest_version")
     CREDITS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_VERSION_FIELD_NUMBER: _ClassVar[int]
     credits: int
-    def __init__(self, credits: _Optional[int] = ...) -> None: ...
+    latest_version: int
+    def __init__(self, credits: _Optional[int] = ..., latest_version: _Optional[int] = ...) -> None: ...
 
 class GetParams(_message.Message):
     __slots__ = ("known_version",)

@@ -15,7 +15,7 @@ from surreal.algorithms.ppo.actor import PPOActor
 from surreal.algorithms.ppo.fragment import check_fragment, experience_schema
 from surreal.algorithms.ppo.learner import PPOLearner
 from surreal.algorithms.ppo.presets import preset_for
-from surreal.protocol.types import EvalReport, Fragment
+from surreal.protocol.types import EvalReport, Fragment, Params
 
 CFG = dataclasses.replace(
     preset_for("Pendulum-v1"), envs_per_agent=2, fragment_length=16, steps_per_update=64,
@@ -216,3 +216,35 @@ def test_actor_runs_discrete_and_continuous(env_id):
     tensors = actor.collect()
     assert check_fragment(tensors, actor.spaces, cfg) is None
     assert tensors["actions"].dtype == (np.int64 if env_id == "CartPole-v1" else np.float32)
+
+
+def test_an_actor_asks_for_parameters_only_when_its_credits_say_they_changed():
+    from surreal.algorithms.common.run import progress_extras
+    from surreal.algorithms.ppo.actor import _send_until_done
+
+    learner, _ = make()
+    actor = PPOActor(CFG, ENV, num_envs=2, seed=3)  # holds no parameters yet
+    v0 = learner.params()
+    done = Params(1, v0.weights, {**v0.extras, **progress_extras(10_000, True)})
+
+    class Stream:
+        def __init__(self):
+            self.latest_version: int | None = None  # nothing said yet: the actor must ask
+            self.sent: list[int] = []
+
+        def send(self, version, tensors):
+            self.sent.append(version)
+            self.latest_version = 1 if len(self.sent) == 5 else 0  # a new version after 5
+
+    class Client:
+        def __init__(self):
+            self.asked: list[int] = []
+
+        def get_params(self, known):
+            self.asked.append(known)
+            return v0 if known < 0 else done
+
+    stream, client = Stream(), Client()
+    assert _send_until_done(client, stream, actor) == 0
+    assert client.asked == [-1, 0]  # once at the start, once when the credits said version 1
+    assert stream.sent == [0, 0, 0, 0, 0]

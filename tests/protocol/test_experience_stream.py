@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from surreal.protocol import Params, ProtocolError
-from surreal.protocol.server import _UNARY_RESERVE
 from surreal.protocol.v1 import surreal_pb2 as pb
 from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
 
@@ -178,9 +177,8 @@ def test_client_close_delivers_what_was_sent(make_server, make_client, make_frag
     assert info.value.code == "CANCELLED"
 
 
-def test_streams_beyond_the_pool_are_refused_not_hung(make_server, make_client, make_fragment) -> None:
-    max_workers = _UNARY_RESERVE + 2
-    server, address = make_server(max_workers=max_workers)
+def test_streams_beyond_max_streams_are_refused_not_hung(make_server, make_client, make_fragment) -> None:
+    server, address = make_server(max_streams=2)
     client = make_client(address)
     streams = [client.experience(f"w{i}") for i in range(2)]
     for stream in streams:
@@ -189,7 +187,7 @@ def test_streams_beyond_the_pool_are_refused_not_hung(make_server, make_client, 
     assert _send_until_error(extra, make_fragment()).code == "RESOURCE_EXHAUSTED"
     assert server.stats["rejected_streams"] == 1
     server.publish(Params(1, {}, {}))
-    assert client.get_params() is not None  # unary calls still have threads
+    assert client.get_params() is not None  # unary calls are still served
 
 
 def _raw_fragment(tensors: list[pb.Tensor]) -> pb.ExperienceRequest:
@@ -229,3 +227,19 @@ def test_protocol_violations_from_a_raw_client(make_server, token, requests, mat
     assert match in info.value.details()
     assert server.stats["rejected_invalid"] == 1
     assert server.pending() <= 2
+
+
+def test_credits_say_the_latest_published_version(make_server, make_client, make_fragment) -> None:
+    server, address = make_server(credits_per_stream=1)
+    stream = make_client(address).experience("w")
+    assert _eventually(lambda: stream.credits == 1)
+    assert stream.latest_version is None  # nothing published yet: the actor must ask
+    server.publish(Params(3, {}, {}))
+    stream.send(3, make_fragment(), timeout=5)
+    assert server.next_fragment(timeout=5) is not None
+    assert _eventually(lambda: stream.credits == 1)
+    assert stream.latest_version == 3  # the credit that came back says which version is current
+    server.publish(Params(4, {}, {}))
+    stream.send(3, make_fragment(), timeout=5)
+    server.next_fragment(timeout=5)
+    assert _eventually(lambda: stream.latest_version == 4)

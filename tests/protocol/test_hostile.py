@@ -4,6 +4,7 @@ bounded rate, and the server still stops within its bound."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -146,12 +147,22 @@ def test_a_flood_of_garbage_is_refused_logged_briefly_and_the_server_still_stops
     assert grpcs == []
 
 
-def test_stop_gives_up_on_a_server_that_does_not_finish(make_server, monkeypatch) -> None:
-    server, _ = make_server()
-    grpc_server = server._server
-    real_stop = grpc_server.stop
-    never = threading.Event()
-    monkeypatch.setattr(grpc_server, "stop", lambda grace: (real_stop(grace), never)[1])
+def test_stop_forces_a_server_whose_graceful_stop_does_not_end(make_server, monkeypatch) -> None:
+    server, address = make_server()
+    real_stop, calls = server._server.stop, []
+
+    async def first_call_hangs(grace):
+        calls.append(grace)
+        if len(calls) == 1:
+            await asyncio.Event().wait()
+        await real_stop(grace)
+
+    monkeypatch.setattr(server._server, "stop", first_call_hangs)
     started = time.monotonic()
-    assert server.stop(grace=0.2, timeout=0.5) is False
+    assert server.stop(grace=0.2, timeout=0.5) is False  # said, and logged
     assert 0.6 <= time.monotonic() - started < 3.0
+    assert calls == [0.2, 0]
+    with grpc.insecure_channel(address) as channel:  # the port is closed
+        with pytest.raises(grpc.RpcError) as info:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE

@@ -218,5 +218,5 @@ def test_constructor_validates_arguments() -> None:
         LearnerServer(token="", experience_schema={})
     with pytest.raises(ValueError, match="credits_per_stream"):
         LearnerServer(token="t", experience_schema={}, credits_per_stream=0)
-    with pytest.raises(ValueError, match="max_workers"):
-        LearnerServer(token="t", experience_schema={}, max_workers=2)
+    with pytest.raises(ValueError, match="max_streams"):
+        LearnerServer(token="t", experience_schema={}, max_streams=0)
