@@ -22,9 +22,13 @@ class Algorithm:
     package: str  # holds presets.py and one module per role with run_<role>(cfg, ctx) -> int
     roles: tuple[str, ...] = ("learner", "actor", "evaluator")
 
-    def preset(self, env_id: str) -> Any:
-        """The tuned configuration for `env_id` (a frozen dataclass)."""
-        return importlib.import_module(f"{self.package}.presets").preset_for(env_id)
+    def preset(self, env_id: str, agents: int) -> Any:
+        """The tuned configuration for `env_id` and `agents` logical agents (a frozen dataclass)."""
+        return importlib.import_module(f"{self.package}.presets").preset_for(env_id, agents)
+
+    def default_steps(self, env_id: str, agents: int) -> int:
+        """Env steps a run of `agents` agents on `env_id` trains for when none are given."""
+        return int(importlib.import_module(f"{self.package}.presets").default_steps(env_id, agents))
 
     def check_env(self, env_id: str) -> None:
         """Raise ValueError when `env_id` is unknown or this algorithm cannot run on its spaces."""
@@ -33,6 +37,12 @@ class Algorithm:
         check = getattr(module, "check_env_supported", None)
         if check is not None:
             check(env_id)
+
+    def check_local(self, config: Any) -> None:
+        """Raise ValueError when `config` cannot run on this machine (e.g. a GPU it does not have)."""
+        check = getattr(importlib.import_module(f"{self.package}.presets"), "check_local", None)
+        if check is not None:
+            check(config)
 
     def role_main(self, role: str) -> RoleMain:
         if role not in self.roles:

@@ -54,7 +54,8 @@ class ExperimentSpec:
     agents: int = 2
     """Logical agents. PPO: each steps `envs_per_agent` environments."""
     steps: int = 100_000
-    """Environment steps to train for; the experiment succeeds when they are done."""
+    """Environment steps to train for; the experiment succeeds when they are done. When not given,
+    the algorithm's default for `env` and `agents` (build_spec)."""
     seed: int = 0
     """Base random seed; every component derives its own from it."""
     backend: str = "local"
@@ -161,9 +162,14 @@ def build_spec(
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     env_id = str(top.get("env") or _default_env(algo_name))
+    # Presets and the default step budget follow the number of agents (docs/algorithms/<algo>.md).
+    agents = _coerce("agents", int, top.get("agents", ExperimentSpec.agents))
+    if agents < 1:
+        raise SpecError(f"agents must be a positive integer, got {agents}")
     try:
         algorithm.check_env(env_id)
-        base_config = algorithm.preset(env_id)
+        base_config = algorithm.preset(env_id, agents)
+        top.setdefault("steps", algorithm.default_steps(env_id, agents))
     except ValueError as exc:
         raise SpecError(str(exc)) from None
 
@@ -179,8 +185,16 @@ def build_spec(
     config = _apply(base_config, algo_values, prefix=algo_name)
 
     spec_values = {k: _coerce(f"{k}", _field_type(ExperimentSpec, k), v) for k, v in top.items()}
+    if spec_values.get("gpu", 0) > 0 and getattr(config, "device", None) == "auto":
+        # A learner given GPUs trains on one, or fails saying why: never silently on the CPU.
+        config = dataclasses.replace(config, device="cuda")
     spec = ExperimentSpec(name=name, config=config, **{**spec_values, "algo": algo_name, "env": env_id})
     _validate(spec)
+    if spec.backend == "local":
+        try:
+            algorithm.check_local(spec.config)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
     return spec
 
 

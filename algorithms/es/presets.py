@@ -62,9 +62,26 @@ PRESETS: dict[str, ESConfig] = {
 }
 
 
-def preset_for(env_id: str) -> ESConfig:
-    """The tuned config for `env_id`, or the defaults for environments without one."""
+# Env steps a run trains for when `--steps` is not given (what the results in docs/algorithms/es.md
+# were measured with).
+DEFAULT_STEPS: dict[str, int] = {
+    "CartPole-v1": 500_000,
+    "Pendulum-v1": 2_000_000,
+    "HalfCheetah-v5": 20_000_000,
+    "Hopper-v5": 4_000_000,
+}
+OTHER_STEPS = 10_000_000
+
+
+def preset_for(env_id: str, agents: int = 2) -> ESConfig:
+    """The tuned config for `env_id`, or the defaults for environments without one. The master
+    sizes its updates to the number of agents itself (ESConfig.pairs_per_update)."""
     return PRESETS.get(env_id, ESConfig())
+
+
+def default_steps(env_id: str, agents: int = 2) -> int:
+    """The step budget of a run on `env_id` when none is given."""
+    return DEFAULT_STEPS.get(env_id, OTHER_STEPS)
 
 
 def check_env_supported(env_id: str) -> None:

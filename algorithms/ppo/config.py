@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 ACTIVATIONS = ("tanh", "relu")
+DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class PPOConfig:
     target_kl: float | None = None  # stop an update's epochs once approx KL exceeds this
     norm_adv: bool = True  # normalize advantages per minibatch
     learner_threads: int = 1  # torch intra-op threads in the learner
+    device: str = "auto"  # learner device: auto (CUDA when torch sees a GPU, else CPU), cpu, cuda, cuda:N
 
     # --- normalization ---
     norm_obs: bool = True  # normalize observations with running statistics
@@ -90,6 +93,8 @@ class PPOConfig:
             self.activation in ACTIVATIONS,
             "activation", f"must be one of {', '.join(ACTIVATIONS)}", self.activation,
         )  # fmt: skip
+        _check(bool(DEVICE_RE.fullmatch(self.device)), "device", "must be auto, cpu, cuda or cuda:N",
+               self.device)  # fmt: skip
 
 
 def _check(ok: bool, name: str, rule: str, value: object) -> None:

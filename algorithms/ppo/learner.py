@@ -24,6 +24,7 @@ from surreal.algorithms.common.run import RunContext, progress_extras
 from surreal.algorithms.common.serving import ServingLoop, max_streams
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.device import resolve_device
 from surreal.algorithms.ppo.evaluator import deterministic_policy
 from surreal.algorithms.ppo.fragment import REJECT_REASONS, check_fragment, experience_schema
 from surreal.algorithms.ppo.loss import compute_gae, ppo_loss
@@ -64,8 +65,9 @@ class PPOLearner(LearnerProgress):
     ) -> None:
         cfg.validate()
         self.cfg, self.spaces, self.total_steps = cfg, spaces, total_steps
-        torch.manual_seed(seed)
-        self.net = ActorCritic.from_config(cfg, spaces)
+        self.device = resolve_device(cfg.device)
+        torch.manual_seed(seed)  # the initial weights are drawn on the CPU: the same on any device
+        self.net = ActorCritic.from_config(cfg, spaces).to(self.device)
         self._params = list(self.net.parameters())
         # foreach: one kernel per op over all parameter tensors instead of a Python loop.
         self.optimizer = torch.optim.Adam(self._params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
@@ -180,13 +182,17 @@ class PPOLearner(LearnerProgress):
         d = self.spaces.obs_dim
         frags = [t for t, _, _ in batch]
         rows = [f["obs"].reshape(-1, d) for f in frags] + [f["trunc_obs"] for f in frags]
+        # Every observation crosses to the device once: values are computed there, and the training
+        # rows are gathered there from the same tensor.
+        obs_all = self._to_device(np.concatenate(rows))
         with torch.no_grad():
-            values = self.net.value(torch.from_numpy(np.concatenate(rows))).numpy()
-        parts = np.split(values, np.cumsum([len(r) for r in rows])[:-1])
+            values = self.net.value(obs_all).cpu().numpy()
+        starts = np.cumsum([0] + [len(r) for r in rows])
+        parts = np.split(values, starts[1:-1])
         obs_values, trunc_values = parts[: len(frags)], parts[len(frags) :]
         out: dict[str, list[np.ndarray]] = {k: [] for k in BATCH_KEYS}
         lags: list[int] = []
-        for (f, lag, worker), v, tv in zip(batch, obs_values, trunc_values, strict=True):
+        for i, ((f, lag, worker), v, tv) in enumerate(zip(batch, obs_values, trunc_values, strict=True)):
             t_len, n = f["rewards"].shape
             v = v.reshape(t_len + 1, n)
             with np.errstate(over="ignore", invalid="ignore"):  # caught just below
@@ -196,12 +202,22 @@ class PPOLearner(LearnerProgress):
                 self._reject(worker, "non_finite_targets", "values, advantages or returns overflowed")
                 continue
             lags.append(lag)
-            for key, arr in zip(BATCH_KEYS, (f["obs"][:t_len], f["actions"], f["logprobs"],
-                                             adv, ret, v[:t_len]), strict=True):  # fmt: skip
+            out["obs"].append(np.arange(starts[i], starts[i] + t_len * n))  # rows of obs_all
+            for key, arr in zip(BATCH_KEYS[1:], (f["actions"], f["logprobs"], adv, ret, v[:t_len]),
+                                strict=True):  # fmt: skip
                 out[key].append(arr.reshape(t_len * n, *arr.shape[2:]))
         if not lags:
             return None, lags
-        return {k: torch.from_numpy(np.concatenate(v)) for k, v in out.items()}, lags
+        data = {k: self._to_device(np.concatenate(v)) for k, v in out.items() if k != "obs"}
+        data["obs"] = obs_all[self._to_device(np.concatenate(out["obs"]))]
+        return data, lags
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        """`array` as a tensor on the learner's device: through pinned memory to a GPU."""
+        tensor = torch.from_numpy(array)
+        if self.device.type != "cuda":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
 
     def _advantages(
         self, f: dict[str, np.ndarray], values: np.ndarray, trunc_obs_values: np.ndarray
@@ -229,10 +245,11 @@ class PPOLearner(LearnerProgress):
         n_minibatches = max(1, round(size / cfg.minibatch_size))
         rows: list[torch.Tensor] = []
         saved = self._snapshot()
+        finite = torch.ones((), dtype=torch.bool, device=self.device)
         for _ in range(cfg.epochs):
             epoch_start = len(rows)
             # One gather per tensor per epoch; the minibatches are then contiguous views.
-            perm = torch.randperm(size)
+            perm = torch.randperm(size, device=self.device)
             shuffled = [data[k][perm].chunk(n_minibatches) for k in keys]
             for obs, actions, old_logp, adv, returns, old_values in zip(*shuffled, strict=True):
                 new_logp, entropy = net.log_prob_entropy(obs, actions)
@@ -245,11 +262,14 @@ class PPOLearner(LearnerProgress):
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm, foreach=True)
-                if not bool(torch.isfinite(loss) & torch.isfinite(norm)):  # one host read per step
-                    self._rollback(saved)
-                    return None
+                finite &= torch.isfinite(loss) & torch.isfinite(norm)
                 self.optimizer.step()
                 rows.append(torch.stack([stats[k] for k in LOSS_STATS]))
+            # One host read per epoch. After a non-finite step the rest of the epoch computes NaN;
+            # all of it is undone.
+            if not bool(finite):
+                self._rollback(saved)
+                return None
             if cfg.target_kl is not None:  # one host read per epoch, not per minibatch
                 kl = torch.stack(rows[epoch_start:])[:, LOSS_STATS.index("approx_kl")].mean()
                 if kl.item() > cfg.target_kl:
@@ -362,7 +382,6 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     loop = ServingLoop(
         learner, ctx, take=learner.add_fragment,  # ignores fragments once the run is done
         experience_schema=experience_schema(spaces), credits_per_stream=cfg.credits_per_worker,
-        # One server thread per open experience stream (at most one per agent), plus unary calls.
         max_streams=max_streams(ctx.num_agents),
     )  # fmt: skip
     return loop.run(

@@ -46,7 +46,7 @@ class Tanh(nn.Module):
     """nn.Tanh, computed through sigmoid for large inputs (see _SigmoidTanh)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() < _FAST_TANH_MIN_NUMEL:
+        if x.numel() < _FAST_TANH_MIN_NUMEL or x.device.type != "cpu":  # GPUs' tanh is fast
             return torch.tanh(x)
         return _SigmoidTanh.apply(x)
 
@@ -139,4 +139,4 @@ class ActorCritic(nn.Module):
 
     def weights_numpy(self) -> dict[str, np.ndarray]:
         """Parameters as float32 numpy arrays (copies), for publishing."""
-        return {k: v.detach().numpy().copy() for k, v in self.state_dict().items()}
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}

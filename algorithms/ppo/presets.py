@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from surreal.algorithms.common.envs import check_env_id, spaces_for
 from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.scaling import REFERENCE_AGENTS, scale, scale_steps
 
 # rl-zoo's CartPole hyperparameters (8 envs x 32 steps, 20 epochs on one 256-sample minibatch,
 # lambda 0.8, gamma 0.98, lr 1e-3 annealed), split over 2 agents of 4 envs.
@@ -90,12 +91,39 @@ PRESETS: dict[str, PPOConfig] = {
 }
 
 
-def preset_for(env_id: str) -> PPOConfig:
-    """The tuned config for `env_id`, or the CleanRL-like defaults for environments without one."""
-    return PRESETS.get(env_id, PPOConfig())
+# Env steps a run trains for when `--steps` is not given, for REFERENCE_AGENTS agents (scaling.py
+# grows them with the batch): enough for the preset to reach the results in docs/algorithms/ppo.md.
+DEFAULT_STEPS: dict[str, int] = {
+    "CartPole-v1": 100_000,
+    "Pendulum-v1": 200_000,
+    "HalfCheetah-v5": 1_000_000,
+    "Hopper-v5": 1_000_000,
+}
+OTHER_STEPS = 1_000_000  # CleanRL's budget for the environments without a preset
+
+
+def preset_for(env_id: str, agents: int = REFERENCE_AGENTS) -> PPOConfig:
+    """The tuned config for `env_id` (or CleanRL-like defaults for environments without one),
+    scaled to `agents` agents (scaling.py)."""
+    return scale(PRESETS.get(env_id, PPOConfig()), agents)
+
+
+def default_steps(env_id: str, agents: int = REFERENCE_AGENTS) -> int:
+    """The step budget of a run of `agents` agents on `env_id` when none is given."""
+    base = PRESETS.get(env_id, PPOConfig())
+    return scale_steps(DEFAULT_STEPS.get(env_id, OTHER_STEPS), base, agents)
 
 
 def check_env_supported(env_id: str) -> None:
     """Raise ValueError if `env_id` is unknown or has spaces PPO here cannot handle."""
     check_env_id(env_id)
     spaces_for(env_id)
+
+
+def check_local(cfg: PPOConfig) -> None:
+    """Raise ValueError if this machine cannot give the learner the device `cfg` asks for (a
+    local run; a cluster's learner pod checks its own when it starts)."""
+    if cfg.device != "auto" and cfg.device != "cpu":
+        from surreal.algorithms.ppo.device import resolve_device
+
+        resolve_device(cfg.device)

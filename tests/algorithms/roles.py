@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
     raw: dict[str, Any] = json.loads(ctx_json)
     ctx = RunContext(**{**raw, "exp_dir": Path(raw["exp_dir"])})
     fields = json.loads(cfg_json)
-    config_type = type(algo.preset(ctx.env_id))
+    config_type = type(algo.preset(ctx.env_id, ctx.num_agents))
     cfg = config_type(**{**fields, "hidden_sizes": tuple(fields["hidden_sizes"])})
     return algo.role_main(role)(cfg, ctx)
 

@@ -129,9 +129,12 @@ def test_the_chart_writes_a_partial_spec_that_components_resolve(tmp_path: Path)
     chart = render_chart({"agents": 4, "config": {"epochs": 3}})
     text = chart_config_map(chart)["data"]["spec.yaml"]
     assert "minibatch_size" not in text  # the preset is not copied into the chart
+    assert "steps" not in text  # nor its step budget, which follows the agents
     resolved = spec_of(chart_config_map(chart), tmp_path, "partial")
     assert resolved.config.epochs == 3 and resolved.env == "CartPole-v1"
-    assert resolved.config.minibatch_size == make_spec().config.minibatch_size
+    cli = make_spec(agents=4)
+    assert resolved.config.minibatch_size == cli.config.minibatch_size
+    assert resolved.steps == cli.steps
 
 
 def chart_config_map(objects: list[dict]) -> dict:

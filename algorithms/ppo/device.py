@@ -1,0 +1,25 @@
+"""Which torch device the PPO learner trains on (`device`: auto, cpu, cuda or cuda:N)."""
+
+from __future__ import annotations
+
+from surreal.algorithms.ppo.config import DEVICE_RE
+
+
+def resolve_device(name: str):  # -> torch.device (torch is imported here, not at spec time)
+    """ "auto": the first CUDA device when torch sees one, else the CPU. "cuda" (or "cuda:N")
+    when torch sees no such device raises ValueError saying why, instead of training elsewhere."""
+    import torch
+
+    if not DEVICE_RE.fullmatch(name):
+        raise ValueError(f"ppo.device must be auto, cpu, cuda or cuda:N, got {name!r}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = "built without CUDA" if torch.version.cuda is None else "no CUDA device visible"
+            raise ValueError(f"ppo.device={name} but torch {torch.__version__} sees no GPU ({build}); "
+                             "use device=auto or cpu, or a CUDA build of torch on a GPU machine")  # fmt: skip
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"ppo.device={name} but torch sees {torch.cuda.device_count()} CUDA devices")
+    return device

@@ -1,0 +1,108 @@
+"""The PPO learner's device: chosen by `device`, implied by --gpu, checked before a local run, and
+checkpoints that load on either device. The CUDA tests run where torch sees a GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from surreal.algorithms.common.envs import spaces_for
+from surreal.algorithms.ppo.actor import PPOActor
+from surreal.algorithms.ppo.device import resolve_device
+from surreal.algorithms.ppo.learner import PPOLearner
+from surreal.algorithms.ppo.presets import preset_for
+from surreal.protocol.types import Fragment
+from surreal.spec import SpecError, build_spec
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="torch sees no CUDA device here")
+ENV = "Pendulum-v1"
+CFG = dataclasses.replace(preset_for(ENV), envs_per_agent=2, fragment_length=16, steps_per_update=64,
+                          minibatch_size=32, epochs=2, checkpoint_every=1)  # fmt: skip
+
+
+def test_auto_is_cuda_when_torch_sees_a_gpu_and_the_cpu_otherwise():
+    assert resolve_device("auto").type == ("cuda" if CUDA else "cpu")
+    assert resolve_device("cpu").type == "cpu"
+
+
+@pytest.mark.skipif(CUDA, reason="needs a machine without a GPU")
+def test_asking_for_cuda_without_one_fails_saying_why():
+    with pytest.raises(ValueError, match="device=cuda but torch .* sees no GPU"):
+        resolve_device("cuda")
+    with pytest.raises(SpecError, match="sees no GPU"):  # refused before anything is created
+        build_spec("x", flags={"algo": "ppo"}, overrides={"device": "cuda"})
+
+
+def test_device_names_are_validated():
+    for bad in ("gpu", "cuda:x", "tpu", ""):
+        with pytest.raises(SpecError, match="ppo.device must be auto, cpu, cuda or cuda:N"):
+            build_spec("x", flags={"algo": "ppo"}, overrides={"device": bad})
+
+
+def test_gpu_on_the_cluster_means_the_learner_trains_on_cuda():
+    spec = build_spec("x", flags={"algo": "ppo", "backend": "kube", "gpu": 1})
+    assert spec.config.device == "cuda"
+    assert build_spec("x", flags={"algo": "ppo", "backend": "kube"}).config.device == "auto"
+    pinned = build_spec("x", flags={"algo": "ppo", "backend": "kube", "gpu": 1}, overrides={"device": "cpu"})
+    assert pinned.config.device == "cpu"  # asked for explicitly
+
+
+def _trained(device: str, exp_dir=None) -> tuple[PPOLearner, PPOActor]:
+    learner = PPOLearner(dataclasses.replace(CFG, device=device), spaces_for(ENV), 10_000, seed=4,
+                         exp_dir=exp_dir)  # fmt: skip
+    actor = PPOActor(CFG, ENV, num_envs=2, seed=5)
+    for _ in range(2):
+        actor.set_params(learner.params())
+        for _ in range(4):
+            learner.add_fragment(Fragment("a", learner.counters.version, actor.collect()))
+            while learner.ready():
+                assert learner.update()
+    return learner, actor
+
+
+def test_checkpoints_hold_cpu_tensors_whatever_the_device(tmp_path):
+    learner, _ = _trained("cpu", tmp_path)
+    learner.save()
+    state = torch.load(tmp_path / "checkpoints" / "latest.pt", weights_only=True)
+    assert all(t.device.type == "cpu" for t in state["model"].values())
+
+
+@needs_cuda
+def test_the_learner_trains_on_cuda_as_on_the_cpu():
+    # One minibatch per epoch: the shuffle (drawn on each device's own generator) cannot matter.
+    cfg = dataclasses.replace(CFG, minibatch_size=64)
+    cpu, gpu = (PPOLearner(dataclasses.replace(cfg, device=d), spaces_for(ENV), 10_000, seed=4)
+                for d in ("cpu", "cuda"))  # fmt: skip
+    actor = PPOActor(cfg, ENV, num_envs=2, seed=5)
+    actor.set_params(cpu.params())
+    fragments = [actor.collect() for _ in range(2)]
+    for learner in (cpu, gpu):
+        for f in fragments:
+            learner.add_fragment(Fragment("a", 0, f))
+        assert learner.update()
+    assert all(p.device.type == "cuda" for p in gpu.net.parameters())
+    got, want = gpu.params().weights, cpu.params().weights
+    for k, w in want.items():
+        assert isinstance(got[k], np.ndarray)
+        np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+@needs_cuda
+@pytest.mark.parametrize(("saved_on", "loaded_on"), [("cuda", "cpu"), ("cpu", "cuda")])
+def test_checkpoints_load_across_devices(tmp_path, saved_on, loaded_on):
+    learner, actor = _trained(saved_on, tmp_path)
+    learner.save()
+    before = learner.params().weights
+    resumed = PPOLearner(dataclasses.replace(CFG, device=loaded_on), spaces_for(ENV), 10_000,
+                         exp_dir=tmp_path)  # fmt: skip
+    assert all(p.device.type == loaded_on for p in resumed.net.parameters())
+    for k, w in resumed.params().weights.items():
+        np.testing.assert_array_equal(w, before[k])
+    actor.set_params(resumed.params())
+    for _ in range(4):
+        resumed.add_fragment(Fragment("a", resumed.counters.version, actor.collect()))
+    assert resumed.update()  # Adam's state came along to the new device
