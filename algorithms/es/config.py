@@ -77,10 +77,19 @@ class ESConfig:
         return max(1, math.ceil(self.handout_ratio * self.population / num_agents))
 
     def pairs_per_update(self, num_agents: int) -> int:
-        """Pairs the master waits for before an update. More agents than the population needs
-        raise it, so that a version's hand-out is mostly used rather than dropped as stale."""
+        """Pairs the master waits for before an update: the population, or with more agents than
+        it needs (their hand-out, H / handout_ratio pairs, is more than one update's) the geometric
+        mean of the two. All agents evaluate a version at once, so its results come back nearly
+        together: one update per hand-out would give 512 agents 20 updates per 20M steps; one per
+        population would make most results many versions stale. The mean splits the difference."""
+        needed = math.floor(num_agents * self.pairs_per_agent(num_agents) / self.handout_ratio)
+        return max(self.population, math.floor(math.sqrt(self.population * needed)))
+
+    def staleness(self, num_agents: int) -> int:
+        """Versions a result may lag and still count: `max_staleness`, or as many as the updates
+        one hand-out feeds (so that none of it is thrown away for being late)."""
         handed_out = num_agents * self.pairs_per_agent(num_agents)
-        return max(self.population, math.floor(handed_out / self.handout_ratio))
+        return max(self.max_staleness, math.ceil(handed_out / self.pairs_per_update(num_agents)) - 1)
 
 
 def _check(ok: bool, name: str, rule: str, value: object) -> None:

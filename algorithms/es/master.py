@@ -67,7 +67,7 @@ class ESMaster(LearnerProgress):
         self.obs_rms = RunningMeanStd((spaces.obs_dim,))
         self.counters = Counters()
         self.pairs_per_update = cfg.pairs_per_update(num_agents)
-        self.handout = Handout(seed, cfg.pairs_per_agent(num_agents), cfg.max_staleness)
+        self.handout = Handout(seed, cfg.pairs_per_agent(num_agents), cfg.staleness(num_agents))
         self.agents: set[int] = set()  # logical agents with an accepted result
         self.train_returns: deque[float] = deque(maxlen=200)
         self._init_progress()
@@ -196,6 +196,7 @@ class ESMaster(LearnerProgress):
             "skipped_updates": c.skipped_updates,
             "pairs_per_update": self.pairs_per_update,
             "pairs_per_agent": self.handout.pairs_per_agent,
+            "max_staleness": self.handout.max_staleness,
         }
 
     def _log_update(self, stats: dict[str, float]) -> None:

@@ -159,11 +159,17 @@ def test_the_run_is_done_at_total_steps_and_takes_no_more_results():
     assert master.add_results(batch_of([row(master, 1)])) == 0
 
 
-@pytest.mark.parametrize(("agents", "per_agent", "per_update"), [(8, 6, 32), (16, 3, 32), (512, 1, 341)])
-def test_hand_out_sizes_scale_with_the_agents(agents, per_agent, per_update):
+@pytest.mark.parametrize(
+    ("agents", "per_agent", "per_update", "staleness"),
+    [(8, 6, 32, 1), (16, 3, 32, 1), (64, 1, 36, 1), (512, 1, 104, 4), (4096, 1, 295, 13)],
+)
+def test_hand_out_sizes_scale_with_the_agents(agents, per_agent, per_update, staleness):
     cfg = ESConfig(population=32, handout_ratio=1.5)
     assert cfg.pairs_per_agent(agents) == per_agent
     assert cfg.pairs_per_update(agents) == per_update
+    assert cfg.staleness(agents) == staleness
+    # every pair of a hand-out can count: the updates it feeds fit in the staleness window
+    assert (staleness + 1) * per_update >= agents * per_agent
 
 
 def test_reward_shift_ranks_returns_net_of_an_alive_bonus():
