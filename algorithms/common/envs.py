@@ -27,9 +27,32 @@ def check_env_id(env_id: str) -> None:
     raise ValueError(f"unknown environment '{env_id}'{hint}")
 
 
+_MUJOCO_WARNINGS: set[str] = set()  # the distinct MuJoCo warnings this process has logged
+_MAX_MUJOCO_WARNINGS = 32
+
+
+def _mujoco_warning(message: str) -> None:
+    if message not in _MUJOCO_WARNINGS and len(_MUJOCO_WARNINGS) < _MAX_MUJOCO_WARNINGS:
+        _MUJOCO_WARNINGS.add(message)
+        log.warning("MuJoCo: %s (logged once per process)", message.strip())
+
+
+def _route_mujoco_warnings(env_id: str) -> None:
+    """Send MuJoCo's warnings to the log, each once. Its default handler prints every one and appends
+    it to MUJOCO_LOG.TXT in the working directory: HalfCheetah-v5's model warns when compiled, so a
+    worker of 256 envs wrote ~100 KB to its log and ~240 KB to that file (read-only in a pod)."""
+    if "mujoco" not in str(gym.spec(env_id).entry_point):
+        return
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is not _mujoco_warning:
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
 def make_env(env_id: str, seed: int) -> gym.Env:
     """Create `env_id` with its TimeLimit, without the (slow) passive checker, RNG seeded."""
     check_env_id(env_id)
+    _route_mujoco_warnings(env_id)
     env = gym.make(env_id, disable_env_checker=True)
     # Seeding via reset makes every later reset() draw from this seeded generator.
     env.reset(seed=seed)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -135,3 +138,19 @@ def test_a_non_finite_step_ends_that_episode_and_never_leaves_the_batch(caplog):
     np.testing.assert_array_equal(res.obs[:, 0], [1.0, 1.0, 1.0])
     # Logged once, not once per broken episode.
     assert sum("non-finite observation or reward" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_mujoco_warnings_are_logged_once_and_no_file_is_written(tmp_path):
+    """HalfCheetah-v5's model warns when it is compiled: MuJoCo's own handler printed that for every
+    env and appended it to MUJOCO_LOG.TXT in the working directory (read-only in a pod)."""
+    code = (
+        "import logging; logging.basicConfig()\n"
+        "from surreal.algorithms.common.envs import make_env\n"
+        "for i in range(4): make_env('HalfCheetah-v5', i).close()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, check=True)  # fmt: skip
+    text = out.stdout + out.stderr
+    assert text.count("settotalmass") == 1, text
+    assert "logged once per process" in text
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
