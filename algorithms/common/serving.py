@@ -105,7 +105,8 @@ class ServingLoop:
             if fragment is not None:
                 self.take(fragment)
             if core.ready():
-                core.update()
+                while core.ready():  # one message may complete several updates (ES bursts)
+                    core.update()
                 server.publish(params := core.params())
             self.tick()
         while core.ready():  # the fragment that finished the run may leave a batch

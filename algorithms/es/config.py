@@ -86,10 +86,15 @@ class ESConfig:
         return max(self.population, math.floor(math.sqrt(self.population * needed)))
 
     def staleness(self, num_agents: int) -> int:
-        """Versions a result may lag and still count: `max_staleness`, or as many as the updates
-        one hand-out feeds (so that none of it is thrown away for being late)."""
+        """Versions a result may lag and still count: `max_staleness`, or, when one hand-out feeds
+        several updates, those updates and one more. Agents that start a version together finish it
+        together, so a whole hand-out arrives in a burst of updates, and a worker that fetched its
+        version just before the other workers' burst reports one burst later."""
         handed_out = num_agents * self.pairs_per_agent(num_agents)
-        return max(self.max_staleness, math.ceil(handed_out / self.pairs_per_update(num_agents)) - 1)
+        per_update = self.pairs_per_update(num_agents)
+        if handed_out < 2 * per_update:  # about one update per hand-out: the configured window
+            return self.max_staleness
+        return max(self.max_staleness, math.ceil(handed_out / per_update) + 1)
 
 
 def _check(ok: bool, name: str, rule: str, value: object) -> None:

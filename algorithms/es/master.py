@@ -148,9 +148,12 @@ class ESMaster(LearnerProgress):
     # --- update ---
 
     def update(self) -> dict[str, float]:
-        """One ES step on the pooled pairs: centered ranks, antithetic estimate, weight decay, Adam."""
+        """One ES step on the oldest `pairs_per_update` pooled pairs: centered ranks, antithetic
+        estimate, weight decay, Adam. A worker's batch can hold the results of hundreds of agents
+        that finished together; the rest stay pooled for the next updates (results may lag by the
+        staleness the config allows), so a burst is several updates, not one of everything."""
         cfg, c = self.cfg, self.counters
-        pool, self._pool = self._pool, []
+        pool, self._pool = self._pool[: self.pairs_per_update], self._pool[self.pairs_per_update :]
         seeds = np.array([p[0] for p in pool], np.int64)
         fitness = np.array([(p[2], p[3]) for p in pool], np.float64)
         noise = perturbations(seeds, self.spec.num_params)

@@ -38,7 +38,8 @@ def train(cfg: ESConfig, env_id: str, steps: int, agents: int, seed: int, eval_e
         if (batch := worker.take_batch()) is not None:
             master.add_results(batch)
         if master.ready():
-            master.update()
+            while master.ready():
+                master.update()
             worker.set_params(master.params())
         if master.counters.env_steps >= next_eval or master.done:
             next_eval += eval_every
