@@ -77,24 +77,27 @@ class ESConfig:
         return max(1, math.ceil(self.handout_ratio * self.population / num_agents))
 
     def pairs_per_update(self, num_agents: int) -> int:
-        """Pairs the master waits for before an update: the population, or with more agents than
-        it needs (their hand-out, H / handout_ratio pairs, is more than one update's) the geometric
-        mean of the two. All agents evaluate a version at once, so its results come back nearly
-        together: one update per hand-out would give 512 agents 20 updates per 20M steps; one per
-        population would make most results many versions stale. The mean splits the difference."""
-        needed = math.floor(num_agents * self.pairs_per_agent(num_agents) / self.handout_ratio)
-        return max(self.population, math.floor(math.sqrt(self.population * needed)))
+        """Pairs the master waits for before an update: the population, or half the agents when
+        there are more. Every agent evaluates one pair at a time, so while a pair is evaluated
+        `num_agents / pairs_per_update` updates happen, and that is how many versions old its
+        result is when it counts: at most about two. (Agents that start a version together also
+        finish it together: 512 agents' results arrive in bursts of hundreds.)"""
+        return max(self.population, math.ceil(num_agents / 2))
+
+    def step_size(self, num_agents: int) -> float:
+        """Adam's learning rate for `num_agents` agents: `learning_rate`, grown by the fourth root
+        of how much larger than the population an update is (as PPO's presets grow theirs with
+        the batch, algorithms/ppo/scaling.py): a less noisy estimate takes a longer step."""
+        return self.learning_rate * (self.pairs_per_update(num_agents) / self.population) ** 0.25
 
     def staleness(self, num_agents: int) -> int:
-        """Versions a result may lag and still count: `max_staleness`, or, when one hand-out feeds
-        several updates, those updates and one more. Agents that start a version together finish it
-        together, so a whole hand-out arrives in a burst of updates, and a worker that fetched its
-        version just before the other workers' burst reports one burst later."""
-        handed_out = num_agents * self.pairs_per_agent(num_agents)
+        """Versions a result may lag and still count: `max_staleness`, or, when several updates
+        happen while a pair is evaluated, those updates and one more (a worker may fetch its
+        version just before another worker's burst of results moves the master on)."""
         per_update = self.pairs_per_update(num_agents)
-        if handed_out < 2 * per_update:  # about one update per hand-out: the configured window
+        if num_agents < 2 * per_update:
             return self.max_staleness
-        return max(self.max_staleness, math.ceil(handed_out / per_update) + 1)
+        return max(self.max_staleness, math.ceil(num_agents / per_update) + 1)
 
 
 def _check(ok: bool, name: str, rule: str, value: object) -> None:

@@ -67,6 +67,7 @@ class ESMaster(LearnerProgress):
         self.obs_rms = RunningMeanStd((spaces.obs_dim,))
         self.counters = Counters()
         self.pairs_per_update = cfg.pairs_per_update(num_agents)
+        self.step_size = cfg.step_size(num_agents)
         self.handout = Handout(seed, cfg.pairs_per_agent(num_agents), cfg.staleness(num_agents))
         self.agents: set[int] = set()  # logical agents with an accepted result
         self.train_returns: deque[float] = deque(maxlen=200)
@@ -160,7 +161,7 @@ class ESMaster(LearnerProgress):
         g = ascent_direction(fitness, noise, cfg.sigma, cfg.top_fraction)
         stepped = adam_step(
             self.theta, -g + cfg.weight_decay * self.theta, self._adam_m, self._adam_v,
-            c.updates + 1, cfg.learning_rate, cfg.adam_beta1, cfg.adam_beta2,
+            c.updates + 1, self.step_size, cfg.adam_beta1, cfg.adam_beta2,
         )  # fmt: skip
         if not all(np.isfinite(a).all() for a in stepped):  # ranks keep it finite; make sure
             c.skipped_updates += 1
@@ -198,6 +199,7 @@ class ESMaster(LearnerProgress):
             "env_steps_rejected": c.env_steps_rejected,
             "skipped_updates": c.skipped_updates,
             "pairs_per_update": self.pairs_per_update,
+            "step_size": self.step_size,
             "pairs_per_agent": self.handout.pairs_per_agent,
             "max_staleness": self.handout.max_staleness,
         }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import pytest
@@ -155,14 +154,16 @@ def test_resume_restores_parameters_counters_and_moves_past_old_versions(tmp_pat
 def test_a_burst_of_results_makes_several_updates_of_pairs_per_update():
     """512 agents finish their pairs together: one worker's batch holds hundreds of results. They
     feed updates of `pairs_per_update` pairs, oldest first, not one update of all of them."""
-    master = ESMaster(CFG, SPACES, total_steps=10**9, num_agents=10, seed=0)
-    assert master.pairs_per_update == 4  # sqrt(population 2 x hand-out 10)
-    assert master.add_results(batch_of([row(master, a) for a in range(10)])) == 10
-    sizes = []
-    while master.ready():
-        sizes.append(master.update()["pairs"])
-    assert sizes == [4, 4] and master.params().version == 2
-    assert len(master._pool) == 2  # the rest waits for the next results
+    master = ESMaster(CFG, SPACES, total_steps=10**9, num_agents=12, seed=0)
+    assert master.pairs_per_update == 6  # half the agents (the population is 2)
+    first = [row(master, a) for a in range(8)]
+    assert master.add_results(batch_of(first)) == 8
+    assert master.update()["pairs"] == 6 and not master.ready()  # two wait for the next results
+    later = [row(master, a) for a in range(8, 12)]  # the new version's
+    assert master.add_results(batch_of(later)) == 4
+    stats = master.update()
+    assert stats["pairs"] == 6 and stats["staleness"] == pytest.approx(2 / 6)  # the oldest first
+    assert len(master._pool) == 0 and master.params().version == 2
 
 
 def test_the_run_is_done_at_total_steps_and_takes_no_more_results():
@@ -175,17 +176,18 @@ def test_the_run_is_done_at_total_steps_and_takes_no_more_results():
 
 @pytest.mark.parametrize(
     ("agents", "per_agent", "per_update", "staleness"),
-    [(8, 6, 32, 1), (16, 3, 32, 1), (64, 1, 36, 1), (512, 1, 104, 6), (4096, 1, 295, 15)],
+    [(8, 6, 32, 1), (16, 3, 32, 1), (64, 1, 32, 3), (512, 1, 256, 3), (4096, 1, 2048, 3)],
 )
 def test_hand_out_sizes_scale_with_the_agents(agents, per_agent, per_update, staleness):
-    cfg = ESConfig(population=32, handout_ratio=1.5)
+    cfg = ESConfig(population=32, handout_ratio=1.5, learning_rate=0.02)
     assert cfg.pairs_per_agent(agents) == per_agent
     assert cfg.pairs_per_update(agents) == per_update
     assert cfg.staleness(agents) == staleness
-    # every pair of a hand-out can count: the updates it feeds, and one burst more, fit in the
-    # staleness window (agents that start a version together finish it together)
-    handed_out = agents * per_agent
-    assert staleness >= (math.ceil(handed_out / per_update) + 1 if handed_out >= 2 * per_update else 1)
+    # while one pair is evaluated (every agent evaluates one at a time) at most two updates happen,
+    # and the window holds those and one more
+    assert agents / per_update <= 2 and (staleness + 1) * per_update >= agents
+    # the step grows by the fourth root of the update's size against the population
+    assert cfg.step_size(agents) == pytest.approx(0.02 * (per_update / 32) ** 0.25)
 
 
 def test_reward_shift_ranks_returns_net_of_an_alive_bonus():
