@@ -39,6 +39,8 @@ lint: install
 bench: install
 	$(BIN)/python benchmarks/ppo_throughput.py
 	$(BIN)/python benchmarks/es_throughput.py
+	$(BIN)/python benchmarks/learner_ceiling.py
+	$(BIN)/python benchmarks/learner_update.py
 
 clean:
 	rm -rf $(VENV) .surreal .pytest_cache .ruff_cache .mypy_cache

@@ -29,20 +29,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_support import TOKEN, read_json, rss_line, start_learner
 from raw_stepping import raw_rate
 
 ENV_ID = "HalfCheetah-v5"
-TOKEN = "bench-token"
 
 
 # --- (b) ES evaluation throughput -----------------------------------------------------------
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
 
 
 def es_rate(steps: int, agents: int) -> dict:
@@ -57,13 +50,13 @@ def es_rate(steps: int, agents: int) -> dict:
         status_path = home / "experiments" / "bench" / "status.json"
         samples: list[tuple[float, int]] = []  # (time, env steps evaluated)
         while proc.poll() is None:
-            st = _read_json(status_path)
+            st = read_json(status_path)
             if st and not st.get("done"):
                 samples.append((time.monotonic(), st["env_steps"]))
             time.sleep(0.5)
         if proc.returncode != 0:
             sys.exit(f"surreal create failed with exit code {proc.returncode}")
-        final = _read_json(status_path)
+        final = read_json(status_path)
         # The steady part: from 20% of the evaluated steps to the last sample before the end.
         steady = [s for s in samples if s[1] >= 0.2 * samples[-1][1]]
         (t0, s0), (t1, s1) = steady[0], steady[-1]
@@ -140,36 +133,14 @@ def _load_client(addr: str, agents: list[int], deadline: float, out: mp.Queue) -
     out.put(stats)
 
 
-def _start_master(tmp: Path, agents: int) -> tuple[subprocess.Popen, str]:
-    from surreal.algorithms.es.actor import agent_ids  # noqa: F401  (fail early if not installed)
-    from surreal.spec import build_spec
-
-    port = _free_port()
-    spec = build_spec("load", flags={"algo": "es", "env": "CartPole-v1", "agents": agents,
-                                     "steps": 10**12})  # fmt: skip
-    (tmp / "spec.yaml").write_text(spec.to_yaml())
-    env = {**os.environ, "SURREAL_LEARNER_ADDR": f"127.0.0.1:{port}", "SURREAL_TOKEN": TOKEN,
-           "SURREAL_EXP_DIR": str(tmp)}  # fmt: skip
-    argv = [sys.executable, "-m", "surreal", "component", "learner", "--spec", str(tmp / "spec.yaml")]
-    log = (tmp / "master.log").open("wb")
-    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT), f"127.0.0.1:{port}"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def load_test(streams: int, seconds: float, processes: int = 4) -> dict:
     import psutil
 
     from surreal.protocol.client import LearnerClient
 
     tmp = Path(tempfile.mkdtemp(prefix="surreal-es-load-"))
-    master, addr = _start_master(tmp, streams)
+    master, addr = start_learner(tmp, {"algo": "es", "env": "CartPole-v1", "agents": streams,
+                                       "steps": 10**12})  # fmt: skip
     try:
         probe = LearnerClient(addr, TOKEN)
         probe.wait_ready(60.0)
@@ -221,11 +192,6 @@ def load_test(streams: int, seconds: float, processes: int = 4) -> dict:
     }
 
 
-def _rss_line(rss: list[tuple[float, int]]) -> str:
-    marks = [rss[min(len(rss) - 1, round(q * (len(rss) - 1)))] for q in (0.25, 0.5, 0.75, 1.0)]
-    return "  ".join(f"t={t:4.0f}s {b / 2**20:6.1f} MiB" for t, b in marks)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400_000, help="env steps of the ES run (b)")
@@ -253,7 +219,7 @@ def main() -> None:
           f"result send p50 {c['send_p50_ms']:.2f} ms  p99 {c['send_p99_ms']:.2f} ms")  # fmt: skip
     print(f"    master CPU {c['master_cpu_s'] / (c['seconds'] + 3.0):.0%} of one core")
     print(f"    rejected {json.dumps({k: v for k, v in c['rejected'].items() if v})}")
-    print(f"    master RSS  {_rss_line(rss)}")
+    print(f"    master RSS  {rss_line(rss)}")
     print(f"    master RSS peak {max(b for _, b in rss) / 2**20:.1f} MiB; second half "
           f"{min(half) / 2**20:.1f}..{max(half) / 2**20:.1f} MiB")  # fmt: skip
 

@@ -1,0 +1,75 @@
+"""The PPO learner's update alone, on a device: how many env steps per second it can train on.
+
+For the HalfCheetah-v5 preset scaled to each agent count, the learner takes real fragments (one
+PPOActor's, collected once) until a batch is due, then runs full updates (values and GAE, the
+epochs, publishing the weights) back to back; the first ones warm up and are not timed.
+
+    python benchmarks/learner_update.py [--agents 2,64,512] [--devices cpu,cuda] [--updates 6]
+
+A device torch cannot see is skipped with a line saying so (run it on a GPU machine for the
+cuda figures). The CPU figures use one torch thread, as the learner component does by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+ENV_ID = "HalfCheetah-v5"
+WARMUP = 2
+
+
+def measure(agents: int, device: str, updates: int) -> dict[str, float]:
+    import torch
+
+    from surreal.algorithms.common.envs import spaces_for
+    from surreal.algorithms.ppo.actor import PPOActor
+    from surreal.algorithms.ppo.learner import PPOLearner
+    from surreal.algorithms.ppo.presets import preset_for
+    from surreal.protocol.types import Fragment
+
+    cfg = preset_for(ENV_ID, agents)
+    torch.set_num_threads(cfg.learner_threads)
+    learner = PPOLearner(dataclasses.replace(cfg, device=device), spaces_for(ENV_ID), 10**12)
+    actor = PPOActor(cfg, ENV_ID, cfg.envs_per_agent * min(agents, 16), seed=0)
+    actor.set_params(learner.params())
+    fragment = actor.collect()
+    actor.close()
+    times = []
+    for i in range(WARMUP + updates):
+        while not learner.ready():
+            learner.add_fragment(Fragment("bench", learner.counters.version, fragment))
+        start = time.perf_counter()
+        assert learner.update(), "the update was skipped"
+        learner.params()  # what the serving loop publishes after every update
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        if i >= WARMUP:
+            times.append(time.perf_counter() - start)
+    seconds = sorted(times)[len(times) // 2]  # the median update
+    return {"batch": cfg.steps_per_update, "seconds": seconds, "steps_per_s": cfg.steps_per_update / seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", default="2,64,512", help="agent counts whose preset to time")
+    parser.add_argument("--devices", default="cpu,cuda", help="torch devices, comma-separated")
+    parser.add_argument("--updates", type=int, default=6, help="timed updates per measurement")
+    args = parser.parse_args()
+    import torch
+
+    for device in args.devices.split(","):
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            print(f"{device}: torch {torch.__version__} sees no CUDA device here; skipped", flush=True)
+            continue
+        name = torch.cuda.get_device_name() if device.startswith("cuda") else "CPU, 1 thread"
+        for agents in (int(a) for a in args.agents.split(",")):
+            r = measure(agents, device, args.updates)
+            print(f"{ENV_ID} preset for {agents:4d} agents on {device} ({name}): batch {r['batch']:6,d}  "
+                  f"update {r['seconds'] * 1e3:8.1f} ms  {r['steps_per_s']:10,.0f} env steps/s trained",
+                  flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
