@@ -85,12 +85,8 @@ class ExperienceService:
         with self._taken_lock:
             self._taken.append(stream)
             wake, self._wakeup_pending = not self._wakeup_pending, True
-        loop = self.loop
-        if wake and loop is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._grant_taken)
-            except RuntimeError:
-                pass  # the loop closed meanwhile: the streams are over anyway
+        if wake:
+            self._on_loop(self._grant_taken)
         self._counters.add("fragments_taken")
         return fragment
 
@@ -102,14 +98,18 @@ class ExperienceService:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        self._on_loop(self._end_streams)
+        self._fragments.put(_STOP)
+        self._rejections.flush(force=True)
+
+    def _on_loop(self, callback: Callable[[], None]) -> None:
+        """Run `callback` on the server's loop, if it still runs (else the streams are over anyway)."""
         loop = self.loop
         if loop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(self._end_streams)
+                loop.call_soon_threadsafe(callback)
             except RuntimeError:
-                pass
-        self._fragments.put(_STOP)
-        self._rejections.flush(force=True)
+                pass  # the loop closed meanwhile
 
     # ---- loop thread
 

@@ -110,10 +110,7 @@ def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, timeou
             task.cancel()
         await asyncio.wait(tasks, timeout=timeout) if tasks else None
 
-    try:
-        asyncio.run_coroutine_threadsafe(cancel_the_rest(), loop).result(timeout + 1.0)
-    except (concurrent.futures.TimeoutError, RuntimeError):
-        pass
+    _wait(cancel_the_rest(), loop, timeout + 1.0)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout)
     if thread.is_alive():

@@ -164,8 +164,7 @@ def _send_until_done(client: LearnerClient, stream: ExperienceStream, actor: PPO
             next_report = time.monotonic() + PROGRESS_LOG_SECONDS
         # The credits say which version is current: ask only when it is not the one held (or when
         # the learner has not said). The answer then carries the weights.
-        latest = stream.latest_version
-        params = client.get_params(actor.version) if latest is None or latest != actor.version else None
+        params = client.get_params(actor.version) if stream.latest_version != actor.version else None
         if params is not None:
             actor.set_params(params)
             if extras_done(params.extras):

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from surreal.algorithms.ppo.config import DEVICE_RE
-
 
 def resolve_device(name: str):  # -> torch.device (torch is imported here, not at spec time)
-    """ "auto": the first CUDA device when torch sees one, else the CPU. "cuda" (or "cuda:N")
-    when torch sees no such device raises ValueError saying why, instead of training elsewhere."""
+    """`name` as PPOConfig.validate() accepts it. "auto": the first CUDA device when torch sees
+    one, else the CPU. "cuda" (or "cuda:N") when torch sees no such device raises ValueError
+    saying why, instead of training elsewhere."""
     import torch
 
-    if not DEVICE_RE.fullmatch(name):
-        raise ValueError(f"ppo.device must be auto, cpu, cuda or cuda:N, got {name!r}")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
