@@ -1,12 +1,15 @@
 # syntax=docker/dockerfile:1
 # The surreal image: every component (learner, actors, evaluator) and TensorBoard run from it.
 #
-#   make image                      # docker build -t surreal:local .   (CPU, python:3.11-slim)
+#   make image                      # surreal:local (CPU, python:3.11-slim): docker, else podman
+#                                   #   (scripts/image.sh; no registry: a debootstrap base)
 #   docker build -t surreal:cuda \
 #     --build-arg BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 \
 #     --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 .
 #
 # A base without Python (the CUDA images) gets the distribution's python3 (3.12 on Ubuntu 24.04).
+# The same through make: BASE_IMAGE=nvidia/cuda:... IMAGE_BUILD_FLAGS="--build-arg TORCH_INDEX=..."
+# make image IMAGE=surreal:cuda. No build step needs a GPU: only the pod that runs it does.
 # Pods run it as uid 10001 with a read-only root filesystem: everything written goes to /tmp or
 # /var/lib/surreal, which the pod mounts (see orchestrator/kube_pods.py).
 ARG BASE_IMAGE=python:3.11-slim

@@ -50,11 +50,17 @@ IMAGE ?= surreal:local
 KIND ?= kind
 KIND_CLUSTER ?= surreal
 
-.PHONY: image kind-up kind-load
+.PHONY: image kind-up kind-load e2e-containers
 
-# The CPU image every pod runs (Dockerfile; --build-arg BASE_IMAGE=... for a CUDA base).
+# The CPU image every pod runs (Dockerfile; BASE_IMAGE=... for a CUDA base): docker where a Docker
+# engine answers, podman otherwise; with no registry reachable, a debootstrap base (scripts/image.sh).
 image:
-	docker build -t $(IMAGE) .
+	IMAGE=$(IMAGE) bash scripts/image.sh
+
+# An experiment's rendered objects run as real containers (podman or Docker, no cluster): builds the
+# image from this tree first when it changed. Part of `make test` too (skipped without an engine).
+e2e-containers: install
+	$(BIN)/python -m pytest -q -ra tests/containers
 
 # A local cluster: one control plane, two workers labelled as the CPU pool.
 kind-up:
