@@ -1,0 +1,126 @@
+"""Real containers for the tests of this folder: an engine, and the project's image built from this
+tree (rebuilt whenever a file that goes into it changes).
+
+Without podman or Docker these tests skip, except under CI, where .ci/run installs podman and a
+missing engine is a failure. What is specific to a machine stays here, not in the Dockerfile: a
+podman build gets the machine's pip configuration, the files and folders it names and its CA
+bundle mounted read-only, so a machine that reaches PyPI only through a mirror or local wheel
+folders builds the image too; nothing of it ends up in a layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import podkube  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = "surreal:local"  # what `make image` builds and what rendered objects name by default
+SOURCE_LABEL = "surreal.source"
+CONTEXT = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
+PACKAGES = ("surreal", "protocol", "orchestrator", "provisioner", "algorithms")
+
+
+def source_hash(repo: Path = REPO) -> str:
+    """What the image is made of: the build files and every package file, by content."""
+    digest = hashlib.sha256()
+    files = [repo / f for f in CONTEXT]
+    for folder in PACKAGES:
+        files += sorted(p for p in (repo / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for path in files:
+        digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def pip_config_mounts(home: Path | None = None) -> list[str]:
+    """`--volume` flags that give a build's RUN steps this machine's pip configuration: its files
+    at the places pip reads them in the image (HOME=/tmp there), and every absolute path or file://
+    URL they name (wheel folders, local indexes, the CA bundle, constraints), read-only."""
+    home = home or Path.home()
+    files = {
+        Path("/etc/pip.conf"): "/etc/pip.conf",
+        Path("/etc/xdg/pip/pip.conf"): "/etc/xdg/pip/pip.conf",
+        home / ".config/pip/pip.conf": "/tmp/.config/pip/pip.conf",
+        home / ".pip/pip.conf": "/tmp/.pip/pip.conf",
+    }
+    if os.environ.get("PIP_CONFIG_FILE"):
+        files[Path(os.environ["PIP_CONFIG_FILE"])] = "/etc/pip.conf"
+    mounts: dict[str, str] = {}
+    named: set[str] = set()
+    for source, target in files.items():
+        if not source.is_file():
+            continue
+        mounts[target] = str(source)
+        for value in re.findall(r"(?:file://)?(/[^\s'\"]+)", source.read_text()):
+            path = Path(value.rstrip("/"))
+            # A local index's pages (DIR/simple/...) link to files beside them: mount DIR.
+            named.add(str(path.parent if path.name == "simple" else path))
+    for key in (
+        "PIP_CERT",
+        "PIP_FIND_LINKS",
+        "PIP_CONSTRAINT",
+    ):  # env reaches no RUN step: mount what it names
+        named.update(v.removeprefix("file://").rstrip("/") for v in os.environ.get(key, "").split() if v)
+    for path in sorted(named):
+        if Path(path).exists() and path not in mounts:
+            mounts[path] = path
+    return [f"--volume={source}:{target}:ro" for target, source in sorted(mounts.items())]
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pods")
+
+
+@pytest.fixture(scope="session")
+def engine(workdir: Path) -> podkube.Engine:
+    try:
+        return podkube.engine_for(workdir)
+    except podkube.HarnessError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI runs the container tests: .ci/run installs podman)")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def image(engine: podkube.Engine) -> str:
+    """surreal:local, built from this tree unless the image already has this tree's hash."""
+    want = source_hash()
+    label = '{{index .Config.Labels "' + SOURCE_LABEL + '"}}'
+    have = engine("image", "inspect", "--format", label, IMAGE, check=False).strip()
+    if have != want:
+        flags = [f"--label={SOURCE_LABEL}={want}"]
+        if engine.name == "podman":
+            flags += pip_config_mounts()
+        env = {**engine.env, "IMAGE": IMAGE, "ENGINE": engine.name, "IMAGE_BUILD_FLAGS": " ".join(flags)}
+        proc = subprocess.run(
+            ["bash", str(REPO / "scripts/image.sh")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            stdin=subprocess.DEVNULL,
+        )
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            pytest.fail(f"make image failed:\n{tail}")
+    return IMAGE
+
+
+@pytest.fixture
+def no_leftovers(engine: podkube.Engine) -> Iterator[None]:
+    """After the test, no container or network of any harness run is left."""
+    yield
+    leftover = engine.ids()
+    podkube.remove_run(engine)
+    assert not leftover, f"containers left behind: {leftover}"

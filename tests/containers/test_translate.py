@@ -1,0 +1,268 @@
+"""Every mapping of the container harness, from rendered objects to `run` flags. Pure: no engine."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import podkube
+import pytest
+from conftest import pip_config_mounts, source_hash
+
+from surreal.orchestrator.kube_render import render
+from surreal.spec import build_spec
+
+WORK = Path("/w")
+
+
+def objects(name: str = "t1", algo: str = "ppo", **flags: Any) -> list[dict[str, Any]]:
+    overrides = flags.pop("overrides", None)
+    spec = build_spec(name, flags={"algo": algo, "backend": "kube", **flags}, overrides=overrides)
+    return render(spec, token="tok-123")
+
+
+def plan(objs: list[dict[str, Any]] | None = None) -> podkube.Plan:
+    return podkube.translate(
+        objs or objects(agents=4, overrides={"agents_per_pod": 2}),
+        workdir=WORK,
+        run_id="r1",
+        rng=lambda n: "x" * n,
+    )
+
+
+def flag_values(pod: podkube.PodRun, flag: str) -> list[str]:
+    return [pod.args[i + 1] for i, a in enumerate(pod.args) if a == flag]
+
+
+def env(pod: podkube.PodRun) -> dict[str, str]:
+    return dict(v.split("=", 1) for v in flag_values(pod, "--env"))
+
+
+def test_one_container_per_pod_and_replicas_as_the_workloads_ask() -> None:
+    p = plan()
+    assert [(pod.role, pod.name) for pod in p.pods] == [
+        ("learner", "t1-learner-0"),  # a StatefulSet's ordinal name
+        ("actor", p.pods[1].name),
+        ("actor", p.pods[2].name),
+        ("evaluator", p.pods[3].name),
+        ("tensorboard", p.pods[4].name),
+    ]
+    assert p.pods[1].name.startswith("t1-actor-") and p.pods[1].name.endswith("-xxxxx")
+    assert p.network == "surreal-r1" and p.experiment == "t1" and p.spec["agents"] == 4
+
+
+def test_argv_is_the_containers_command_and_args() -> None:
+    obj = objects()
+    learner = next(o for o in obj if o["kind"] == "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    pod = plan(obj).pods[0]
+    assert flag_values(pod, "--entrypoint") == learner["command"][:1]
+    assert list(pod.command) == learner["command"][1:] + learner["args"]
+    assert pod.image == "surreal:local"
+
+
+def test_env_values_and_the_downward_api_pod_name() -> None:
+    p = plan()
+    learner, actor = p.pods[0], p.pods[1]
+    assert env(learner)["SURREAL_LEARNER_ADDR"] == "t1-learner:6000"
+    assert env(learner)["SURREAL_TOKEN_FILE"] == "/var/run/secrets/surreal/token"
+    assert env(actor)["SURREAL_POD_NAME"] == actor.name  # fieldRef metadata.name
+    assert env(actor)["SURREAL_AGENTS_IN_WORKER"] == "2"
+    assert flag_values(actor, "--hostname") == [actor.name]
+
+
+def test_services_become_network_aliases_of_the_pods_they_select() -> None:
+    p = plan()
+    assert flag_values(p.pods[0], "--network-alias") == ["t1-learner"]
+    assert flag_values(p.pods[4], "--network-alias") == ["t1-tensorboard"]
+    assert all(not flag_values(pod, "--network-alias") for pod in p.pods[1:4])
+    assert all(flag_values(pod, "--network") == ["surreal-r1"] for pod in p.pods)
+
+
+def test_security_context() -> None:
+    for pod in plan().pods:
+        assert flag_values(pod, "--user") == ["10001:10001"]
+        assert flag_values(pod, "--group-add") == ["10001"]  # fsGroup
+        assert "--read-only" in pod.args
+        assert flag_values(pod, "--cap-drop") == ["ALL"]
+        assert flag_values(pod, "--security-opt") == ["no-new-privileges"]
+        assert flag_values(pod, "--restart") == ["always"]  # Deployments and StatefulSets restart
+
+
+def test_limits_become_cgroup_limits() -> None:
+    p = plan()
+    assert flag_values(p.pods[0], "--cpus") == ["1"] and flag_values(p.pods[0], "--memory") == ["2048m"]
+    assert flag_values(p.pods[4], "--cpus") == ["0.25"] and flag_values(p.pods[4], "--memory") == ["512m"]
+    assert podkube.quantity_mib("1Gi") == 1024 and podkube.quantity_mib("268435456") == 256
+    assert podkube.quantity_cpus("1500m") == "1.5"
+    with pytest.raises(podkube.HarnessError, match="memory quantity"):
+        podkube.quantity_mib("lots")
+
+
+def test_volumes_configmap_secret_emptydir_memory_and_the_claim() -> None:
+    p = plan()
+    learner, actor, tb = p.pods[0], p.pods[1], p.pods[4]
+    volumes = flag_values(learner, "--volume")
+    assert f"{WORK}/pods/t1-learner-0/spec:/etc/surreal:ro" in volumes
+    assert f"{WORK}/pods/t1-learner-0/token:/var/run/secrets/surreal:ro" in volumes
+    assert f"{WORK}/pods/t1-learner-0/tmp:/tmp:rw" in volumes
+    assert f"{WORK}/volumes/data-t1-learner-0:/var/lib/surreal:rw" in volumes  # the claim template's
+    assert flag_values(learner, "--mount") == [
+        "type=tmpfs,destination=/dev/shm,tmpfs-size=268435456,tmpfs-mode=1777"  # medium Memory, 256Mi
+    ]
+    paths = {h.path.name: h for h in learner.paths}
+    assert paths["spec"].files.keys() == {"spec.yaml"} and paths["spec"].mode == 0o644
+    assert paths["token"].files == {"token": "tok-123"} and paths["token"].mode == 0o440
+    assert paths["token"].gid == 10001  # readable through the fsGroup only
+    assert paths["tmp"].mode == 0o777
+    assert paths["data-t1-learner-0"].mode == 0o2775 and paths["data-t1-learner-0"].gid == 10001
+    # Actors' exp dir is an emptyDir of their own; TensorBoard mounts the learner's claim read-only.
+    assert f"{WORK}/pods/{actor.name}/data:/var/lib/surreal:rw" in flag_values(actor, "--volume")
+    assert f"{WORK}/volumes/data-t1-learner-0:/var/lib/surreal:ro" in flag_values(tb, "--volume")
+
+
+def test_probes_travel_with_the_pod() -> None:
+    p = plan()
+    assert p.pods[0].probes["readinessProbe"]["grpc"]["port"] == 6000
+    assert p.pods[4].probes["readinessProbe"]["httpGet"]["port"] == "http"
+    assert p.pods[4].probes["_ports"] == {"http": 6006}
+    assert "readinessProbe" not in p.pods[1].probes
+
+
+def test_labels_carry_the_run_and_the_pods_own() -> None:
+    pod = plan().pods[1]
+    labels = dict(v.split("=", 1) for v in flag_values(pod, "--label"))
+    assert labels[podkube.RUN_LABEL] == "r1" and labels[podkube.POD_LABEL] == pod.name
+    assert labels["surreal.io/experiment"] == "t1" and labels["surreal.io/component"] == "actor"
+
+
+def _workload(objs: list[dict[str, Any]], kind: str = "StatefulSet") -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == kind)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda o: _workload(o)["spec"]["template"]["spec"]["containers"].append({"name": "x"}),
+            "only pods of one container",
+        ),
+        (
+            lambda o: _workload(o)["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update(
+                {"nvidia.com/gpu": "1"}
+            ),
+            "GPUs need a real cluster",
+        ),
+        (
+            lambda o: _workload(o)["spec"]["template"]["spec"]["containers"][0]["env"].append(
+                {"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+            ),
+            "env X",
+        ),
+        (
+            lambda o: _workload(o)["spec"]["template"]["spec"]["containers"][0]["securityContext"].update(
+                {"runAsUser": 0}
+            ),
+            "runAsNonRoot needs a non-zero runAsUser",
+        ),
+        (
+            lambda o: o.append({"kind": "Ingress", "metadata": {"name": "i"}}),
+            "Ingress i: kind is not supported",
+        ),
+        (lambda o: o.remove(next(x for x in o if x["kind"] == "Secret")), "Secret t1-token is not among"),
+        (
+            lambda o: o.remove(next(x for x in o if x["kind"] == "ConfigMap")),
+            "no ConfigMap holding spec.yaml",
+        ),
+        (
+            lambda o: _workload(o)["spec"]["selector"]["matchLabels"].update({"x": "y"}),
+            "selector does not match",
+        ),
+        (
+            lambda o: (
+                _workload(o)["spec"]["template"]["spec"]["volumes"].append({"name": "h", "hostPath": {}})
+                or _workload(o)["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].append(
+                    {"name": "h", "mountPath": "/x"}
+                )
+            ),
+            "volume h: only configMap",
+        ),
+    ],
+)
+def test_what_cannot_be_run_faithfully_is_refused_by_name(change: Any, message: str) -> None:
+    objs = copy.deepcopy(objects())
+    change(objs)
+    with pytest.raises(podkube.HarnessError, match=message):
+        plan(objs)
+
+
+def test_load_objects_wants_kubernetes_objects() -> None:
+    with pytest.raises(podkube.HarnessError, match="expected Kubernetes objects"):
+        podkube.load_objects("just: a mapping without kind\n")
+    assert [o["kind"] for o in podkube.load_objects("kind: A\nmetadata: {name: a}\n---\n")] == ["A"]
+
+
+def test_make_host_path_sets_modes_and_group(tmp_path: Path) -> None:
+    secret = podkube.HostPath(tmp_path / "token", 0o440, os.getgid(), {"token": "t"})
+    podkube.make_host_path(secret)
+    assert (tmp_path / "token" / "token").read_text() == "t"
+    assert (tmp_path / "token" / "token").stat().st_mode & 0o777 == 0o440
+    podkube.make_host_path(podkube.HostPath(tmp_path / "empty", 0o777))
+    assert (tmp_path / "empty").stat().st_mode & 0o777 == 0o777
+
+
+def test_containers_conf_sets_what_this_kind_of_host_needs(tmp_path: Path) -> None:
+    text = podkube.containers_conf(tmp_path).read_text()
+    assert "default_ulimits = []" in text and 'cgroup_manager = "cgroupfs"' in text
+
+
+def test_pip_config_mounts_carry_the_files_and_every_path_they_name(tmp_path: Path, monkeypatch) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    conf = tmp_path / "home/.config/pip/pip.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(f"[global]\nfind-links = {wheels}\nextra-index-url = file://{tmp_path}/missing/simple\n")
+    for key in ("PIP_CONFIG_FILE", "PIP_CERT", "PIP_FIND_LINKS", "PIP_CONSTRAINT"):
+        monkeypatch.delenv(key, raising=False)
+    mounts = pip_config_mounts(home=tmp_path / "home")
+    assert f"--volume={conf}:/tmp/.config/pip/pip.conf:ro" in mounts
+    assert f"--volume={wheels}:{wheels}:ro" in mounts
+    assert not any("missing" in m for m in mounts)  # only paths that exist
+    (tmp_path / "index/simple").mkdir(parents=True)
+    conf.write_text(f"[global]\nextra-index-url = file://{tmp_path}/index/simple\n")
+    assert f"--volume={tmp_path}/index:{tmp_path}/index:ro" in pip_config_mounts(home=tmp_path / "home")
+
+
+def test_source_hash_follows_the_files_that_make_the_image(tmp_path: Path) -> None:
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md"):
+        (tmp_path / name).write_text(name)
+    for folder in ("surreal", "protocol", "orchestrator", "provisioner", "algorithms"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "surreal/a.py").write_text("1")
+    before = source_hash(tmp_path)
+    (tmp_path / "surreal/__pycache__").mkdir()
+    (tmp_path / "surreal/__pycache__/a.pyc").write_text("junk")
+    assert source_hash(tmp_path) == before
+    (tmp_path / "surreal/a.py").write_text("2")
+    assert source_hash(tmp_path) != before
+
+
+def _image_sh(path: str, **env: str) -> subprocess.CompletedProcess[str]:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "image.sh"
+    env = {"PATH": path, **env}
+    return subprocess.run(["/bin/bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_make_image_without_an_engine_is_one_line(tmp_path: Path) -> None:
+    for tool in ("dirname", "id", "mktemp"):
+        (tmp_path / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
+    proc = _image_sh(str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "image: no container engine: start Docker, or install podman (Debian: apt-get install podman runc)"
+    ]
+    proc = _image_sh(str(tmp_path), ENGINE="nerdctl")
+    assert (proc.returncode, proc.stderr.strip()) == (2, "image: ENGINE=nerdctl is not installed")
