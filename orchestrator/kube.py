@@ -36,7 +36,8 @@ from surreal.orchestrator.kube_errors import (
     NamespaceMissing,
     call,
 )
-from surreal.orchestrator.kube_pods import TB_PORT, Placement
+from surreal.orchestrator.kube_exec import Exec, pod_exec
+from surreal.orchestrator.kube_pods import EXP_DIR, TB_PORT, Placement
 from surreal.orchestrator.kube_portforward import Dial, PortForward, pod_dialer
 from surreal.orchestrator.program import LEARNER_PORT
 from surreal.spec import ExperimentSpec
@@ -107,7 +108,7 @@ class Created:
 
 class KubeLauncher:
     """Experiments on one cluster. Build with `KubeLauncher.connect(...)`; tests pass a fake
-    ApiClient and a `dial` that replaces the API server's port-forward."""
+    ApiClient, a `dial` that replaces the API server's port-forward and an `exec_` for its exec."""
 
     def __init__(
         self,
@@ -116,6 +117,7 @@ class KubeLauncher:
         context: str | None = None,
         local: bool | None = None,
         dial: Callable[[str, str, int], Dial] | None = None,
+        exec_: Exec | None = None,
         delete_timeout: float = 120.0,
     ) -> None:
         self.api_client = api_client
@@ -126,6 +128,7 @@ class KubeLauncher:
         self.context = context
         self.local = is_local_cluster(context, self.server) if local is None else local
         self._dial = dial or (lambda pod, ns, port: pod_dialer(self.core, pod, ns, port))
+        self._exec = exec_ or pod_exec(self.core)
         self.delete_timeout = delete_timeout
 
     @classmethod
@@ -355,6 +358,15 @@ class KubeLauncher:
                 f"kubectl get pods -n {namespace} -l surreal.io/component=tensorboard)"
             )
         return PortForward(self._dial(pod, namespace, TB_PORT), local_port)
+
+    def tb_archive(self, name: str, namespace: str) -> bytes:
+        """The learner's TensorBoard event files, as a tar archive of its `tb/` folder: read in
+        the learner container, where they are written (with either storage), as `kubectl cp` does."""
+        self._root(name, namespace)
+        pod = ks.ready_pod(self.pods(namespace, f"surreal.io/experiment={name}"), "learner")
+        if pod is None:
+            raise KubeError(f"experiment {name!r}: its learner pod is not ready to read the events from")
+        return self._exec(pod, namespace, "learner", ["tar", "cf", "-", "-C", EXP_DIR, "tb"])
 
 
 def api_error(exc: ApiException, action: str) -> KubeError:

@@ -23,6 +23,7 @@ from surreal.cli.common import (
     summary,
     table,
 )
+from surreal.cli.plot import plot
 from surreal.cli.provision import provision
 from surreal.orchestrator import experiments as exps
 from surreal.orchestrator import local
@@ -334,6 +335,7 @@ def supervise(exp_dir: Path) -> None:
 
 
 cli.add_command(provision)
+cli.add_command(plot)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -101,9 +101,10 @@ def test_rbac_role_grants_exactly_what_the_launcher_uses() -> None:
     # Namespaces are cluster-scoped (a Role cannot grant them; create copes with a refusal).
     used.discard(("get", "namespaces"))
     # Not visible to the fake: reading the token (status with a learner), the port-forward
-    # websocket (status, tensorboard) and the finalizer update that blockOwnerDeletion implies.
+    # websocket (status, tensorboard), the exec websocket (plot) and the finalizer update that
+    # blockOwnerDeletion implies.
     unseen = {("get", "secrets"), ("get", "pods/portforward"), ("create", "pods/portforward"),
-              ("update", "configmaps/finalizers")}  # fmt: skip
+              ("get", "pods/exec"), ("create", "pods/exec"), ("update", "configmaps/finalizers")}  # fmt: skip
     assert rbac_rules() == used | unseen
 
 
