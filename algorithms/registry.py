@@ -22,21 +22,29 @@ class Algorithm:
     package: str  # holds presets.py and one module per role with run_<role>(cfg, ctx) -> int
     roles: tuple[str, ...] = ("learner", "actor", "evaluator")
 
-    def preset(self, env_id: str, agents: int) -> Any:
-        """The tuned configuration for `env_id` and `agents` logical agents (a frozen dataclass)."""
-        return importlib.import_module(f"{self.package}.presets").preset_for(env_id, agents)
+    def preset(self, env: Any, agents: int) -> Any:
+        """The tuned configuration for `env` (an EnvRef or an id) and `agents` logical agents (a
+        frozen dataclass)."""
+        return importlib.import_module(f"{self.package}.presets").preset_for(env, agents)
 
-    def default_steps(self, env_id: str, agents: int) -> int:
-        """Env steps a run of `agents` agents on `env_id` trains for when none are given."""
-        return int(importlib.import_module(f"{self.package}.presets").default_steps(env_id, agents))
+    def default_steps(self, env: Any, agents: int) -> int:
+        """Env steps a run of `agents` agents on `env` trains for when none are given."""
+        return int(importlib.import_module(f"{self.package}.presets").default_steps(env, agents))
 
-    def check_env(self, env_id: str) -> None:
-        """Raise ValueError when `env_id` is unknown or this algorithm cannot run on its spaces."""
-        importlib.import_module("surreal.algorithms.common.envs").check_env_id(env_id)
+    def check_env(self, env: Any) -> None:
+        """Raise ValueError when `env` (an EnvRef or an id) cannot be resolved or made, or this
+        algorithm cannot run on its spaces. Builds one instance, with the env's kwargs."""
+        importlib.import_module("surreal.algorithms.common.envs").check_env_id(env)
         module = importlib.import_module(f"{self.package}.presets")
         check = getattr(module, "check_env_supported", None)
         if check is not None:
-            check(env_id)
+            check(env)
+
+    def check_config(self, config: Any, env: Any) -> None:
+        """Raise ValueError when `config` cannot train on `env` (e.g. settings an image env refuses)."""
+        check = getattr(importlib.import_module(f"{self.package}.presets"), "check_config", None)
+        if check is not None:
+            check(config, env)
 
     def check_local(self, config: Any) -> None:
         """Raise ValueError when `config` cannot run on this machine (e.g. a GPU it does not have)."""

@@ -67,6 +67,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def user_import_path() -> tuple[str, ...]:
+    """Where this shell imports a user's module from: PYTHONPATH's folders, then the working
+    directory (as `python -m` would). `create` validates the environment with these on sys.path and
+    components get them (SURREAL_IMPORT_PATH), so `--env mymod:MyEnv-v0` works from mymod's folder."""
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    paths = [str(Path(p).resolve()) for p in (*entries, os.getcwd())]
+    return tuple(dict.fromkeys(paths))
+
+
 def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
     """Create the experiment directory with everything needed to run it; return it and the program."""
     final = experiment_dir(home, spec.name)
@@ -86,6 +95,7 @@ def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
         exp_dir=str(final),
         command=(sys.executable, "-m", "surreal"),
         token_file=str(final / TOKEN_FILE),
+        import_path=user_import_path(),
     )
     program = make_program(spec, target)
     experiments_root(home).mkdir(parents=True, exist_ok=True)

@@ -93,6 +93,7 @@ def helm_values(
     return {
         "algo": spec.algo,
         "env": spec.env,
+        "envKwargs": dict(spec.env_kwargs),
         "agents": spec.agents,
         "agentsPerPod": spec.agents_per_pod,
         "steps": spec.steps,

@@ -11,6 +11,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from surreal.algorithms.common.env_ref import IMPORT_PATH_VAR
 from surreal.orchestrator.components import Component, Program
 from surreal.spec import ExperimentSpec
 
@@ -24,6 +25,7 @@ ENV_AGENTS_IN_WORKER = "SURREAL_AGENTS_IN_WORKER"
 ENV_WORKERS = "SURREAL_WORKERS"
 ENV_LINGER = "SURREAL_LINGER"  # "1": a finished component idles until stopped (pods; see component.py)
 ENV_POD_NAME = "SURREAL_POD_NAME"  # set in Kubernetes pods (downward API); see surreal.component
+ENV_IMPORT_PATH = IMPORT_PATH_VAR  # folders a component imports a user's environment module from
 
 LEARNER_PORT = 6000  # in a pod; locally a free port is chosen at create time
 
@@ -38,6 +40,9 @@ class Target:
     exp_dir: str
     command: tuple[str, ...] = ("surreal",)
     token_file: str | None = None  # locally the token is read from a 0600 file, never put in argv/env
+    # Locally: where the creating shell imported from (its PYTHONPATH, then its working directory),
+    # so components find a user's environment module as `surreal create` did. In a pod: the image.
+    import_path: tuple[str, ...] = ()
 
 
 def worker_count(spec: ExperimentSpec, cpus: int | None = None) -> int:
@@ -63,6 +68,8 @@ def make_program(spec: ExperimentSpec, target: Target, cpus: int | None = None) 
     common = {ENV_LEARNER_ADDR: target.learner_addr, ENV_EXP_DIR: target.exp_dir, ENV_WORKERS: str(workers)}
     if target.token_file:
         common[ENV_TOKEN_FILE] = target.token_file
+    if target.import_path:
+        common[ENV_IMPORT_PATH] = os.pathsep.join(target.import_path)
     if spec.backend == "kube":
         # Kubernetes restarts a container that exits, even with code 0 (StatefulSets and
         # Deployments have restartPolicy Always), so a finished component idles until deleted.

@@ -15,6 +15,7 @@ import time
 import zlib
 from pathlib import Path
 
+from surreal.algorithms.common.env_ref import import_path_from_environ
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
@@ -60,6 +61,7 @@ def build_context(spec: ExperimentSpec, index: int) -> RunContext:
         agents_in_worker=int(os.environ.get(prog.ENV_AGENTS_IN_WORKER, "1")),
         bind_all=bind_host == "0.0.0.0",
         linger=os.environ.get(prog.ENV_LINGER) == "1",
+        env_kwargs=dict(spec.env_kwargs),
     )
 
 
@@ -83,6 +85,9 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     # grpc logs some errors itself, one record per bad call: those never fill the log either.
     for handler in logging.getLogger().handlers:
         handler.addFilter(RateLimitFilter(prefixes=("grpc",)))
+    # A user's environment module is found where the creating shell found it (locally) or in the
+    # image (Kubernetes); loading the spec imports it.
+    import_path_from_environ()
     spec = load_spec_file(spec_path)
     ctx = build_context(spec, worker_index(role, index))
     main = get_algorithm(spec.algo).role_main(role)

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from surreal.algorithms.common.env_ref import EnvRef
 from surreal.algorithms.registry import get_algorithm
 
 # Experiment names become Kubernetes object names with suffixes such as "-evaluator" and a StatefulSet
@@ -36,7 +37,9 @@ TOP_LEVEL_KEYS = (
     "namespace",
     "image",
     "gpu",
+    "env_kwargs",
 )
+ENV_KWARGS = "env_kwargs"
 
 
 class SpecError(ValueError):
@@ -50,7 +53,8 @@ class ExperimentSpec:
     algo: str
     """Algorithm: "ppo" (or "es")."""
     env: str
-    """Gymnasium environment id, e.g. "CartPole-v1"."""
+    """Gymnasium environment: a registered id ("CartPole-v1", "ALE/Breakout-v5"), or a module of
+    the user's as "module:EnvId" (the module registers EnvId on import) or "module:Class"."""
     agents: int = 2
     """Logical agents. PPO: each steps `envs_per_agent` environments."""
     steps: int = 100_000
@@ -68,11 +72,21 @@ class ExperimentSpec:
     """Kubernetes only: container image of every component."""
     gpu: int = 0
     """GPUs for the learner (placed on the GPU node pool when > 0)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment's constructor (`--set env_kwargs.KEY=VALUE`, or a
+    mapping in the YAML file); values are YAML scalars, lists or mappings."""
     config: Any = field(default=None)
     """The algorithm's frozen config dataclass (e.g. PPOConfig), preset for `env` then overridden."""
 
+    @property
+    def env_ref(self) -> EnvRef:
+        """The environment with its kwargs, as components build it."""
+        return EnvRef(self.env, self.env_kwargs)
+
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in ("name", *TOP_LEVEL_KEYS)}
+        if not self.env_kwargs:  # spec files of environments without kwargs stay as they were
+            del data[ENV_KWARGS]
         data[self.algo] = _plain(dataclasses.asdict(self.config))
         return data
 
@@ -153,6 +167,8 @@ def build_spec(
     for key in list(overrides):
         if key in TOP_LEVEL_KEYS:
             top[key] = overrides.pop(key)
+        elif key.startswith(f"{ENV_KWARGS}."):
+            top[ENV_KWARGS] = {**_env_kwargs(top.get(ENV_KWARGS)), **_env_kwarg(key, overrides.pop(key))}
 
     algo_name = str(top.get("algo") or "")
     if not algo_name:
@@ -166,10 +182,11 @@ def build_spec(
     agents = _coerce("agents", int, top.get("agents", ExperimentSpec.agents))
     if agents < 1:
         raise SpecError(f"agents must be a positive integer, got {agents}")
+    env = EnvRef(env_id, _env_kwargs(top.get(ENV_KWARGS)))
     try:
-        algorithm.check_env(env_id)
-        base_config = algorithm.preset(env_id, agents)
-        top.setdefault("steps", algorithm.default_steps(env_id, agents))
+        algorithm.check_env(env)
+        base_config = algorithm.preset(env, agents)
+        top.setdefault("steps", algorithm.default_steps(env, agents))
     except ValueError as exc:
         raise SpecError(str(exc)) from None
 
@@ -184,18 +201,49 @@ def build_spec(
         algo_values[sub] = value
     config = _apply(base_config, algo_values, prefix=algo_name)
 
+    top[ENV_KWARGS] = dict(env.kwargs)
     spec_values = {k: _coerce(f"{k}", _field_type(ExperimentSpec, k), v) for k, v in top.items()}
     if spec_values.get("gpu", 0) > 0 and getattr(config, "device", None) == "auto":
         # A learner given GPUs trains on one, or fails saying why: never silently on the CPU.
         config = dataclasses.replace(config, device="cuda")
     spec = ExperimentSpec(name=name, config=config, **{**spec_values, "algo": algo_name, "env": env_id})
     _validate(spec)
+    try:
+        algorithm.check_config(spec.config, spec.env_ref)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
     if spec.backend == "local":
         try:
             algorithm.check_local(spec.config)
         except ValueError as exc:
             raise SpecError(str(exc)) from None
     return spec
+
+
+def _env_kwargs(value: Any) -> dict[str, Any]:
+    """env_kwargs as given in a YAML file or a spec file: a mapping of names to plain values."""
+    if value is None:
+        return {}
+    if isinstance(value, str) and not value.strip():
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+        raise SpecError(f"env_kwargs must be a mapping of keyword names to values, got {value!r}")
+    return dict(value)
+
+
+def _env_kwarg(key: str, text: Any) -> dict[str, Any]:
+    """`--set env_kwargs.NAME=VALUE`: VALUE read as YAML (10 -> int, 0.5 -> float, true -> bool,
+    [1, 2] -> list, anything else a string)."""
+    name = key.partition(".")[2]
+    if not name.isidentifier():
+        raise SpecError(f"--set {key}: {name!r} is not a keyword argument name")
+    if not isinstance(text, str):
+        return {name: text}
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    return {name: value}
 
 
 def _default_env(algo: str) -> str:
@@ -232,6 +280,8 @@ def _coerce(key: str, target: Any, value: Any) -> Any:
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
             return None
         return _coerce(key, options[0], value)
+    if origin is dict:
+        return _env_kwargs(value)
     if origin is tuple:
         item_type = typing.get_args(target)[0]
         if isinstance(value, str):

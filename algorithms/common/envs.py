@@ -6,25 +6,23 @@ and the rare episode-end bookkeeping kept out of the common case.
 
 from __future__ import annotations
 
-import difflib
 import logging
 from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
 
+from surreal.algorithms.common import atari
+from surreal.algorithms.common.env_ref import EnvRef, as_env_ref, entry_point, make_raw, resolve
 from surreal.protocol.ratelimit import RejectionLog
 
 log = logging.getLogger(__name__)
 
 
-def check_env_id(env_id: str) -> None:
-    """Raise ValueError naming `env_id` if gymnasium does not know it."""
-    if env_id in gym.registry:
-        return
-    close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3)
-    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-    raise ValueError(f"unknown environment '{env_id}'{hint}")
+def check_env_id(env: EnvRef | str) -> None:
+    """Raise ValueError naming `env` if it cannot be resolved (unknown id, a module that does not
+    import or define it); see env_ref.py."""
+    resolve(env)
 
 
 _MUJOCO_WARNINGS: set[str] = set()  # the distinct MuJoCo warnings this process has logged
@@ -37,11 +35,11 @@ def _mujoco_warning(message: str) -> None:
         log.warning("MuJoCo: %s (logged once per process)", message.strip())
 
 
-def _route_mujoco_warnings(env_id: str) -> None:
+def _route_mujoco_warnings(entry: str) -> None:
     """Send MuJoCo's warnings to the log, each once. Its default handler prints every one and appends
     it to MUJOCO_LOG.TXT in the working directory: HalfCheetah-v5's model warns when compiled, so a
     worker of 256 envs wrote ~100 KB to its log and ~240 KB to that file (read-only in a pod)."""
-    if "mujoco" not in str(gym.spec(env_id).entry_point):
+    if "mujoco" not in entry:
         return
     import mujoco
 
@@ -49,25 +47,52 @@ def _route_mujoco_warnings(env_id: str) -> None:
         mujoco.set_mju_user_warning(_mujoco_warning)
 
 
-def make_env(env_id: str, seed: int) -> gym.Env:
-    """Create `env_id` with its TimeLimit, without the (slow) passive checker, RNG seeded."""
-    check_env_id(env_id)
-    _route_mujoco_warnings(env_id)
-    env = gym.make(env_id, disable_env_checker=True)
+def make_env(env: EnvRef | str, seed: int, *, training: bool = True) -> gym.Env:
+    """Create `env` with its TimeLimit and kwargs, without the (slow) passive checker, RNG seeded.
+
+    Atari games get the standard preprocessing (atari.py); `training` adds what only training
+    wants there (episodic life, clipped rewards). Raises ValueError naming the environment."""
+    ref = as_env_ref(env)
+    resolved = resolve(ref)
+    entry = entry_point(resolved)
+    if isinstance(resolved, str) and atari.is_atari(resolved):
+        try:
+            return atari.make_atari(resolved, seed, training=training, **ref.kwargs)
+        except Exception as exc:  # a bad kwarg reaches ALE's constructor
+            raise ValueError(
+                f"environment {ref.name!r}: cannot be made: {type(exc).__name__}: {exc}"
+            ) from None
+    _route_mujoco_warnings(entry)
+    made = make_raw(resolved, ref)
     # Seeding via reset makes every later reset() draw from this seeded generator.
-    env.reset(seed=seed)
-    env.action_space.seed(seed)
-    return env
+    made.reset(seed=seed)
+    made.action_space.seed(seed)
+    return made
 
 
 class EnvSpaces(NamedTuple):
     """What a network needs to know about an environment."""
 
-    obs_dim: int
+    obs_dim: int  # observation size, flattened (C*H*W for images)
     discrete: bool
     action_dim: int  # number of actions (Discrete) or action vector length (Box)
     action_low: np.ndarray | None  # Box bounds, None for Discrete
     action_high: np.ndarray | None
+    image_shape: tuple[int, int, int] | None = None  # (C, H, W) of uint8 images; None: a vector
+
+    @property
+    def pixels(self) -> bool:
+        """Observations are uint8 images (a CNN policy; uint8 on the wire)."""
+        return self.image_shape is not None
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """One observation as the batch delivers it: (C, H, W) images or (D,) vectors."""
+        return self.image_shape if self.image_shape is not None else (self.obs_dim,)
+
+    @property
+    def obs_dtype(self) -> type[np.generic]:
+        return np.uint8 if self.image_shape is not None else np.float32
 
 
 def env_spaces(env: gym.Env) -> EnvSpaces:
@@ -76,22 +101,48 @@ def env_spaces(env: gym.Env) -> EnvSpaces:
     if not isinstance(obs_space, gym.spaces.Box):
         raise ValueError(f"unsupported observation space {obs_space} (only Box is supported)")
     obs_dim = int(np.prod(obs_space.shape))
+    image = image_layout(obs_space)
+    image_shape = image[1] if image else None
     if isinstance(act_space, gym.spaces.Discrete):
-        return EnvSpaces(obs_dim, True, int(act_space.n), None, None)
+        return EnvSpaces(obs_dim, True, int(act_space.n), None, None, image_shape)
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
         low = act_space.low.astype(np.float32)
         high = act_space.high.astype(np.float32)
-        return EnvSpaces(obs_dim, False, int(act_space.shape[0]), low, high)
+        return EnvSpaces(obs_dim, False, int(act_space.shape[0]), low, high, image_shape)
     raise ValueError(f"unsupported action space {act_space} (only Discrete and 1-D Box)")
 
 
-def spaces_for(env_id: str) -> EnvSpaces:
-    """`env_spaces` of a throwaway instance of `env_id`."""
-    env = make_env(env_id, 0)
-    try:
-        return env_spaces(env)
-    finally:
-        env.close()
+def image_layout(space: gym.Space) -> tuple[str, tuple[int, int, int]] | None:
+    """How a uint8 Box of rank 2 or 3 is an image: ("hw" | "hwc" | "chw", its (C, H, W)); None for
+    a vector. Channels-last is recognised as gymnasium's pixel environments give it: at most 4
+    channels after a larger height (ALE's (210, 160, 3)); frame stacks come channels-first."""
+    if not isinstance(space, gym.spaces.Box):
+        return None
+    shape = tuple(int(s) for s in space.shape)
+    if space.dtype != np.uint8 or len(shape) not in (2, 3):
+        return None
+    if len(shape) == 2:
+        return "hw", (1, shape[0], shape[1])
+    if shape[2] <= 4 < shape[0]:
+        return "hwc", (shape[2], shape[0], shape[1])
+    return "chw", (shape[0], shape[1], shape[2])
+
+
+_SPACES: dict[str, EnvSpaces] = {}  # spaces_for's answers in this process, by env and kwargs
+
+
+def spaces_for(env: EnvRef | str) -> EnvSpaces:
+    """`env_spaces` of a throwaway instance of `env` (made once per process: validating a spec
+    asks several times, and a user's environment may be slow to build)."""
+    ref = as_env_ref(env)
+    key = repr((ref.name, sorted(ref.kwargs.items())))
+    if key not in _SPACES:
+        made = make_env(ref, 0)
+        try:
+            _SPACES[key] = env_spaces(made)
+        finally:
+            made.close()
+    return _SPACES[key]
 
 
 class StepResult(NamedTuple):
@@ -111,31 +162,50 @@ class EnvBatch:
     """N environments stepped in lockstep with automatic reset.
 
     Box actions are clipped to the action bounds here, so callers keep the unclipped samples
-    (whose log-probabilities the policy computed).
+    (whose log-probabilities the policy computed). Observations come as [N, D] float32 vectors, or
+    as [N, C, H, W] uint8 images (channels-last ones are transposed here).
 
     An environment whose step returns a non-finite observation or reward (a MuJoCo simulation gone
     unstable does) ends its episode there, as terminated with reward 0, and is reset: NaN never
     leaves the batch, and one broken episode does not spoil its neighbours' experience.
     `broken_episodes` counts them; they are logged at a bounded rate.
+
+    Episode returns are the sums of the rewards the batch saw, except where the environment says
+    what a whole game scored (Atari's training stack: a life lost ends the agent's episode and
+    rewards are clipped, so the game's own score comes in `info["episode"]` when the game ends).
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int) -> None:
+    def __init__(self, env: EnvRef | str, num_envs: int, seed: int, *, training: bool = True) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.envs = [make_env(env_id, seed + i) for i in range(num_envs)]
+        self.envs = [make_env(env, seed + i, training=training) for i in range(num_envs)]
         self.num_envs = num_envs
         self.spaces = env_spaces(self.envs[0])
+        layout = image_layout(self.envs[0].observation_space)
+        self._layout = layout[0] if layout else "flat"
+        self._game_scores = atari.reports_game_episodes(self.envs[0])
         self._ep_return = np.zeros(num_envs, np.float64)
         self._ep_length = np.zeros(num_envs, np.int64)
         self.broken_episodes = 0
         self._broken_log = RejectionLog(log, "environment step", interval=60.0)
-        self._env_id = env_id
+        self._env_name = str(env)
+
+    def _put(self, out: np.ndarray, i: int, o: np.ndarray) -> None:
+        if self._layout == "flat":
+            out[i] = np.ravel(o)
+        elif self._layout == "hwc":
+            out[i] = np.moveaxis(o, -1, 0)
+        else:  # "chw", or "hw" broadcast into its one channel
+            out[i] = o
+
+    def _new_obs(self) -> np.ndarray:
+        return np.empty((self.num_envs, *self.spaces.obs_shape), self.spaces.obs_dtype)
 
     def reset(self) -> np.ndarray:
-        """Reset every env and the episode trackers; return observations [N, D] float32."""
-        obs = np.empty((self.num_envs, self.spaces.obs_dim), np.float32)
+        """Reset every env and the episode trackers; return observations [N, ...]."""
+        obs = self._new_obs()
         for i, env in enumerate(self.envs):
-            obs[i] = np.ravel(env.reset()[0])
+            self._put(obs, i, env.reset()[0])
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
         return obs
@@ -147,37 +217,44 @@ class EnvBatch:
             acts = actions.tolist()  # python ints: cheapest for Discrete.contains
         else:
             acts = np.clip(actions, sp.action_low, sp.action_high)
-        obs = np.empty((n, sp.obs_dim), np.float32)
+        obs = self._new_obs()
         rewards = np.empty(n, np.float32)
         terminated = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
         ended: list[int] = []
+        games: dict[int, tuple[float, int]] = {}
         for i, env in enumerate(self.envs):
-            o, r, term, trunc, _ = env.step(acts[i])
-            obs[i] = np.ravel(o)
+            o, r, term, trunc, info = env.step(acts[i])
+            self._put(obs, i, o)
             rewards[i] = r
             if term or trunc:
                 ended.append(i)
                 terminated[i] = term
                 truncated[i] = trunc and not term
-        if not (np.isfinite(obs).all() and np.isfinite(rewards).all()):
+                if self._game_scores and "episode" in info:
+                    games[i] = (float(info["episode"]["r"]), int(info["episode"]["l"]))
+        finite = np.isfinite(rewards).all() and (sp.pixels or np.isfinite(obs).all())
+        if not finite:
             ended = self._end_broken(obs, rewards, terminated, truncated, ended)
         self._ep_return += rewards
         self._ep_length += 1
         if not ended:
             return StepResult(obs, rewards, terminated, truncated, [], [], [], [])
-        return self._end_episodes(ended, obs, rewards, terminated, truncated)
+        return self._end_episodes(ended, obs, rewards, terminated, truncated, games)
 
     def _end_broken(
         self, obs: np.ndarray, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
         ended: list[int],
     ) -> list[int]:  # fmt: skip
-        broken = np.flatnonzero(~(np.isfinite(obs).all(axis=1) & np.isfinite(rewards)))
+        ok = np.isfinite(rewards)
+        if not self.spaces.pixels:
+            ok &= np.isfinite(obs.reshape(self.num_envs, -1)).all(axis=1)
+        broken = np.flatnonzero(~ok)
         rewards[broken] = 0.0
         terminated[broken], truncated[broken] = True, False
         self.broken_episodes += len(broken)
         for i in broken.tolist():
-            self._broken_log.note(self._env_id, "non_finite", f"environment {i} returned a non-finite "
+            self._broken_log.note(self._env_name, "non_finite", f"environment {i} returned a non-finite "
                                   "observation or reward; its episode ends there (terminated, "
                                   "reward 0) and it is reset")  # fmt: skip
         return sorted(set(ended) | set(broken.tolist()))
@@ -189,13 +266,18 @@ class EnvBatch:
         rewards: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
+        games: dict[int, tuple[float, int]],
     ) -> StepResult:
         trunc_envs = [i for i in ended if truncated[i]]
         trunc_obs = [obs[i].copy() for i in trunc_envs]
-        returns = [float(self._ep_return[i]) for i in ended]
-        lengths = [int(self._ep_length[i]) for i in ended]
+        if self._game_scores:  # only whole games are episodes; a lost life is not
+            returns = [games[i][0] for i in ended if i in games]
+            lengths = [games[i][1] for i in ended if i in games]
+        else:
+            returns = [float(self._ep_return[i]) for i in ended]
+            lengths = [int(self._ep_length[i]) for i in ended]
         for i in ended:
-            obs[i] = np.ravel(self.envs[i].reset()[0])
+            self._put(obs, i, self.envs[i].reset()[0])
             self._ep_return[i] = 0.0
             self._ep_length[i] = 0
         return StepResult(obs, rewards, terminated, truncated, trunc_envs, trunc_obs, returns, lengths)

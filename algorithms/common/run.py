@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from surreal.algorithms.common.env_ref import EnvRef
 
 
 @dataclass(frozen=True)
 class RunContext:
     """Built by the component entry point from the spec, flags and environment variables."""
 
-    env_id: str  # gymnasium id, e.g. "CartPole-v1"
+    env_id: str  # gymnasium id ("CartPole-v1"), or a user's "module:EnvId" / "module:Class"
     seed: int  # experiment seed; components derive their own seeds from it
     total_steps: int  # env steps after which the learner finishes
     num_agents: int  # logical agents in the whole experiment
@@ -25,6 +28,12 @@ class RunContext:
     bind_all: bool = False  # learner listens on 0.0.0.0 (in a cluster) instead of the addr's host
     has_evaluator: bool = True  # False: the learner evaluates the final policy itself
     linger: bool = False  # when done, keep serving until stopped (a pod that exits is restarted)
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)  # the env constructor's kwargs
+
+    @property
+    def env(self) -> EnvRef:
+        """The environment every component of the run builds."""
+        return EnvRef(self.env_id, self.env_kwargs)
 
     @property
     def learner_host(self) -> str:

@@ -178,7 +178,7 @@ def finish(
     if not core.final_evaluated:
         log.warning("no evaluation of the final version arrived; evaluating it here")
         params = core.params()
-        envs = EnvBatch(ctx.env_id, eval_episodes, seed=ctx.seed * 1_000_003 + 7)
+        envs = EnvBatch(ctx.env, eval_episodes, seed=ctx.seed * 1_000_003 + 7, training=False)
         try:
             result = evaluate(envs, policy_for(params))
         finally:

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from surreal.algorithms.common.env_ref import EnvRef
 from surreal.algorithms.common.envs import env_spaces, make_env
 from surreal.algorithms.common.normalization import ObsNormalizer
 from surreal.algorithms.common.reconnect import work_connected
@@ -48,10 +49,10 @@ def agent_ids(index: int, agents_in_worker: int) -> list[int]:
 class ESWorker:
     """The worker's core, without networking: set_params(), step() while busy, take_batch()."""
 
-    def __init__(self, cfg: ESConfig, env_id: str, ids: list[int], seed: int = 0) -> None:
+    def __init__(self, cfg: ESConfig, env: EnvRef | str, ids: list[int], seed: int = 0) -> None:
         self.cfg, self.ids = cfg, ids
         n = len(ids)
-        self.envs = [make_env(env_id, seed + i) for i in range(2 * n)]  # agent a: slots 2a, 2a+1
+        self.envs = [make_env(env, seed + i) for i in range(2 * n)]  # agent a: slots 2a, 2a+1
         self.spaces = env_spaces(self.envs[0])
         self.spec = PolicySpec.from_config(cfg, self.spaces)
         self.policy = BatchPolicy(self.spec, 2 * n)
@@ -187,7 +188,7 @@ def run_actor(cfg: ESConfig, ctx: RunContext) -> int:
     """Evaluate handed-out pairs until the master's parameters say the run is done (exit 0).
     A lost master (restart, network) is retried with exponential backoff."""
     cfg.validate()
-    worker = ESWorker(cfg, ctx.env_id, agent_ids(ctx.index, ctx.agents_in_worker),
+    worker = ESWorker(cfg, ctx.env, agent_ids(ctx.index, ctx.agents_in_worker),
                       seed=ctx.seed * 1_000_003 + 10_007 * (ctx.index + 1))  # fmt: skip
     client = LearnerClient(ctx.learner_addr, ctx.token)
     try:

@@ -34,5 +34,5 @@ def deterministic_policy(cfg: ESConfig, spaces: EnvSpaces, params: Params) -> ev
 
 def run_evaluator(cfg: ESConfig, ctx: RunContext) -> int:
     cfg.validate()
-    spaces = spaces_for(ctx.env_id)
+    spaces = spaces_for(ctx.env)
     return evaluator.run_evaluator(cfg, ctx, lambda params: deterministic_policy(cfg, spaces, params))

@@ -25,7 +25,7 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
     """Serve results and parameters until `total_steps` env steps of accepted results are in and
     the final version is evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
     cfg.validate()
-    spaces = spaces_for(ctx.env_id)
+    spaces = spaces_for(ctx.env)
     master = ESMaster(cfg, spaces, ctx.total_steps, ctx.num_agents, seed=ctx.seed, exp_dir=ctx.exp_dir)
     loop = ServingLoop(
         master, ctx, take=lambda fragment: master.add_results(fragment.tensors, fragment.worker_id),

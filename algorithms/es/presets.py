@@ -7,6 +7,7 @@ or the real thing: `surreal create es-cp --algo es --env CartPole-v1 --agents 8 
 
 from __future__ import annotations
 
+from surreal.algorithms.common.env_ref import EnvRef, as_env_ref
 from surreal.algorithms.common.envs import check_env_id, spaces_for
 from surreal.algorithms.es.config import ESConfig
 
@@ -73,18 +74,26 @@ DEFAULT_STEPS: dict[str, int] = {
 OTHER_STEPS = 10_000_000
 
 
-def preset_for(env_id: str, agents: int = 2) -> ESConfig:
+def preset_for(env_id: EnvRef | str, agents: int = 2) -> ESConfig:
     """The tuned config for `env_id`, or the defaults for environments without one. The master
     sizes its updates to the number of agents itself (ESConfig.pairs_per_update)."""
-    return PRESETS.get(env_id, ESConfig())
+    return PRESETS.get(as_env_ref(env_id).name, ESConfig())
 
 
-def default_steps(env_id: str, agents: int = 2) -> int:
+def default_steps(env_id: EnvRef | str, agents: int = 2) -> int:
     """The step budget of a run on `env_id` when none is given."""
-    return DEFAULT_STEPS.get(env_id, OTHER_STEPS)
+    return DEFAULT_STEPS.get(as_env_ref(env_id).name, OTHER_STEPS)
 
 
-def check_env_supported(env_id: str) -> None:
-    """Raise ValueError if `env_id` is unknown or has spaces ES here cannot handle."""
-    check_env_id(env_id)
-    spaces_for(env_id)
+def check_env_supported(env: EnvRef | str) -> None:
+    """Raise ValueError if `env` cannot be made or has spaces ES here cannot handle. Pixel
+    observations are refused: ES perturbs every weight of an MLP policy run in numpy, and a CNN
+    big enough for pixels (Nature CNN: 1.7M weights) makes each perturbation's evaluation and the
+    population needed to estimate its gradient far dearer than PPO on the same pixels
+    (docs/decisions.md)."""
+    check_env_id(env)
+    if spaces_for(env).pixels:
+        raise ValueError(
+            f"ES does not support image observations ({env}): use --algo ppo, which trains a CNN "
+            "policy on pixels"
+        )

@@ -27,7 +27,7 @@ def train(cfg: ESConfig, env_id: str, steps: int, agents: int, seed: int, eval_e
     """Train for `steps` accepted env steps; print evaluations; return the final eval return."""
     master = ESMaster(cfg, _spaces(env_id), steps, agents, seed=seed)
     worker = ESWorker(cfg, env_id, agent_ids(0, agents), seed=seed)
-    envs = EnvBatch(env_id, cfg.eval_episodes, seed=seed * 1_000_003 + 7)
+    envs = EnvBatch(env_id, cfg.eval_episodes, seed=seed * 1_000_003 + 7, training=False)
     start, next_eval, result = time.monotonic(), 0, float("nan")
     worker.set_params(master.params())
     while not master.done:

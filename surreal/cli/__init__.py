@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from surreal.algorithms.common.env_ref import extend_import_path
 from surreal.cli.common import (
     ProgressLine,
     fail,
@@ -39,7 +40,7 @@ def cli() -> None:
 @cli.command()
 @click.argument("name")
 @click.option("--algo", help="Algorithm: ppo or es.")
-@click.option("--env", "env_id", help="Gymnasium environment id (default CartPole-v1).")
+@click.option("--env", "env_id", help="Environment id (default CartPole-v1), MODULE:ENV_ID or MODULE:CLASS.")
 @click.option("--agents", type=int, help="Logical agents (default 2).")
 @click.option("--steps", type=int, help="Environment steps to train for.")
 @click.option("--seed", type=int, help="Base random seed.")
@@ -85,6 +86,8 @@ def create(
     """Create experiment NAME and run it (in the foreground unless --detach)."""
     flags = {"algo": algo, "env": env_id, "agents": agents, "steps": steps, "seed": seed,
              "backend": backend, "namespace": namespace, "image": image, "gpu": gpu}  # fmt: skip
+    # A user's environment module imports from where this shell stands, as components will.
+    extend_import_path(exps.user_import_path())
     try:
         spec = build_spec(name, flags=flags, config_file=config_file, overrides=parse_set(sets))
     except SpecError as exc:

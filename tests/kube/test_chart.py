@@ -98,6 +98,7 @@ CASES = {
         ),
     ),
     "claim of a storage class": (dict(), None, kr.RenderSettings(storage_class="fast", storage_size="9Gi")),
+    "environment kwargs": (dict(env="Pendulum-v1", overrides={"env_kwargs.g": "9.81"}), None, None),
 }  # fmt: skip
 
 
