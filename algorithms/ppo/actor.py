@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from surreal.algorithms.common.env_ref import EnvRef
 from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.normalization import (
     ObsNormalizer,
@@ -22,6 +23,7 @@ from surreal.algorithms.common.normalization import (
 from surreal.algorithms.common.reconnect import work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
 from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.fragment import obs_stats_dim
 from surreal.algorithms.ppo.policy import NumpyPolicy, policy_from_params
 from surreal.protocol.client import ExperienceStream, LearnerClient
 from surreal.protocol.types import Params
@@ -37,9 +39,9 @@ class PPOActor:
     `seed` seeds the envs ([seed, seed + num_envs)) and the policy's sampling.
     """
 
-    def __init__(self, cfg: PPOConfig, env_id: str, num_envs: int, seed: int) -> None:
+    def __init__(self, cfg: PPOConfig, env: EnvRef | str, num_envs: int, seed: int) -> None:
         self.cfg = cfg
-        self.envs = EnvBatch(env_id, num_envs, seed)
+        self.envs = EnvBatch(env, num_envs, seed)
         self.spaces = self.envs.spaces
         self.rng = np.random.default_rng(seed)
         self.policy: NumpyPolicy | None = None  # set by set_params
@@ -59,7 +61,7 @@ class PPOActor:
             raise RuntimeError("collect() before set_params(): the actor has no policy yet")
         t_len, n = cfg.fragment_length, self.envs.num_envs
         norm = self._normalizer
-        obs = np.empty((t_len + 1, n, sp.obs_dim), np.float32)  # row t_len: bootstrap
+        obs = np.empty((t_len + 1, n, *sp.obs_shape), sp.obs_dtype)  # row t_len: bootstrap
         raw = obs if norm is None else np.empty((t_len, n, sp.obs_dim), np.float32)
         act_shape = (t_len, n) if sp.discrete else (t_len, n, sp.action_dim)
         actions = np.empty(act_shape, np.int64 if sp.discrete else np.float32)
@@ -91,7 +93,7 @@ class PPOActor:
             cur = res.obs
         self._obs = cur
         obs[t_len] = cur if norm is None else norm(cur)
-        tr_obs = np.array(trunc_obs, np.float32).reshape(-1, sp.obs_dim)
+        tr_obs = np.array(trunc_obs, sp.obs_dtype).reshape(-1, *sp.obs_shape)
         if norm is not None:
             tr_obs = norm(tr_obs)
         return {
@@ -110,7 +112,7 @@ class PPOActor:
 
     def _moments(self, raw_obs: np.ndarray, rewards: np.ndarray, dones: np.ndarray) -> dict[str, np.ndarray]:
         """Moment deltas the learner merges into its normalization statistics (empty if unused)."""
-        cfg, d = self.cfg, self.spaces.obs_dim
+        cfg, d = self.cfg, obs_stats_dim(self.spaces)
         obs_rms, ret_rms = RunningMeanStd((d,)), RunningMeanStd((1,))
         if cfg.norm_obs:
             obs_rms.merge(batch_moments(raw_obs.reshape(-1, d)))
@@ -137,7 +139,7 @@ def run_actor(cfg: PPOConfig, ctx: RunContext) -> int:
     in flight is lost, which on-policy PPO does not miss.
     """
     cfg.validate()
-    actor = PPOActor(cfg, ctx.env_id, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx))
+    actor = PPOActor(cfg, ctx.env, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx))
     client = LearnerClient(ctx.learner_addr, ctx.token)
 
     def connected() -> None:

@@ -55,7 +55,9 @@ class PPOConfig:
     # --- bookkeeping ---
     checkpoint_every: int = 50  # updates between checkpoints (and one at the end)
     eval_interval: int = 50_000  # env steps between evaluations (the final policy always)
-    eval_episodes: int = 10  # deterministic episodes per evaluation
+    eval_episodes: int = 10  # episodes per evaluation
+    eval_deterministic: bool = True  # evaluate the policy's mode; False: its samples (an Atari
+    #   policy's argmax can stall a game for its 27k-step limit, e.g. never FIRE after a lost life)
     final_eval_timeout: float = 600.0  # seconds the learner waits for the final evaluation
 
     def validate(self) -> None:

@@ -13,22 +13,30 @@ from surreal.algorithms.ppo.config import PPOConfig
 from surreal.protocol.codec import TensorSpec
 
 
+def obs_stats_dim(spaces: EnvSpaces) -> int:
+    """Length of the observation statistics: images are scaled in the CNN and never normalized."""
+    return 0 if spaces.pixels else spaces.obs_dim
+
+
 def experience_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
-    """The tensors of one fragment: T steps of N envs, K truncations, E finished episodes."""
-    d, a = spaces.obs_dim, spaces.action_dim
+    """The tensors of one fragment: T steps of N envs, K truncations, E finished episodes.
+    Observations are float32 vectors [D], or uint8 images [C, H, W] (never float on the wire)."""
+    a, s = spaces.action_dim, obs_stats_dim(spaces)
+    obs_dtype = "uint8" if spaces.pixels else "float32"
+    obs = tuple(spaces.obs_shape)
     actions = TensorSpec("int64", (None, None)) if spaces.discrete else TensorSpec("float32", (None, None, a))
     return {
-        "obs": TensorSpec("float32", (None, None, d)),  # [T+1, N, D] normalized; row T bootstraps
+        "obs": TensorSpec(obs_dtype, (None, None, *obs)),  # [T+1, N, ...] normalized; row T bootstraps
         "actions": actions,  # [T, N] or [T, N, A], unclipped samples
         "logprobs": TensorSpec("float32", (None, None)),  # behaviour policy log-probs [T, N]
         "rewards": TensorSpec("float32", (None, None)),  # raw rewards [T, N]
         "terminated": TensorSpec("bool", (None, None)),
         "truncated": TensorSpec("bool", (None, None)),
         "trunc_index": TensorSpec("int64", (None, 2)),  # (t, n) of each truncated step [K, 2]
-        "trunc_obs": TensorSpec("float32", (None, d)),  # their final observations, normalized
+        "trunc_obs": TensorSpec(obs_dtype, (None, *obs)),  # their final observations, normalized
         "obs_count": TensorSpec("float64", (1,)),  # moments of the raw observations seen
-        "obs_mean": TensorSpec("float64", (d,)),
-        "obs_m2": TensorSpec("float64", (d,)),
+        "obs_mean": TensorSpec("float64", (s,)),
+        "obs_m2": TensorSpec("float64", (s,)),
         "ret_count": TensorSpec("float64", (1,)),  # moments of the running discounted returns
         "ret_mean": TensorSpec("float64", (1,)),
         "ret_m2": TensorSpec("float64", (1,)),
@@ -65,6 +73,8 @@ def check_fragment(t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: PPOConfig) 
     if problem is not None:
         return Rejection("malformed", problem)
     floats = [*_FLOAT_TENSORS, *(() if spaces.discrete else ("actions",))]
+    if spaces.pixels:  # uint8 images: every value is a pixel
+        floats = [name for name in floats if name not in ("obs", "trunc_obs")]
     for name in floats:
         if not np.isfinite(t[name]).all():
             return Rejection("non_finite", f"{name} has {np.size(t[name]) - np.isfinite(t[name]).sum()} "

@@ -25,10 +25,10 @@ from surreal.algorithms.common.serving import ServingLoop, max_streams
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.device import resolve_device
-from surreal.algorithms.ppo.evaluator import deterministic_policy
-from surreal.algorithms.ppo.fragment import REJECT_REASONS, check_fragment, experience_schema
+from surreal.algorithms.ppo.evaluator import eval_policy
+from surreal.algorithms.ppo.fragment import REJECT_REASONS, check_fragment, experience_schema, obs_stats_dim
 from surreal.algorithms.ppo.loss import compute_gae, ppo_loss
-from surreal.algorithms.ppo.networks import ActorCritic
+from surreal.algorithms.ppo.networks import make_network
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Fragment, Params
 
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 BATCH_KEYS = ("obs", "actions", "logprobs", "advantages", "returns", "values")
 LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+VALUE_CHUNK = 4096  # observations per forward pass when the learner values a batch
 
 
 @dataclasses.dataclass
@@ -67,11 +68,11 @@ class PPOLearner(LearnerProgress):
         self.cfg, self.spaces, self.total_steps = cfg, spaces, total_steps
         self.device = resolve_device(cfg.device)
         torch.manual_seed(seed)  # the initial weights are drawn on the CPU: the same on any device
-        self.net = ActorCritic.from_config(cfg, spaces).to(self.device)
+        self.net = make_network(cfg, spaces).to(self.device)
         self._params = list(self.net.parameters())
         # foreach: one kernel per op over all parameter tensors instead of a Python loop.
         self.optimizer = torch.optim.Adam(self._params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
-        self.obs_rms = RunningMeanStd((spaces.obs_dim,))
+        self.obs_rms = RunningMeanStd((obs_stats_dim(spaces),))
         self.ret_rms = RunningMeanStd((1,))
         self.counters = Counters()
         self.train_returns: deque[float] = deque(maxlen=100)
@@ -179,14 +180,14 @@ class PPOLearner(LearnerProgress):
         """Values of every observation in one forward pass, then GAE per fragment, flattened; and
         the policy lags of the fragments used. A fragment whose values, advantages or returns are
         not finite (finite inputs can still overflow) is rejected; None if none is left."""
-        d = self.spaces.obs_dim
+        shape = self.spaces.obs_shape
         frags = [t for t, _, _ in batch]
-        rows = [f["obs"].reshape(-1, d) for f in frags] + [f["trunc_obs"] for f in frags]
-        # Every observation crosses to the device once: values are computed there, and the training
-        # rows are gathered there from the same tensor.
+        rows = [f["obs"].reshape(-1, *shape) for f in frags] + [f["trunc_obs"] for f in frags]
+        # Every observation crosses to the device once (images as uint8): values are computed
+        # there, and the training rows are gathered there from the same tensor.
         obs_all = self._to_device(np.concatenate(rows))
-        with torch.no_grad():
-            values = self.net.value(obs_all).cpu().numpy()
+        with torch.no_grad():  # in chunks: a CNN's activations of a whole batch at once are large
+            values = torch.cat([self.net.value(chunk) for chunk in obs_all.split(VALUE_CHUNK)]).cpu().numpy()
         starts = np.cumsum([0] + [len(r) for r in rows])
         parts = np.split(values, starts[1:-1])
         obs_values, trunc_values = parts[: len(frags)], parts[len(frags) :]
@@ -252,11 +253,11 @@ class PPOLearner(LearnerProgress):
             perm = torch.randperm(size, device=self.device)
             shuffled = [data[k][perm].chunk(n_minibatches) for k in keys]
             for obs, actions, old_logp, adv, returns, old_values in zip(*shuffled, strict=True):
-                new_logp, entropy = net.log_prob_entropy(obs, actions)
+                new_logp, entropy, new_values = net.evaluate(obs, actions)
                 if cfg.norm_adv and len(adv) > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 loss, stats = ppo_loss(
-                    new_logp, old_logp, adv, net.value(obs), old_values, returns, entropy,
+                    new_logp, old_logp, adv, new_values, old_values, returns, entropy,
                     cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef,
                 )  # fmt: skip
                 self.optimizer.zero_grad(set_to_none=True)
@@ -377,7 +378,7 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     version is evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
     cfg.validate()
     torch.set_num_threads(cfg.learner_threads)
-    spaces = spaces_for(ctx.env_id)
+    spaces = spaces_for(ctx.env)
     learner = PPOLearner(cfg, spaces, ctx.total_steps, seed=ctx.seed, exp_dir=ctx.exp_dir)
     loop = ServingLoop(
         learner, ctx, take=learner.add_fragment,  # ignores fragments once the run is done
@@ -386,5 +387,5 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     )  # fmt: skip
     return loop.run(
         ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
-        policy_for=lambda params: deterministic_policy(cfg, spaces, params),
+        policy_for=lambda params: eval_policy(cfg, spaces, params, ctx.seed),
     )  # fmt: skip

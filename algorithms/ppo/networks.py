@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,6 +19,9 @@ from torch.nn import functional as F
 
 from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.ppo.config import PPOConfig
+
+if TYPE_CHECKING:
+    from surreal.algorithms.ppo.cnn import CNNActorCritic
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -93,6 +97,32 @@ def _linear(in_dim: int, out_dim: int, gain: float, ortho: bool) -> nn.Linear:
     return layer
 
 
+def log_prob_entropy(
+    out: torch.Tensor, actions: torch.Tensor, discrete: bool, log_std: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities of `actions` and entropies [B] of the policy head's output `out`: logits
+    of a categorical, or the means of a diagonal Gaussian with `log_std`."""
+    if discrete:
+        logp_all = torch.log_softmax(out, dim=-1)
+        logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp, entropy
+    assert log_std is not None
+    z = (actions - out) * torch.exp(-log_std)
+    logp = (-0.5 * z.square() - log_std - _HALF_LOG_2PI).sum(-1)
+    entropy = (0.5 + _HALF_LOG_2PI + log_std).sum().expand(out.shape[0])
+    return logp, entropy
+
+
+def make_network(cfg: PPOConfig, spaces: EnvSpaces) -> ActorCritic | CNNActorCritic:
+    """What the learner trains: a CNN actor-critic on images, separate MLPs on vectors."""
+    if spaces.pixels:
+        from surreal.algorithms.ppo.cnn import CNNActorCritic
+
+        return CNNActorCritic.from_config(cfg, spaces)
+    return ActorCritic.from_config(cfg, spaces)
+
+
 class ActorCritic(nn.Module):
     """Categorical policy for Discrete actions, diagonal Gaussian with a free log std for Box.
 
@@ -122,20 +152,17 @@ class ActorCritic(nn.Module):
 
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities of `actions` under the current policy, and the policy entropy [B]."""
-        out = self.policy(obs)
-        if self.discrete:
-            logp_all = torch.log_softmax(out, dim=-1)
-            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-            return logp, entropy
-        z = (actions - out) * torch.exp(-self.log_std)
-        logp = (-0.5 * z.square() - self.log_std - _HALF_LOG_2PI).sum(-1)
-        entropy = (0.5 + _HALF_LOG_2PI + self.log_std).sum().expand(out.shape[0])
-        return logp, entropy
+        return log_prob_entropy(self.policy(obs), actions, self.discrete, getattr(self, "log_std", None))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values [B]."""
         return self.critic(obs).squeeze(-1)
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probabilities of `actions`, entropies and values [B] (what an update needs)."""
+        return (*self.log_prob_entropy(obs, actions), self.value(obs))
 
     def weights_numpy(self) -> dict[str, np.ndarray]:
         """Parameters as float32 numpy arrays (copies), for publishing."""

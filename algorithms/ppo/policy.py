@@ -4,14 +4,15 @@ The learner trains the torch `ActorCritic` and publishes its state_dict; `NumpyP
 policy MLP (`policy.<i>.weight`, `policy.<i>.bias`) and `log_std` from those weights and samples
 exactly what `ActorCritic.act` would: the same distribution and the same log-probabilities, which
 the learner's importance ratio relies on. The critic is not needed here (the learner computes
-values with its current network). No torch import: see common/numpy_mlp.py for why.
+values with its current network). No torch import for vectors: see common/numpy_mlp.py for why.
+Image observations take the CNN's head from cnn.py (torch) and the same sampling.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -42,7 +43,11 @@ def policy_layers(weights: Mapping[str, np.ndarray]) -> Layers:
 
 
 class NumpyPolicy:
-    """Samples actions and their log-probabilities for a batch of (normalized) observations."""
+    """Samples actions and their log-probabilities for a batch of (normalized) observations.
+
+    The head (the policy network up to its logits or Gaussian means) is the MLP in numpy here; for
+    images it is the CNN (`CNNHead`, torch), and the sampling below is the same for both.
+    """
 
     def __init__(
         self,
@@ -53,13 +58,9 @@ class NumpyPolicy:
     ) -> None:
         self.spaces = spaces
         self.activation = activation
-        self.layers = policy_layers(weights)
-        out_dim = self.layers[-1][0].shape[0]
-        if out_dim != spaces.action_dim or self.layers[0][0].shape[1] != spaces.obs_dim:
-            raise ValueError(
-                f"the policy maps {self.layers[0][0].shape[1]} inputs to {out_dim} outputs; the "
-                f"environment has {spaces.obs_dim} observations and {spaces.action_dim} actions"
-            )
+        self.head: Callable[[np.ndarray], np.ndarray] = (
+            self._cnn_head(weights, spaces) if spaces.pixels else self._mlp_head(weights, spaces)
+        )
         self.rng = rng
         if not spaces.discrete:
             if "log_std" not in weights:
@@ -68,12 +69,30 @@ class NumpyPolicy:
             self.std = np.exp(log_std)
             self._logp_const = np.float32(-log_std.sum() - _HALF_LOG_2PI * spaces.action_dim)
 
+    def _mlp_head(
+        self, weights: Mapping[str, np.ndarray], spaces: EnvSpaces
+    ) -> Callable[[np.ndarray], np.ndarray]:
+        self.layers = layers = policy_layers(weights)
+        out_dim = layers[-1][0].shape[0]
+        if out_dim != spaces.action_dim or layers[0][0].shape[1] != spaces.obs_dim:
+            raise ValueError(
+                f"the policy maps {layers[0][0].shape[1]} inputs to {out_dim} outputs; the "
+                f"environment has {spaces.obs_dim} observations and {spaces.action_dim} actions"
+            )
+        return lambda obs: forward(layers, obs, self.activation)
+
+    @staticmethod
+    def _cnn_head(weights: Mapping[str, np.ndarray], spaces: EnvSpaces) -> Callable[[np.ndarray], np.ndarray]:
+        from surreal.algorithms.ppo.cnn import CNNHead  # torch: only actors of image environments
+
+        return CNNHead(weights, spaces)
+
     def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Actions [B] int64 or [B, A] float32 for `obs` [B, D], and their log-probs [B] float32.
+        """Actions [B] int64 or [B, A] float32 for `obs` [B, ...], and their log-probs [B] float32.
 
         Deterministic: the mode (argmax, or the Gaussian mean), with its log-probability.
         """
-        out = forward(self.layers, obs, self.activation)
+        out = self.head(obs)
         rng = None if deterministic else self.rng
         if not deterministic and rng is None:
             raise RuntimeError("this policy has no random generator, so it can only act deterministically")
@@ -107,7 +126,7 @@ def policy_from_params(
 ) -> tuple[NumpyPolicy, ObsNormalizer | None]:
     """The policy in `params` and the observation normalizer shipped with it (None if unused)."""
     policy = NumpyPolicy(params.weights, spaces, cfg.activation, rng)
-    if not cfg.norm_obs:
+    if not cfg.norm_obs or spaces.pixels:  # images are scaled inside the CNN, never normalized
         return policy, None
     ex = params.extras
     return policy, ObsNormalizer(ex["obs_mean"], ex["obs_var"], cfg.obs_clip)

@@ -16,6 +16,10 @@ Validated on a 2-core machine (final deterministic eval return, 10 episodes):
 
 from __future__ import annotations
 
+import dataclasses
+
+from surreal.algorithms.common import atari
+from surreal.algorithms.common.env_ref import EnvRef, as_env_ref, resolve
 from surreal.algorithms.common.envs import check_env_id, spaces_for
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.scaling import REFERENCE_AGENTS, scale, scale_steps
@@ -83,6 +87,27 @@ HOPPER = PPOConfig(
     eval_interval=100_000,
 )
 
+# CleanRL's `ppo_atari` (8 envs x 128 steps, 4 minibatches, 4 epochs, lr 2.5e-4 annealed, clip 0.1,
+# entropy 0.01, no observation or reward normalization: frames are scaled in the CNN and rewards
+# clipped by the Atari wrappers), split over 2 agents of 4 envs. For every image environment; Atari
+# games evaluate sampled actions (eval_deterministic, config.py).
+PIXELS = PPOConfig(
+    envs_per_agent=4,
+    fragment_length=128,
+    steps_per_update=1024,
+    minibatch_size=256,
+    epochs=4,
+    learning_rate=2.5e-4,
+    clip_coef=0.1,
+    ent_coef=0.01,
+    norm_obs=False,
+    norm_reward=False,
+    checkpoint_every=50,
+    eval_interval=50_000,
+)
+ATARI = dataclasses.replace(PIXELS, eval_deterministic=False)
+ATARI_STEPS = 10_000_000  # CleanRL's budget for ppo_atari
+
 PRESETS: dict[str, PPOConfig] = {
     "CartPole-v1": CARTPOLE,
     "Pendulum-v1": PENDULUM,
@@ -102,22 +127,43 @@ DEFAULT_STEPS: dict[str, int] = {
 OTHER_STEPS = 1_000_000  # CleanRL's budget for the environments without a preset
 
 
-def preset_for(env_id: str, agents: int = REFERENCE_AGENTS) -> PPOConfig:
-    """The tuned config for `env_id` (or CleanRL-like defaults for environments without one),
-    scaled to `agents` agents (scaling.py)."""
-    return scale(PRESETS.get(env_id, PPOConfig()), agents)
+def _base(env: EnvRef | str) -> tuple[PPOConfig, int]:
+    """The untuned-for-agents preset of `env` and its step budget: by id, else by kind."""
+    name = as_env_ref(env).name
+    if name in PRESETS:
+        return PRESETS[name], DEFAULT_STEPS[name]
+    resolved = resolve(env)
+    if isinstance(resolved, str) and atari.is_atari(resolved):
+        return ATARI, ATARI_STEPS
+    if spaces_for(env).pixels:
+        return PIXELS, OTHER_STEPS
+    return PPOConfig(), OTHER_STEPS
 
 
-def default_steps(env_id: str, agents: int = REFERENCE_AGENTS) -> int:
+def preset_for(env_id: EnvRef | str, agents: int = REFERENCE_AGENTS) -> PPOConfig:
+    """The tuned config for `env_id` (Atari's and other image environments' by kind; CleanRL-like
+    defaults for the rest), scaled to `agents` agents (scaling.py)."""
+    return scale(_base(env_id)[0], agents)
+
+
+def default_steps(env_id: EnvRef | str, agents: int = REFERENCE_AGENTS) -> int:
     """The step budget of a run of `agents` agents on `env_id` when none is given."""
-    base = PRESETS.get(env_id, PPOConfig())
-    return scale_steps(DEFAULT_STEPS.get(env_id, OTHER_STEPS), base, agents)
+    base, steps = _base(env_id)
+    return scale_steps(steps, base, agents)
 
 
-def check_env_supported(env_id: str) -> None:
-    """Raise ValueError if `env_id` is unknown or has spaces PPO here cannot handle."""
-    check_env_id(env_id)
-    spaces_for(env_id)
+def check_env_supported(env: EnvRef | str) -> None:
+    """Raise ValueError if `env` cannot be made or has spaces PPO here cannot handle."""
+    check_env_id(env)
+    spaces_for(env)
+
+
+def check_config(cfg: PPOConfig, env: EnvRef | str) -> None:
+    """Raise ValueError if `cfg` cannot train on `env`: image observations are scaled to [0, 1]
+    inside the CNN, so normalizing them is refused rather than ignored."""
+    if cfg.norm_obs and spaces_for(env).pixels:
+        raise ValueError(f"ppo.norm_obs must be false for image observations ({env}): the CNN "
+                         "scales its uint8 input itself")  # fmt: skip
 
 
 def check_local(cfg: PPOConfig) -> None:

@@ -22,7 +22,7 @@ from surreal.algorithms.common.envs import EnvBatch, spaces_for
 from surreal.algorithms.common.evaluator import EvalResult, evaluate
 from surreal.algorithms.ppo.actor import PPOActor
 from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.evaluator import deterministic_policy
+from surreal.algorithms.ppo.evaluator import eval_policy
 from surreal.algorithms.ppo.learner import PPOLearner
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.protocol.types import Fragment
@@ -64,14 +64,14 @@ def train_serial(
         for i, share in enumerate(shares)
         if share > 0
     ]
-    eval_envs = EnvBatch(env_id, cfg.eval_episodes, seed=seed * 1_000_003 + 7)
+    eval_envs = EnvBatch(env_id, cfg.eval_episodes, seed=seed * 1_000_003 + 7, training=False)
     evals: list[tuple[int, float]] = []
     reached: int | None = None
 
     def run_eval() -> None:
         nonlocal reached
         params = learner.params()
-        result = evaluate(eval_envs, deterministic_policy(cfg, learner.spaces, params))
+        result = evaluate(eval_envs, eval_policy(cfg, learner.spaces, params, seed))
         steps = learner.counters.env_steps
         learner.record_eval(result.report(params.version, steps))
         evals.append((steps, result.mean_return))

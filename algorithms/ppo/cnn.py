@@ -1,0 +1,128 @@
+"""The actor-critic for image observations: a CNN trunk shared by the policy and value heads.
+
+CleanRL's `ppo_atari` agent: the Nature-DQN trunk (Mnih et al. 2015: 32 8x8/4, 64 4x4/2, 64 3x3/1,
+512 units), orthogonal init with gain sqrt(2), a 0.01 policy head and a 1.0 value head, on uint8
+frames scaled by 1/255 inside the network (so they travel as uint8 and are never normalized).
+Images smaller than the Nature trunk's 36-pixel minimum get a small trunk (two 3x3 convolutions).
+
+Actors run it too (`CNNPolicy`): a CNN is not worth rewriting in numpy, and torch's convolutions
+are what make pixels affordable on a CPU. Sampling and log-probabilities are the MLP policy's
+(policy.py), applied to this network's head output, so the learner's importance ratio is the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.networks import log_prob_entropy
+
+NATURE_MIN_SIZE = 36  # the smallest height and width the Nature trunk's strides leave a pixel of
+FEATURES = 512  # width of the trunk's output (both kinds)
+
+
+def _init(layer: nn.Conv2d | nn.Linear, gain: float, ortho: bool) -> nn.Module:
+    if ortho:
+        nn.init.orthogonal_(layer.weight, gain)
+        if layer.bias is not None:
+            nn.init.zeros_(layer.bias)
+    return layer
+
+
+def cnn_trunk(image_shape: tuple[int, int, int], ortho: bool = True) -> nn.Sequential:
+    """Images [B, C, H, W] (already scaled to [0, 1]) -> features [B, 512]."""
+    c, h, w = image_shape
+    g = math.sqrt(2)
+    if min(h, w) >= NATURE_MIN_SIZE:
+        convs: list[nn.Module] = [
+            _init(nn.Conv2d(c, 32, 8, stride=4), g, ortho), nn.ReLU(),
+            _init(nn.Conv2d(32, 64, 4, stride=2), g, ortho), nn.ReLU(),
+            _init(nn.Conv2d(64, 64, 3, stride=1), g, ortho), nn.ReLU(),
+        ]  # fmt: skip
+    else:
+        convs = [
+            _init(nn.Conv2d(c, 16, 3, stride=1, padding=1), g, ortho), nn.ReLU(),
+            _init(nn.Conv2d(16, 32, 3, stride=2, padding=1), g, ortho), nn.ReLU(),
+        ]  # fmt: skip
+    with torch.no_grad():
+        flat = nn.Sequential(*convs, nn.Flatten())(torch.zeros(1, c, h, w)).shape[1]
+    return nn.Sequential(*convs, nn.Flatten(), _init(nn.Linear(flat, FEATURES), g, ortho), nn.ReLU())
+
+
+class CNNActorCritic(nn.Module):
+    """Categorical (or diagonal Gaussian) policy and a value on a shared CNN trunk.
+
+    state_dict keys: `trunk.*`, `policy.weight/bias`, `critic.weight/bias` (and `log_std`).
+    """
+
+    def __init__(self, spaces: EnvSpaces, log_std_init: float = 0.0, ortho_init: bool = True) -> None:
+        super().__init__()
+        if spaces.image_shape is None:
+            raise ValueError("CNNActorCritic needs image observations")
+        self.discrete = spaces.discrete
+        self.trunk = cnn_trunk(spaces.image_shape, ortho_init)
+        self.policy = _init(nn.Linear(FEATURES, spaces.action_dim), 0.01, ortho_init)
+        self.critic = _init(nn.Linear(FEATURES, 1), 1.0, ortho_init)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((spaces.action_dim,), float(log_std_init)))
+
+    @classmethod
+    def from_config(cls, cfg: PPOConfig, spaces: EnvSpaces) -> CNNActorCritic:
+        return cls(spaces, cfg.log_std_init, cfg.ortho_init)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """uint8 images -> trunk features; the scaling to [0, 1] happens here, on the device."""
+        return self.trunk(obs.float().mul_(1.0 / 255.0))
+
+    def head(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head's output: logits, or Gaussian means."""
+        return self.policy(self.features(obs))
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probabilities of `actions`, entropies and values [B], through the trunk once."""
+        x = self.features(obs)
+        logp, entropy = log_prob_entropy(
+            self.policy(x), actions, self.discrete, getattr(self, "log_std", None)
+        )
+        return logp, entropy, self.critic(x).squeeze(-1)
+
+    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logp, entropy, _ = self.evaluate(obs, actions)
+        return logp, entropy
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State values [B]."""
+        return self.critic(self.features(obs)).squeeze(-1)
+
+    def weights_numpy(self) -> dict[str, np.ndarray]:
+        """Parameters as float32 numpy arrays (copies), for publishing."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+
+
+class CNNHead:
+    """The policy head's output for a batch of uint8 images, from published weights, on the CPU in
+    the actor's own process (one torch thread: the actor's core steps the environments too)."""
+
+    def __init__(self, weights: Mapping[str, np.ndarray], spaces: EnvSpaces) -> None:
+        torch.set_num_threads(1)
+        self.net = CNNActorCritic(spaces, ortho_init=False)
+        # Decoded weights are read-only views of the message; load_state_dict copies them anyway.
+        state = {k: torch.tensor(np.asarray(v, np.float32)) for k, v in weights.items()}
+        try:
+            self.net.load_state_dict(state)
+        except RuntimeError as exc:  # names or shapes that are not this network's
+            raise ValueError(f"the parameters do not fit the CNN policy for {spaces.image_shape}: "
+                             f"{str(exc).splitlines()[0]}") from None  # fmt: skip
+        self.net.eval()
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return self.net.head(torch.from_numpy(np.ascontiguousarray(obs))).numpy()
