@@ -59,7 +59,7 @@ TB_TAGS = (
 )
 
 
-def render(name: str, *flags: str, tmp: Path) -> list[dict[str, Any]]:
+def render(name: str, *flags: str, tmp: Path, pythonpath: str = "") -> list[dict[str, Any]]:
     """`surreal create NAME ... --backend kube --dry-run -o yaml`, as a user would run it."""
     argv = [
         sys.executable,
@@ -74,7 +74,7 @@ def render(name: str, *flags: str, tmp: Path) -> list[dict[str, Any]]:
         "-o",
         "yaml",
     ]
-    env = {**os.environ, "SURREAL_HOME": str(tmp / "home")}
+    env = {**os.environ, "SURREAL_HOME": str(tmp / "home"), "PYTHONPATH": pythonpath}
     env.pop("SURREAL_TOKEN", None)
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=True)
     return podkube.load_objects(proc.stdout)

@@ -1,0 +1,53 @@
+"""A researcher's environment in a cluster: the three-line Dockerfile of docs/kubernetes.md, built
+FROM the surreal image with a module of the user's, runs an experiment on that module in containers
+exactly as the rendered objects say."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import podkube
+import pytest
+from test_pods import render
+
+REPO = Path(__file__).resolve().parents[2]
+USER_IMAGE = "localhost/surreal-lab:test"
+pytestmark = pytest.mark.slow
+
+
+def documented_dockerfile() -> str:
+    """The Dockerfile block that follows the `user-image` marker in docs/kubernetes.md."""
+    text = (REPO / "docs" / "kubernetes.md").read_text()
+    found = re.search(r"<!-- user-image:.*?-->\s*```dockerfile\n(.*?)```", text, re.S)
+    assert found, "docs/kubernetes.md lost its user-image Dockerfile"
+    return found.group(1)
+
+
+def test_the_documented_dockerfile_is_three_lines_from_the_surreal_image() -> None:
+    lines = documented_dockerfile().strip().splitlines()
+    assert len(lines) == 3 and lines[0] == "FROM surreal:local", lines
+
+
+def test_the_documented_user_image_runs_an_experiment_on_the_users_module(
+    engine: podkube.Engine, image: str, tmp_path: Path
+) -> None:
+    context = tmp_path / "context"
+    (context / "lab_envs").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "envs" / "line_world.py", context / "lab_envs")
+    (context / "Dockerfile").write_text(documented_dockerfile().replace("surreal:local", image))
+    engine("build", "-t", USER_IMAGE, str(context), timeout=300)
+    try:
+        # `create` validates the module where it runs, so it is importable here too.
+        objects = render("lab", "--algo", "ppo", "--env", "line_world:LineWorld-v0", "--steps", "20000",
+                         "--seed", "0", "--set", "env_kwargs.size=10", "--image", USER_IMAGE, tmp=tmp_path,
+                         pythonpath=str(REPO / "tests" / "envs"))  # fmt: skip
+        plan = podkube.translate(objects, workdir=tmp_path)
+        with podkube.Run(plan, engine) as run:
+            run.wait_for("the run to end", lambda: run.status(probe=False)["phase"] == "Succeeded", 600)
+            status = run.status()
+    finally:
+        engine("rmi", "-f", USER_IMAGE, check=False)
+    # Random play scores 1.3, the optimal policy 13.5 (tests/envs/line_world.py).
+    assert status["env"] == "line_world:LineWorld-v0" and status["eval_return"] >= 8.0, status
