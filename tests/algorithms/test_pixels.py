@@ -103,6 +103,22 @@ def test_the_learner_trains_a_cnn_on_an_actors_uint8_fragments() -> None:
     assert after.version == 1 and any(not np.array_equal(before[k], after.weights[k]) for k in before)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device here")
+def test_the_cnn_learner_trains_on_cuda_with_frames_moved_as_uint8() -> None:
+    cfg = dataclasses.replace(preset_for(PIXEL_ENV), envs_per_agent=2, fragment_length=16,
+                              steps_per_update=64, minibatch_size=32, device="cuda")  # fmt: skip
+    learner = PPOLearner(cfg, spaces_for(PIXEL_ENV), total_steps=10_000)
+    moved: list[torch.Tensor] = []
+    to_device = learner._to_device
+    learner._to_device = lambda a: moved.append(to_device(a)) or moved[-1]  # type: ignore[method-assign]
+    actor = PPOActor(cfg, EnvRef(PIXEL_ENV), 4, seed=0)
+    actor.set_params(learner.params())
+    assert learner.add_fragment(Fragment("w0", actor.version, actor.collect()))
+    assert learner.update() and learner.params().version == 1
+    assert moved[0].device.type == "cuda" and moved[0].dtype == torch.uint8  # the frames, as uint8
+    assert next(learner.net.parameters()).device.type == "cuda"
+
+
 def test_pixel_presets_follow_cleanrl_ppo_atari() -> None:
     for cfg in (PIXELS, ATARI):
         assert (cfg.envs_per_agent * 2, cfg.fragment_length, cfg.steps_per_update) == (8, 128, 1024)
