@@ -25,7 +25,7 @@ from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.slow
 
-STEPS = 40_000
+STEPS = 100_000  # long enough to outlast the set-up and the flood on a busy machine
 FLOOD_SECONDS = 15.0
 METHODS = ("/surreal.v1.Experience/Stream", "/surreal.v1.Parameters/Get", "/surreal.v1.Status/Get",
            "/surreal.v1.Status/ReportEval", "/grpc.health.v1.Health/Check")  # fmt: skip
