@@ -82,6 +82,17 @@ def call(
         raise ClusterUnreachable(f"cannot reach {server}: {_reason(exc)}") from None
 
 
+def stream_error(exc: BaseException, subresource: str, pod: str, namespace: str, what: str) -> KubeError:
+    """The typed error for a websocket call (exec, port-forward) into `pod` that failed to open: the
+    client wraps every such failure in ApiException(0), with the HTTP status only in its reason."""
+    reason = str(getattr(exc, "reason", exc))
+    if "403" in reason:
+        return Forbidden("create", subresource, namespace)
+    if "404" in reason:
+        return KubeError(f"pod {pod!r} is gone; try again")
+    return ClusterUnreachable(f"{what} pod {pod!r} failed: {reason}")
+
+
 def _reason(exc: BaseException) -> str:
     # MaxRetryError wraps the interesting error (connection refused, name resolution, timeout).
     inner = getattr(exc, "reason", None) or exc

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from surreal.orchestrator.kube_errors import ClusterUnreachable, Forbidden, KubeError
+from surreal.orchestrator.kube_errors import KubeError, stream_error
 
 # (pod, namespace, container, argv) -> the command's stdout; a failure is a KubeError.
 Exec = Callable[[str, str, str, Sequence[str]], bytes]
@@ -32,12 +32,7 @@ def pod_exec(core_api: Any, timeout: float = EXEC_TIMEOUT) -> Exec:
                         command=list(argv), stdin=False, stdout=True, stderr=True, tty=False,
                         binary=True, _preload_content=False)  # fmt: skip
         except Exception as exc:  # the client wraps every websocket failure in ApiException(0)
-            reason = str(getattr(exc, "reason", exc))
-            if "403" in reason:
-                raise Forbidden("create", "pods/exec", namespace) from None
-            if "404" in reason:
-                raise KubeError(f"pod {pod!r} is gone; try again") from None
-            raise ClusterUnreachable(f"exec in pod {pod!r} failed: {reason}") from None
+            raise stream_error(exc, "pods/exec", pod, namespace, "exec in") from None
         try:
             ws.run_forever(timeout=timeout)
             if ws.is_open():

@@ -31,7 +31,7 @@ def pod_dialer(core_api: Any, pod: str, namespace: str, port: int) -> Dial:
     """Connections to `port` of `pod` through the API server (pods/portforward)."""
     from kubernetes.stream import portforward
 
-    from surreal.orchestrator.kube_errors import ClusterUnreachable, Forbidden, KubeError
+    from surreal.orchestrator.kube_errors import stream_error
 
     def dial() -> StreamSocket:
         try:
@@ -39,12 +39,7 @@ def pod_dialer(core_api: Any, pod: str, namespace: str, port: int) -> Dial:
                 core_api.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port)
             )
         except Exception as exc:  # the client wraps every websocket failure in ApiException(0)
-            reason = str(getattr(exc, "reason", exc))
-            if "403" in reason:
-                raise Forbidden("create", "pods/portforward", namespace) from None
-            if "404" in reason:
-                raise KubeError(f"pod {pod!r} is gone; try again") from None
-            raise ClusterUnreachable(f"port-forward to pod {pod!r} failed: {reason}") from None
+            raise stream_error(exc, "pods/portforward", pod, namespace, "port-forward to") from None
         sock = forward.socket(port)
         sock.setblocking(True)
         return sock  # type: ignore[no-any-return]
