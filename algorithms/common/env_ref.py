@@ -18,7 +18,8 @@ import difflib
 import importlib
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,12 +37,6 @@ class EnvRef:
 
     name: str
     kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def module(self) -> str | None:
-        """The user's module of `module:...`, None for a registered id."""
-        module, sep, _ = self.name.partition(":")
-        return module if sep else None
 
     def __str__(self) -> str:
         return self.name
@@ -112,14 +107,20 @@ def entry_point(resolved: str | gym.envs.registration.EnvSpec) -> str:
     return ep if isinstance(ep, str) else f"{getattr(ep, '__module__', '')}:{getattr(ep, '__name__', '')}"
 
 
-def make_raw(resolved: str | gym.envs.registration.EnvSpec, env: EnvRef, **extra: Any) -> gym.Env:
-    """`gym.make` of a resolved environment with the ref's kwargs (and `extra` from the caller),
-    without the passive checker. A constructor that refuses the kwargs is a ValueError naming them."""
-    kwargs = {**env.kwargs, **extra}
+@contextmanager
+def construction_errors(env: EnvRef) -> Iterator[None]:
+    """Whatever building `env` raises (a user's constructor may raise anything, ALE refuses unknown
+    kwargs) as one ValueError naming the environment and its kwargs."""
     try:
-        return gym.make(resolved, disable_env_checker=True, **kwargs)
-    except Exception as exc:  # a user's constructor may raise anything
+        yield
+    except Exception as exc:
         given = f" with env_kwargs {dict(env.kwargs)}" if env.kwargs else ""
         raise ValueError(
             f"environment {env.name!r}: cannot be made{given}: {type(exc).__name__}: {exc}"
         ) from None
+
+
+def make_raw(resolved: str | gym.envs.registration.EnvSpec, env: EnvRef) -> gym.Env:
+    """`gym.make` of a resolved environment with the ref's kwargs, without the passive checker."""
+    with construction_errors(env):
+        return gym.make(resolved, disable_env_checker=True, **env.kwargs)

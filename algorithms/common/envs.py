@@ -13,7 +13,14 @@ import gymnasium as gym
 import numpy as np
 
 from surreal.algorithms.common import atari
-from surreal.algorithms.common.env_ref import EnvRef, as_env_ref, entry_point, make_raw, resolve
+from surreal.algorithms.common.env_ref import (
+    EnvRef,
+    as_env_ref,
+    construction_errors,
+    entry_point,
+    make_raw,
+    resolve,
+)
 from surreal.protocol.ratelimit import RejectionLog
 
 log = logging.getLogger(__name__)
@@ -54,15 +61,10 @@ def make_env(env: EnvRef | str, seed: int, *, training: bool = True) -> gym.Env:
     wants there (episodic life, clipped rewards). Raises ValueError naming the environment."""
     ref = as_env_ref(env)
     resolved = resolve(ref)
-    entry = entry_point(resolved)
     if isinstance(resolved, str) and atari.is_atari(resolved):
-        try:
+        with construction_errors(ref):
             return atari.make_atari(resolved, seed, training=training, **ref.kwargs)
-        except Exception as exc:  # a bad kwarg reaches ALE's constructor
-            raise ValueError(
-                f"environment {ref.name!r}: cannot be made: {type(exc).__name__}: {exc}"
-            ) from None
-    _route_mujoco_warnings(entry)
+    _route_mujoco_warnings(entry_point(resolved))
     made = make_raw(resolved, ref)
     # Seeding via reset makes every later reset() draw from this seeded generator.
     made.reset(seed=seed)

@@ -80,10 +80,11 @@ def test_pixel_target_episodes_are_16_steps_cut_as_truncated():
     assert ends == [(False, False)] * 15 + [(False, True)]
 
 
-def test_pixel_target_is_deterministic_under_a_seed():
-    a, b = _rollout(pixel_target.PixelTarget(), 5, 30), _rollout(pixel_target.PixelTarget(), 5, 30)
+@pytest.mark.parametrize(("make", "steps"), [(pixel_target.PixelTarget, 30), (line_world.LineWorld, 60)])
+def test_the_envs_are_deterministic_under_a_seed(make, steps):
+    a, b = _rollout(make(), 5, steps), _rollout(make(), 5, steps)
     np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, _rollout(pixel_target.PixelTarget(), 6, 30))
+    assert not np.array_equal(a, _rollout(make(), 6, steps))
 
 
 def test_pixel_target_random_scores_a_quarter_and_optimal_all():
@@ -111,12 +112,6 @@ def test_line_world_spaces_and_size_kwarg():
         assert not term and trunc == (t == 49)
     with pytest.raises(ValueError, match="size"):
         line_world.LineWorld(size=1)
-
-
-def test_line_world_is_deterministic_under_a_seed():
-    a, b = _rollout(line_world.LineWorld(), 5, 60), _rollout(line_world.LineWorld(), 5, 60)
-    np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, _rollout(line_world.LineWorld(), 6, 60))
 
 
 def test_line_world_random_is_far_below_optimal():
