@@ -54,6 +54,9 @@ class ExperienceStream:
         self._requests.put(pb.ExperienceRequest(hello=pb.Hello(worker_id=worker_id)))
         self._cond = threading.Condition()
         self._credits = 0
+        self._initial_credits: int | None = None  # the grant the stream opened with
+        self._sent = 0  # fragments queued
+        self._acked = 0  # credits handed back since the opening grant: fragments the learner took
         self._latest_version: int | None = None
         self._error: ProtocolError | None = None
         self._closed = False
@@ -72,6 +75,10 @@ class ExperienceStream:
             for credit in self._call:
                 with self._cond:
                     self._credits += credit.credits
+                    if self._initial_credits is None:
+                        self._initial_credits = credit.credits
+                    else:
+                        self._acked += credit.credits
                     if credit.HasField("latest_version"):
                         self._latest_version = credit.latest_version
                     self._cond.notify_all()
@@ -106,7 +113,20 @@ class ExperienceStream:
             if not ready:
                 raise TimeoutError(f"no credit from the learner within {timeout} s")
             self._credits -= 1
+            self._sent += 1
         self._requests.put(request)
+
+    def wait_acknowledged(self, timeout: float) -> bool:
+        """Wait until the learner has handed back the credit of every fragment sent so far (from
+        a learner that releases credits after dealing with fragments, this means "dealt with").
+        Returns False on timeout, or if the stream broke or was closed meanwhile."""
+        with self._cond:
+            return (
+                self._cond.wait_for(
+                    lambda: self._acked >= self._sent or self._error is not None or self._closed, timeout
+                )
+                and self._acked >= self._sent
+            )
 
     @property
     def latest_version(self) -> int | None:

@@ -3,7 +3,10 @@
 Each stream is granted `credits_per_stream` credits when it opens; a fragment spends one, and the
 stream gets it back only when the learner takes that fragment (`next_fragment`). So the fragments
 of a stream that wait in the learner's queue never exceed its credits, and a slow learner slows its
-actors down instead of growing a queue without bound.
+actors down instead of growing a queue without bound. A learner made with `credit_on_take=False`
+hands credits back later, when it calls `release()` after dealing with what it took (ES: after the
+update those results completed and its publication), so a credit's `latest_version` tells the
+actor whether its own results are in the version it can fetch now.
 
 Threads: every stream is served on the server's one asyncio event loop (server.py), as a handler
 that sends credits and a task that reads, decodes and checks fragments; the learner takes them
@@ -54,8 +57,11 @@ class ExperienceService:
         counters: Counters,
         rejections: RejectionLog,
         latest_version: Callable[[], int | None] = lambda: None,
+        credit_on_take: bool = True,
     ) -> None:
         self._schema = dict(schema)
+        self._credit_on_take = credit_on_take
+        self._held: list[_Stream] = []  # taken, credit not yet released (credit_on_take=False)
         self._latest_version = latest_version
         self._rejections = rejections
         self._credits = credits_per_stream
@@ -82,13 +88,28 @@ class ExperienceService:
             self._fragments.put(_STOP)
             return None
         fragment, stream = item
+        self._counters.add("fragments_taken")
+        if self._credit_on_take:
+            self._grant([stream])
+        else:
+            with self._taken_lock:
+                self._held.append(stream)
+        return fragment
+
+    def release(self) -> None:
+        """Hand back the credits of every fragment taken since the last call (with
+        credit_on_take=False; a no-op otherwise). Call it from the thread that takes fragments."""
         with self._taken_lock:
-            self._taken.append(stream)
+            held, self._held = self._held, []
+        if held:
+            self._grant(held)
+
+    def _grant(self, streams: list[_Stream]) -> None:
+        with self._taken_lock:
+            self._taken.extend(streams)
             wake, self._wakeup_pending = not self._wakeup_pending, True
         if wake:
             self._on_loop(self._grant_taken)
-        self._counters.add("fragments_taken")
-        return fragment
 
     def pending(self) -> int:
         return max(0, self._fragments.qsize() - (1 if self._stopping.is_set() else 0))

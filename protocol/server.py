@@ -137,6 +137,7 @@ class LearnerServer:
         status_provider: Callable[[], dict] | None = None,
         on_eval: Callable[[EvalReport], None] | None = None,
         tls: tuple[bytes, bytes] | None = None,
+        credit_on_take: bool = True,
     ) -> None:
         if credits_per_stream < 1:
             raise ValueError(f"credits_per_stream must be >= 1, got {credits_per_stream}")
@@ -150,7 +151,7 @@ class LearnerServer:
         self._interceptor = TokenInterceptor(token, self._reject_unauthenticated)
         self._experience = ExperienceService(
             experience_schema, credits_per_stream, max_streams, self._counters,
-            RejectionLog(log, "stream"), self._latest_version,
+            RejectionLog(log, "stream"), self._latest_version, credit_on_take,
         )  # fmt: skip
         self._address = _address(host, port)
         self._max_message_bytes = max_message_bytes
@@ -285,8 +286,14 @@ class LearnerServer:
 
     def next_fragment(self, timeout: float | None) -> Fragment | None:
         """The oldest received fragment, waiting up to `timeout` s (None: forever); None on
-        timeout or once stopped. Taking a fragment grants its stream one credit back."""
+        timeout or once stopped. Taking a fragment grants its stream one credit back, or, with
+        `credit_on_take=False`, the next `release()` does."""
         return self._experience.next_fragment(timeout)
+
+    def release(self) -> None:
+        """With `credit_on_take=False`: grant back the credits of every fragment taken so far,
+        once the learner has dealt with them (and published what they led to). A no-op otherwise."""
+        self._experience.release()
 
     def pending(self) -> int:
         """Fragments received and not yet taken."""

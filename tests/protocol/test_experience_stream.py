@@ -243,3 +243,53 @@ def test_credits_say_the_latest_published_version(make_server, make_client, make
     stream.send(3, make_fragment(), timeout=5)
     server.next_fragment(timeout=5)
     assert _eventually(lambda: stream.latest_version == 4)
+
+
+def test_a_learner_that_credits_after_processing_says_the_version_its_fragment_made(
+    make_server, make_client, make_fragment
+) -> None:
+    """credit_on_take=False: a taken fragment's credit comes back only at release(), and with the
+    version published before it, so the actor knows its fragment's effect is in that version."""
+    server, address = make_server(credits_per_stream=1, credit_on_take=False)
+    stream = make_client(address).experience("w")
+    server.publish(Params(3, {}, {}))
+    assert _eventually(lambda: stream.credits == 1)
+    assert stream.wait_acknowledged(0.1)  # nothing sent yet: nothing to wait for
+    stream.send(3, make_fragment(), timeout=5)
+    assert server.next_fragment(timeout=5) is not None
+    assert not stream.wait_acknowledged(0.3)  # taken, not released
+    assert stream.credits == 0
+    server.publish(Params(4, {}, {}))  # what the fragment led to
+    server.release()
+    assert stream.wait_acknowledged(5)
+    assert stream.credits == 1 and stream.latest_version == 4
+    server.release()  # nothing held: no credit appears from nowhere
+    time.sleep(0.2)
+    assert stream.credits == 1
+
+
+def test_wait_acknowledged_counts_every_fragment_in_flight(make_server, make_client, make_fragment) -> None:
+    server, address = make_server(credits_per_stream=3)  # credit on take, the default
+    stream = make_client(address).experience("w")
+    for i in range(3):
+        stream.send(i, make_fragment(), timeout=5)
+    assert server.next_fragment(timeout=5) is not None
+    assert server.next_fragment(timeout=5) is not None
+    assert not stream.wait_acknowledged(0.3)  # one of three still waits in the learner's queue
+    assert server.next_fragment(timeout=5) is not None
+    assert stream.wait_acknowledged(5)
+    server.release()  # a no-op for a learner that credits on take
+    assert stream.credits == 3
+
+
+def test_wait_acknowledged_returns_false_once_the_stream_is_broken(
+    make_server, make_client, make_fragment
+) -> None:
+    server, address = make_server(credits_per_stream=2, credit_on_take=False)
+    stream = make_client(address).experience("w")
+    stream.send(0, make_fragment(), timeout=5)
+    assert _eventually(lambda: server.pending() == 1)
+    server.stop(grace=0)
+    start = time.monotonic()
+    assert not stream.wait_acknowledged(5)
+    assert time.monotonic() - start < 4  # the broken stream ended the wait, not the timeout
