@@ -33,8 +33,12 @@ METRIC_FIELDS = (
 )  # fmt: skip
 
 
-# Reported by the ES master only: logical agents whose results arrived, and the result ledger.
-ES_METRICS = ("agents_reporting", "results_accepted", "results_rejected")
+# Reported by the ES master only: logical agents whose results arrived, the result ledger, how
+# many versions old the results of recent updates were, and the hand-out sizes for the agent count.
+ES_METRICS = (
+    "agents_reporting", "results_accepted", "results_rejected", "staleness",
+    "pairs_per_update", "round_pairs", "pairs_per_agent", "max_staleness", "step_size",
+)  # fmt: skip
 # Passed through when the learner reports them: what it dropped or refused, and why.
 EXTRA_METRICS = (
     "dropped_fragments", "connected_actors", "rejected_fragments", "skipped_updates",

@@ -63,8 +63,10 @@ class LearnerCore(Protocol):
 class ServingLoop:
     """A learner's server, its main loop, and the status and evaluation bookkeeping. `take` hands a
     received fragment to the core (each algorithm's own method; it also gets fragments that arrive
-    after training ended, which a core may ignore). The server is started here and stopped when
-    `run()` returns."""
+    after training ended, which a core may ignore). With `credit_on_take=False` a fragment's credit
+    goes back to its stream only once the core has dealt with it: after `take`, and after the
+    updates it completed are published. The server is started here and stopped when `run()`
+    returns."""
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class ServingLoop:
         experience_schema: Mapping[str, TensorSpec],
         credits_per_stream: int,
         max_streams: int,
+        credit_on_take: bool = True,
     ) -> None:
         self.core = core
         self.take = take
@@ -91,6 +94,7 @@ class ServingLoop:
             max_streams=max_streams,
             status_provider=lambda: self.snapshot["status"],
             on_eval=self.evals.put,
+            credit_on_take=credit_on_take,
         )
         self.server.start()
         self._status_at = 0.0
@@ -108,6 +112,7 @@ class ServingLoop:
                 while core.ready():  # one message may complete several updates (ES bursts)
                     core.update()
                 server.publish(params := core.params())
+            server.release()
             self.tick()
         while core.ready():  # the fragment that finished the run may leave a batch
             core.update()
@@ -115,6 +120,7 @@ class ServingLoop:
         if not extras_done(params.extras):  # announce the end under a new version number
             core.new_version()
             server.publish(core.params())
+        server.release()
         core.save()
 
     def run(self, ctx: RunContext, *, final_eval_timeout: float, eval_episodes: int,
@@ -136,6 +142,7 @@ class ServingLoop:
             fragment = self.server.next_fragment(timeout=0.25)
             if fragment is not None:
                 self.take(fragment)
+                self.server.release()
             self.tick()
 
     def release_workers(self, timeout: float) -> None:
@@ -144,6 +151,7 @@ class ServingLoop:
         deadline = time.monotonic() + timeout
         while self.server.stats.get("connected_streams", 0) and time.monotonic() < deadline:
             self.server.next_fragment(timeout=0.1)
+            self.server.release()
 
     def tick(self) -> None:
         while True:

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 MAX_AGENTS_PER_WORKER = 1 << 20  # agent ids: worker index * this + slot, unique across workers
 IDLE_POLL_SECONDS = (0.02, 0.5)  # polling while every agent waits for a new version: first and
 #   longest interval; doubling in between keeps hundreds of idle workers from flooding the master
+ACK_WAIT_SECONDS = 2.0  # the longest a worker whose hand-out is done waits for the master to deal
+#   with its last results before it fetches the next version (then it fetches anyway)
 
 
 def agent_ids(index: int, agents_in_worker: int) -> list[int]:
@@ -166,6 +168,11 @@ class ESWorker:
         self._broken_log.note(f"agent {self.ids[a]}", "non_finite", "an environment returned a "
                               "non-finite observation or reward; the pair is dropped")  # fmt: skip
 
+    @property
+    def has_results(self) -> bool:
+        """Finished pairs not yet taken by take_batch()."""
+        return bool(self._rows)
+
     def take_batch(self) -> dict[str, np.ndarray] | None:
         """The finished pairs and observation moments since the last batch (None if no pair)."""
         if not self._rows:
@@ -210,6 +217,19 @@ def idle_backoff(idle_polls: int) -> float:
 def _work_until_done(client: LearnerClient, stream: ExperienceStream, worker: ESWorker) -> int:
     flush_interval = worker.cfg.flush_interval
     flushed_at, idle_polls = time.monotonic(), 0
+
+    def flush() -> None:
+        nonlocal flushed_at
+        if (batch := worker.take_batch()) is not None:
+            stream.send(worker.version, batch)
+            if not worker.busy:
+                # The hand-out is done. Wait until the master has dealt with these results (it
+                # hands the credit back after publishing any update they completed): fetching
+                # sooner gets the version made just before they landed, and then every result of
+                # this worker would lag its own last update (two versions, with two bursty workers).
+                stream.wait_acknowledged(ACK_WAIT_SECONDS)
+        flushed_at = time.monotonic()
+
     while True:
         # Cheap when nothing changed: the master answers "unchanged" without weights.
         params = client.get_params(worker.version)
@@ -219,16 +239,15 @@ def _work_until_done(client: LearnerClient, stream: ExperienceStream, worker: ES
                 return 0
         worker.start_idle()
         if not worker.busy:  # the whole hand-out of this version is done: send it, wait for more
-            if (batch := worker.take_batch()) is not None:
-                stream.send(worker.version, batch)
-                flushed_at = time.monotonic()
+            if worker.has_results:
+                flush()
+                continue
             time.sleep(idle_backoff(idle_polls))
             idle_polls += 1
             continue
         idle_polls = 0
         while worker.busy and time.monotonic() - flushed_at < flush_interval:
             worker.step()
-            worker.start_idle()
-        if (batch := worker.take_batch()) is not None:
-            stream.send(worker.version, batch)
-        flushed_at = time.monotonic()
+            if worker.busy:  # idle agents join the version at hand; when all are idle, flush()
+                worker.start_idle()  # first, so that they start the version their results make
+        flush()

@@ -20,6 +20,7 @@ class ESConfig:
     population: int = 32  # antithetic pairs (2 episodes each) per update, at least
     sigma: float = 0.02  # std of the parameter perturbations
     learning_rate: float = 0.01  # Adam step size
+    anneal_lr: bool = False  # decay the step linearly to 0 at total_steps (as PPO's anneal_lr)
     adam_beta1: float = 0.9  # Adam first-moment decay
     adam_beta2: float = 0.999  # Adam second-moment decay
     weight_decay: float = 0.005  # L2 coefficient: the step follows g - weight_decay * theta
@@ -89,6 +90,15 @@ class ESConfig:
         of how much larger than the population an update is (as PPO's presets grow theirs with
         the batch, algorithms/ppo/scaling.py): a less noisy estimate takes a longer step."""
         return self.learning_rate * (self.pairs_per_update(num_agents) / self.population) ** 0.25
+
+    def round_pairs(self, num_agents: int) -> int:
+        """Pairs the master waits for before the updates of a round, when every agent's hand-out
+        is smaller than an update (more agents than twice the population): the whole hand-out, so
+        that all agents start each round on one version, as the serial harness does (0: no
+        waiting; updates happen as soon as `pairs_per_update` pairs are pooled)."""
+        if num_agents < 2 * self.pairs_per_update(num_agents):
+            return 0
+        return num_agents * self.pairs_per_agent(num_agents)
 
     def staleness(self, num_agents: int) -> int:
         """Versions a result may lag and still count: `max_staleness`, or, when several updates

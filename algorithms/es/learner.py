@@ -31,6 +31,9 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
         master, ctx, take=lambda fragment: master.add_results(fragment.tensors, fragment.worker_id),
         experience_schema=results_schema(spaces.obs_dim),
         credits_per_stream=cfg.credits_per_worker, max_streams=max_streams(ctx.num_agents),
+        # A worker that finished its hand-out waits for its credits (actor.py), so that the next
+        # version it starts is the one its own results made, not one made just before they landed.
+        credit_on_take=False,
     )  # fmt: skip
     return loop.run(
         ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Params
 
 log = logging.getLogger(__name__)
+
+MIN_ROUND_WAIT_SECONDS = 2.0  # the shortest a round's first pairs wait for the rest of it
 
 
 @dataclasses.dataclass
@@ -67,12 +70,20 @@ class ESMaster(LearnerProgress):
         self.obs_rms = RunningMeanStd((spaces.obs_dim,))
         self.counters = Counters()
         self.pairs_per_update = cfg.pairs_per_update(num_agents)
+        self.round_pairs = cfg.round_pairs(num_agents)
         self.step_size = cfg.step_size(num_agents)
         self.handout = Handout(seed, cfg.pairs_per_agent(num_agents), cfg.staleness(num_agents))
         self.agents: set[int] = set()  # logical agents with an accepted result
         self.train_returns: deque[float] = deque(maxlen=200)
+        self.staleness: deque[float] = deque(maxlen=10)  # versions behind, per recent update
         self._init_progress()
         self._pool: list[tuple[int, int, float, float]] = []  # (seed, version, fitness+, fitness-)
+        # Rounds (round_pairs > 0): the pool drains in updates once a round's pairs are in, or
+        # once the round's first result has waited as long as the round took to produce it.
+        # Leftovers of a round (stragglers) wait for the next one; they do not start its clock.
+        self._draining = False
+        self._version_at = time.monotonic()  # when the current version was made
+        self._pooled_at: float | None = None  # when the round's first pair arrived
         self._rejections = RejectionLog(log, "result")  # bounded-rate log of rejected results
         self._ckpt_dir = exp_dir / "checkpoints" if exp_dir else None
         self._tb = Scalars(exp_dir / "tb") if exp_dir else None
@@ -87,8 +98,21 @@ class ESMaster(LearnerProgress):
         return self.counters.env_steps >= self.total_steps
 
     def ready(self) -> bool:
-        """Enough pairs for an update (none once the run is done)."""
-        return not self.done and len(self._pool) >= self.pairs_per_update
+        """Enough pairs for an update (none once the run is done). With rounds, a round's first
+        pairs wait for the rest of the round (every agent's result on the version they share),
+        at most as long again as the round took to produce its first results: a lost or slow
+        worker delays the round, it does not stop the run."""
+        if self.done or len(self._pool) < self.pairs_per_update:
+            return False
+        if self._draining or not self.round_pairs or len(self._pool) >= self.round_pairs:
+            self._draining = True
+            return True
+        if self._pooled_at is None:  # only leftovers of the last round: wait for this one
+            return False
+        waited = time.monotonic() - self._pooled_at
+        if waited >= max(MIN_ROUND_WAIT_SECONDS, self._pooled_at - self._version_at):
+            self._draining = True
+        return self._draining
 
     def params(self) -> Params:
         """The current parameters, the version's hand-out and normalization, the run's progress."""
@@ -105,6 +129,7 @@ class ESMaster(LearnerProgress):
     def new_version(self) -> None:
         """Bump the version without an update (e.g. to announce `done` with unchanged weights)."""
         self.counters.version += 1
+        self._version_at = time.monotonic()
         self.handout.open(self.counters.version)
 
     # --- results ---
@@ -128,6 +153,8 @@ class ESMaster(LearnerProgress):
         for agent, pair, seed, version, rets, lengths in rows:
             reason = self.handout.check(version, agent, pair, seed, (rets[0], rets[1]))
             if reason is None:
+                if self._pooled_at is None:  # the round's first result since its version
+                    self._pooled_at = time.monotonic()
                 shift = self.cfg.reward_shift
                 self._pool.append((seed, version, rets[0] - shift * lengths[0], rets[1] - shift * lengths[1]))
                 self.agents.add(agent)
@@ -155,13 +182,15 @@ class ESMaster(LearnerProgress):
         staleness the config allows), so a burst is several updates, not one of everything."""
         cfg, c = self.cfg, self.counters
         pool, self._pool = self._pool[: self.pairs_per_update], self._pool[self.pairs_per_update :]
+        if len(self._pool) < self.pairs_per_update:  # the round is used up; what is left waits
+            self._draining, self._pooled_at = False, None  # for the next round's pairs
         seeds = np.array([p[0] for p in pool], np.int64)
         fitness = np.array([(p[2], p[3]) for p in pool], np.float64)
         noise = perturbations(seeds, self.spec.num_params)
         g = ascent_direction(fitness, noise, cfg.sigma, cfg.top_fraction)
         stepped = adam_step(
             self.theta, -g + cfg.weight_decay * self.theta, self._adam_m, self._adam_v,
-            c.updates + 1, self.step_size, cfg.adam_beta1, cfg.adam_beta2,
+            c.updates + 1, self.current_step_size(), cfg.adam_beta1, cfg.adam_beta2,
         )  # fmt: skip
         if not all(np.isfinite(a).all() for a in stepped):  # ranks keep it finite; make sure
             c.skipped_updates += 1
@@ -178,10 +207,18 @@ class ESMaster(LearnerProgress):
             "grad_norm": float(np.linalg.norm(g)),
             "theta_norm": float(np.linalg.norm(self.theta)),
         }
+        self.staleness.append(stats["staleness"])
         self._log_update(stats)
         if c.updates % cfg.checkpoint_every == 0:
             self.save()
         return stats
+
+    def current_step_size(self) -> float:
+        """Adam's step for the next update: `step_size`, decayed linearly to 0 at the run's last
+        env step when `anneal_lr` is set."""
+        if not self.cfg.anneal_lr:
+            return self.step_size
+        return self.step_size * min(max(1.0 - self.counters.env_steps / self.total_steps, 0.0), 1.0)
 
     # --- evaluation, status, checkpoints ---
 
@@ -196,9 +233,11 @@ class ESMaster(LearnerProgress):
             "agents_reporting": len(self.agents),
             "results_accepted": c.results_accepted,
             "results_rejected": rejected,
+            "staleness": float(np.mean(self.staleness)) if self.staleness else None,
             "env_steps_rejected": c.env_steps_rejected,
             "skipped_updates": c.skipped_updates,
             "pairs_per_update": self.pairs_per_update,
+            "round_pairs": self.round_pairs,
             "step_size": self.step_size,
             "pairs_per_agent": self.handout.pairs_per_agent,
             "max_staleness": self.handout.max_staleness,

@@ -58,6 +58,35 @@ def test_master_workers_and_evaluator_finish_a_run(tmp_path, context):
     assert list((tmp_path / "tb").iterdir())
 
 
+def test_bursty_workers_start_every_round_on_one_version(tmp_path):
+    """Pendulum's episodes all last 200 steps, so each worker's 32 agents finish together and
+    each burst is one update's worth (32 pairs). The master waits for the round (both bursts),
+    makes its two updates, and both workers start the next round on the version those made: the
+    second update's results are one version old, the first's fresh (0.5 on average). Without the
+    rounds, a worker started whatever was current when its burst was done, one made just before
+    its own results landed, and every result was about two versions old."""
+    agents_in_worker, addr = 32, f"127.0.0.1:{free_port()}"
+    cfg = dataclasses.replace(preset_for("Pendulum-v1"), policy="linear", population=16,
+                              eval_episodes=1, eval_interval=10**9, checkpoint_every=100)  # fmt: skip
+
+    def ctx(index: int) -> RunContext:
+        return RunContext(
+            env_id="Pendulum-v1", seed=0, total_steps=16 * 64 * 400, num_agents=2 * agents_in_worker,
+            exp_dir=tmp_path, learner_addr=addr, token="t0k", index=index,
+            agents_in_worker=agents_in_worker, has_evaluator=False,
+        )  # fmt: skip
+
+    roles = [run_in_thread(run_learner, cfg, ctx(0)),
+             *(run_in_thread(run_actor, cfg, ctx(i)) for i in range(2))]  # fmt: skip
+    for thread, _ in roles:
+        thread.join(timeout=300)
+    assert [r.get("rc") for _, r in roles] == [0, 0, 0]
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["pairs_per_update"] == agents_in_worker and status["updates"] >= 24, status
+    assert status["round_pairs"] == 2 * agents_in_worker
+    assert status["staleness"] <= 0.75, status  # mean of the last 10 updates: 0.5 here, 1.7-2.4 before
+
+
 @pytest.mark.slow
 def test_es_learns_cartpole_over_grpc(tmp_path, context):
     """Bounded by env steps: the serial harness solves CartPole with this preset in ~100k."""

@@ -166,6 +166,67 @@ def test_a_burst_of_results_makes_several_updates_of_pairs_per_update():
     assert len(master._pool) == 0 and master.params().version == 2
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_round_waits_for_every_agents_pair_then_drains_in_updates(monkeypatch):
+    """With more agents than two updates' worth, all of them start each round on one version: the
+    first burst waits for the rest of the round, and the round then makes its updates back to
+    back (the second from results one version old), as in the serial harness."""
+    import surreal.algorithms.es.master as master_module
+
+    clock = Clock()
+    monkeypatch.setattr(master_module, "time", clock)
+    master = ESMaster(CFG, SPACES, total_steps=10**9, num_agents=12, seed=0)
+    assert (master.pairs_per_update, master.round_pairs) == (6, 12)
+    clock.now += 30.0  # the round's evaluation took 30 s
+    master.add_results(batch_of([row(master, a) for a in range(6)]))  # one worker's burst
+    clock.now += 5.0
+    assert not master.ready()  # an update's worth, but the round is not in
+    master.add_results(batch_of([row(master, a) for a in range(6, 12)]))
+    assert master.ready()
+    first = master.update()
+    assert master.ready()  # the round's second update, before anything is published
+    second = master.update()
+    assert (first["staleness"], second["staleness"]) == (0.0, 1.0)
+    assert not master.ready() and master.params().version == 2
+    assert master.status()["round_pairs"] == 12 and master.status()["staleness"] == 0.5
+
+
+def test_a_round_missing_a_worker_is_updated_after_waiting_as_long_as_it_took(monkeypatch):
+    import surreal.algorithms.es.master as master_module
+
+    clock = Clock()
+    monkeypatch.setattr(master_module, "time", clock)
+    master = ESMaster(CFG, SPACES, total_steps=10**9, num_agents=12, seed=0)
+    clock.now += 30.0
+    master.add_results(batch_of([row(master, a) for a in range(8)]))  # the other worker is gone
+    clock.now += 29.0
+    assert not master.ready()
+    clock.now += 1.0  # as long again as the round took to produce its first results
+    assert master.ready()
+    master.update()
+    assert not master.ready()  # two pairs left: less than an update; they wait for the next round
+    clock.now += 40.0
+    assert not master.ready()  # and do not start its clock, however long they wait
+    master.add_results(batch_of([row(master, a) for a in range(4)]))  # the new version's first
+    assert len(master._pool) == 6 and not master.ready()
+    clock.now += 40.0  # as long again as the new version took to produce them
+    assert master.ready()
+
+
+def test_with_few_agents_updates_happen_as_soon_as_an_update_is_pooled():
+    master = ESMaster(CFG, SPACES, total_steps=10**9, num_agents=3, seed=0)
+    assert master.round_pairs == 0
+    master.add_results(batch_of([row(master, 0), row(master, 1)]))
+    assert master.ready()
+
+
 def test_the_run_is_done_at_total_steps_and_takes_no_more_results():
     master = ESMaster(CFG, SPACES, total_steps=50, num_agents=2, seed=0)
     master.add_results(batch_of([row(master, 0)]))
@@ -175,14 +236,16 @@ def test_the_run_is_done_at_total_steps_and_takes_no_more_results():
 
 
 @pytest.mark.parametrize(
-    ("agents", "per_agent", "per_update", "staleness"),
-    [(8, 6, 32, 1), (16, 3, 32, 1), (64, 1, 32, 3), (512, 1, 256, 3), (4096, 1, 2048, 3)],
-)
-def test_hand_out_sizes_scale_with_the_agents(agents, per_agent, per_update, staleness):
+    ("agents", "per_agent", "per_update", "staleness", "round_pairs"),
+    [(8, 6, 32, 1, 0), (16, 3, 32, 1, 0), (64, 1, 32, 3, 64), (512, 1, 256, 3, 512),
+     (4096, 1, 2048, 3, 4096)],
+)  # fmt: skip
+def test_hand_out_sizes_scale_with_the_agents(agents, per_agent, per_update, staleness, round_pairs):
     cfg = ESConfig(population=32, handout_ratio=1.5, learning_rate=0.02)
     assert cfg.pairs_per_agent(agents) == per_agent
     assert cfg.pairs_per_update(agents) == per_update
     assert cfg.staleness(agents) == staleness
+    assert cfg.round_pairs(agents) == round_pairs
     # while one pair is evaluated (every agent evaluates one at a time) at most two updates happen,
     # and the window holds those and one more
     assert agents / per_update <= 2 and (staleness + 1) * per_update >= agents
@@ -237,3 +300,14 @@ def test_an_update_that_is_not_finite_is_skipped_and_keeps_the_parameters(monkey
     assert master.counters.skipped_updates == 1 and master.counters.version == version
     np.testing.assert_array_equal(master.theta, theta)
     assert np.isfinite(master._adam_m).all() and np.isfinite(master._adam_v).all()
+
+
+def test_anneal_lr_decays_the_step_linearly_to_zero_at_total_steps():
+    master = ESMaster(dataclasses.replace(CFG, anneal_lr=True), SPACES, total_steps=200,
+                      num_agents=2, seed=0)  # fmt: skip
+    assert master.current_step_size() == master.step_size
+    master.add_results(batch_of([row(master, 0)]))  # 50 of 200 env steps
+    assert master.current_step_size() == pytest.approx(0.75 * master.step_size)
+    constant = ESMaster(CFG, SPACES, total_steps=200, num_agents=2, seed=0)
+    constant.add_results(batch_of([row(constant, 0)]))
+    assert constant.current_step_size() == constant.step_size
