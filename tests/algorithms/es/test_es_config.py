@@ -19,6 +19,17 @@ def test_every_preset_is_valid_and_used_by_the_spec(env_id):
     assert spec.config == preset_for(env_id)
 
 
+def test_halfcheetah_with_many_agents_keeps_top_directions_and_anneals_and_an_override_wins():
+    few = build_spec("x", flags={"algo": "es", "env": "HalfCheetah-v5", "agents": 16}).config
+    assert (few.top_fraction, few.anneal_lr) == (1.0, False)
+    many = build_spec("x", flags={"algo": "es", "env": "HalfCheetah-v5", "agents": 512}).config
+    assert (many.top_fraction, many.anneal_lr) == (0.125, True) and many.round_pairs(512) == 512
+    assert dataclasses.replace(many, top_fraction=1.0, anneal_lr=False) == few
+    mine = build_spec("x", flags={"algo": "es", "env": "HalfCheetah-v5", "agents": 512},
+                      overrides={"top_fraction": "1.0"}).config  # fmt: skip
+    assert (mine.top_fraction, mine.anneal_lr) == (1.0, True)
+
+
 def test_overrides_reach_the_config():
     spec = build_spec("x", flags={"algo": "es"}, overrides={"es.sigma": "0.5", "policy": "mlp",
                                                              "hidden_sizes": "16,16"})  # fmt: skip
