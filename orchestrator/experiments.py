@@ -34,9 +34,10 @@ METRIC_FIELDS = (
 
 
 # Reported by the ES master only: logical agents whose results arrived, the result ledger, how
-# many versions old the results of recent updates were, and the hand-out sizes for the agent count.
+# many versions old the results of recent updates were, rounds updated without all their pairs,
+# and the hand-out sizes for the agent count.
 ES_METRICS = (
-    "agents_reporting", "results_accepted", "results_rejected", "staleness",
+    "agents_reporting", "results_accepted", "results_rejected", "staleness", "short_rounds",
     "pairs_per_update", "round_pairs", "pairs_per_agent", "max_staleness", "step_size",
 )  # fmt: skip
 # Passed through when the learner reports them: what it dropped or refused, and why.

@@ -47,6 +47,7 @@ class Counters:
     episodes: int = 0  # episodes of accepted results (two per pair)
     results_accepted: int = 0  # pairs accepted
     skipped_updates: int = 0  # updates whose result was not finite (parameters and Adam state kept)
+    short_rounds: int = 0  # rounds updated after their wait without all their pairs (a lost worker)
     elapsed_seconds: float = 0.0  # wall time of earlier runs of this master (before a restart)
 
 
@@ -112,6 +113,7 @@ class ESMaster(LearnerProgress):
         waited = time.monotonic() - self._pooled_at
         if waited >= max(MIN_ROUND_WAIT_SECONDS, self._pooled_at - self._version_at):
             self._draining = True
+            self.counters.short_rounds += 1
         return self._draining
 
     def params(self) -> Params:
@@ -236,6 +238,7 @@ class ESMaster(LearnerProgress):
             "staleness": float(np.mean(self.staleness)) if self.staleness else None,
             "env_steps_rejected": c.env_steps_rejected,
             "skipped_updates": c.skipped_updates,
+            "short_rounds": c.short_rounds,
             "pairs_per_update": self.pairs_per_update,
             "round_pairs": self.round_pairs,
             "step_size": self.step_size,
@@ -249,7 +252,7 @@ class ESMaster(LearnerProgress):
         c = self.counters
         self._tb.add("train", stats, c.env_steps)
         progress = {"steps_per_second": self.steps_per_second(), "episodes": c.episodes,
-                    "agents_reporting": len(self.agents),
+                    "agents_reporting": len(self.agents), "short_rounds": c.short_rounds,
                     "results_rejected": sum(self.handout.rejected.values())}  # fmt: skip
         if self.train_returns:
             progress["episode_return"] = float(np.mean(list(self.train_returns)[-50:]))

@@ -88,6 +88,39 @@ def test_bursty_workers_start_every_round_on_one_version(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_lost_worker_makes_short_rounds_and_the_run_still_ends(tmp_path):
+    """One of two bursty workers is killed: every later round lacks its pairs, waits its time
+    (at least 2 s), is updated short and counted; the run reaches its budget and ends."""
+    agents_in_worker, addr = 32, f"127.0.0.1:{free_port()}"
+    cfg = dataclasses.replace(preset_for("Pendulum-v1"), policy="linear", population=16,
+                              eval_episodes=1, eval_interval=10**9, checkpoint_every=100)  # fmt: skip
+    total, status_path, log = 10 * 64 * 400, tmp_path / "status.json", tmp_path / "roles.log"
+
+    def ctx(index: int) -> RunContext:
+        return RunContext(
+            env_id="Pendulum-v1", seed=0, total_steps=total, num_agents=2 * agents_in_worker,
+            exp_dir=tmp_path, learner_addr=addr, token="t0k", index=index,
+            agents_in_worker=agents_in_worker, has_evaluator=False,
+        )  # fmt: skip
+
+    master = spawn("es", "learner", ctx(0), cfg, log)
+    workers = [spawn("es", "actor", ctx(i), cfg, log) for i in range(2)]
+    try:
+        wait_for(lambda: read_status(status_path).get("updates", 0) >= 4, timeout=120)
+        workers[1].send_signal(signal.SIGKILL)
+        workers[1].wait()
+        assert master.wait(timeout=300) == 0
+        assert workers[0].wait(timeout=30) == 0
+    finally:
+        for proc in (master, *workers):
+            if proc.poll() is None:
+                proc.kill()
+    status = read_status(status_path)
+    assert status["done"] is True and status["env_steps"] >= total, status
+    assert status["short_rounds"] >= 3 and status["agents_reporting"] == 2 * agents_in_worker, status
+
+
+@pytest.mark.slow
 def test_es_learns_cartpole_over_grpc(tmp_path, context):
     """Bounded by env steps: the serial harness solves CartPole with this preset in ~100k."""
     total = 400_000
