@@ -54,7 +54,7 @@ class ExperienceStream:
         self._requests.put(pb.ExperienceRequest(hello=pb.Hello(worker_id=worker_id)))
         self._cond = threading.Condition()
         self._credits = 0
-        self._initial_credits: int | None = None  # the grant the stream opened with
+        self._opened = False  # the first credit (the stream's opening grant) came
         self._sent = 0  # fragments queued
         self._acked = 0  # credits handed back since the opening grant: fragments the learner took
         self._latest_version: int | None = None
@@ -75,10 +75,9 @@ class ExperienceStream:
             for credit in self._call:
                 with self._cond:
                     self._credits += credit.credits
-                    if self._initial_credits is None:
-                        self._initial_credits = credit.credits
-                    else:
+                    if self._opened:
                         self._acked += credit.credits
+                    self._opened = True
                     if credit.HasField("latest_version"):
                         self._latest_version = credit.latest_version
                     self._cond.notify_all()
