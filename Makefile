@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench e2e clean
+.PHONY: install demo test test-fast lint bench e2e clean repeat
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# A path's tests K times in a row, then each test's failures out of K: make repeat TESTS=tests/containers K=10
+TESTS ?= tests
+K ?= 10
+repeat: install
+	$(BIN)/python scripts/repeat_tests.py $(TESTS) -n $(K)
 
 lint: install
 	$(BIN)/ruff check .
