@@ -130,6 +130,18 @@ class Program:
     def learner(self) -> Component | None:
         return next((c for c in self.components if c.role == LEARNER_ROLE), None)
 
+    def group(self, role: str) -> list[Component]:
+        """The components of one role (a role group: actor workers, ...), by index."""
+        return sorted((c for c in self.components if c.role == role), key=lambda c: c.index)
+
+    @property
+    def roles(self) -> dict[str, int]:
+        """Each role of the program and how many components it has, in start order."""
+        out: dict[str, int] = {}
+        for c in self.components:
+            out[c.role] = out.get(c.role, 0) + 1
+        return out
+
     def component(self, name: str) -> Component:
         for c in self.components:
             if c.name == name:

@@ -18,10 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from surreal.algorithms.common.serving import SCALE_FILE, read_scale
 from surreal.orchestrator import local
 from surreal.orchestrator.components import Program
-from surreal.orchestrator.program import Target, make_program
+from surreal.orchestrator.launcher import LauncherError
+from surreal.orchestrator.program import Target, local_split, make_program
 from surreal.orchestrator.sched_slice import slice_ms_from_env
+from surreal.orchestrator.supervisor import write_json_atomic
 from surreal.spec import ExperimentSpec
 
 SPEC_FILE = "spec.yaml"
@@ -47,7 +50,7 @@ EXTRA_METRICS = (
 )  # fmt: skip
 
 
-class ExperimentError(RuntimeError):
+class ExperimentError(LauncherError):
     """A lifecycle operation that cannot be done; the message says why."""
 
 
@@ -88,11 +91,6 @@ def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
         slice_ms_from_env()  # read again by the supervisor; refuse a bad value before creating
     except ValueError as exc:
         raise ExperimentError(str(exc)) from None
-    if final.exists():
-        raise ExperimentError(
-            f"experiment {spec.name!r} already exists in {experiments_root(home)} "
-            f"(`surreal delete {spec.name}` removes it)"
-        )
     target = Target(
         spec_path=str(final / SPEC_FILE),
         learner_addr=f"127.0.0.1:{free_port()}",
@@ -102,25 +100,41 @@ def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
         token_file=str(final / TOKEN_FILE),
         import_path=user_import_path(),
     )
-    program = make_program(spec, target)
-    experiments_root(home).mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=experiments_root(home)))
-    try:
-        (staging / SPEC_FILE).write_text(spec.to_yaml())
+    program = make_program(spec, target, local_split(spec.agents))
+
+    def write(staging: Path) -> None:
         token_path = staging / TOKEN_FILE
         token_path.touch(mode=0o600)
         token_path.write_text(secrets.token_urlsafe(32))
         local.save_program(program, staging)
+
+    return create_dir(spec, home, write), program
+
+
+def create_dir(spec: ExperimentSpec, home: Path, write: Callable[[Path], None]) -> Path:
+    """`HOME/experiments/NAME/` with spec.yaml and what `write` puts in it, made under a temporary
+    name and renamed into place: a failed create leaves nothing, and of two concurrent creates of
+    one name exactly one wins."""
+    final = experiment_dir(home, spec.name)
+    if final.exists():
+        raise ExperimentError(
+            f"experiment {spec.name!r} already exists in {experiments_root(home)} "
+            f"(`surreal delete {spec.name}` removes it)"
+        )
+    experiments_root(home).mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=experiments_root(home)))
+    try:
+        (staging / SPEC_FILE).write_text(spec.to_yaml())
+        write(staging)
         try:
-            # rename(2) onto an existing non-empty directory fails, so two concurrent creates of
-            # the same name cannot both win.
+            # rename(2) onto an existing non-empty directory fails
             os.rename(staging, final)
         except OSError:
             raise ExperimentError(f"experiment {spec.name!r} already exists") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return final, program
+    return final
 
 
 def run_foreground(exp_dir: Path, program: Program, on_tick: Callable[[], None] | None) -> int:
@@ -130,6 +144,16 @@ def run_foreground(exp_dir: Path, program: Program, on_tick: Callable[[], None] 
 
 def run_detached(exp_dir: Path) -> int:
     return local.spawn_detached(exp_dir)
+
+
+def write_scale(exp_dir: Path, agents: int) -> None:
+    """The agent count the learner in `exp_dir` follows from now on (serving.SCALE_FILE)."""
+    write_json_atomic(exp_dir / SCALE_FILE, {"agents": agents})
+
+
+def scaled_agents(exp_dir: Path, spec_agents: Any) -> Any:
+    """The agents the experiment runs now: as last scaled, else as created."""
+    return read_scale(exp_dir) or spec_agents
 
 
 def read_metrics(exp_dir: Path) -> dict[str, Any]:
@@ -152,7 +176,7 @@ def status(exp_dir: Path) -> dict[str, Any]:
         "algo": spec.get("algo"),
         "env": spec.get("env"),
         "backend": spec.get("backend", "local"),
-        "agents": spec.get("agents"),
+        "agents": metrics.get("agents") or scaled_agents(exp_dir, spec.get("agents")),
         "target_steps": spec.get("steps"),
         "phase": local.current_phase(state),
     }

@@ -24,6 +24,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from surreal.algorithms.common.serving import SCALE_FILE
 from surreal.orchestrator import kube_render as kr
 from surreal.orchestrator import kube_status as ks
 from surreal.orchestrator.kube_errors import (
@@ -50,6 +51,12 @@ LOCAL_CONTEXT_PREFIXES = ("kind-", "minikube", "docker-desktop", "rancher-deskto
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "host.docker.internal")
 # (connect, read) seconds per API call: a dead cluster fails fast instead of hanging the CLI.
 REQUEST_TIMEOUT = (5.0, 60.0)
+
+# Writes scale.json atomically in the learner's container (python3 is in every surreal image).
+_WRITE_SCALE = (
+    "import json,os,sys; p=sys.argv[1]; t=p+'.tmp'; "
+    "open(t,'w').write(json.dumps({'agents': int(sys.argv[2])})); os.replace(t,p)"
+)
 
 # kind -> (api group attribute, method suffix, RBAC resource name used in messages)
 _KINDS = {
@@ -265,13 +272,23 @@ class KubeLauncher:
             time.sleep(0.5)
 
     def scale(self, name: str, namespace: str, agents: int) -> int:
-        """Set the actor Deployment's replicas for `agents` logical agents; returns the replicas."""
+        """Run `agents` logical agents: the learner takes the count first (scale.json on its claim,
+        written in its container), then the actor Deployment gets the replicas and the root the
+        count (for `list`). Returns the replicas."""
         per_pod = int(self.spec_of(name, namespace).get("agents_per_pod", 1))
         if agents < 1 or agents % per_pod:
             raise KubeError(
                 f"--agents must be a positive multiple of agents_per_pod ({per_pod}), got {agents}"
             )
         replicas = agents // per_pod
+        learner = ks.ready_pod(self.pods(namespace, f"surreal.io/experiment={name}"), "learner")
+        if learner is None:
+            raise KubeError(
+                f"experiment {name!r}: its learner pod is not ready, and it must take the new count "
+                "before the actors come (scale again once it runs)"
+            )
+        self._exec(learner, namespace, "learner", ["python3", "-c", _WRITE_SCALE, f"{EXP_DIR}/{SCALE_FILE}",
+                                                   str(agents)])  # fmt: skip
         deployment = kr.object_names(name)["actor"]
         try:
             self._call(self.apps.patch_namespaced_deployment_scale, deployment, namespace,
@@ -281,6 +298,9 @@ class KubeLauncher:
             if exc.status == 404:
                 raise ExperimentNotFound(f"experiment {name!r} has no actor Deployment") from None
             raise
+        annotation = {"metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(agents)}}}
+        self._call(self.core.patch_namespaced_config_map, kr.object_names(name)["spec"], namespace,
+                   annotation, verb="patch", resource="configmaps", ns=namespace)  # fmt: skip
         return replicas
 
     # --- observation -----------------------------------------------------------------------

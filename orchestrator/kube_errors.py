@@ -12,10 +12,12 @@ from typing import Any, TypeVar
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from surreal.orchestrator.launcher import LauncherError
+
 T = TypeVar("T")
 
 
-class KubeError(RuntimeError):
+class KubeError(LauncherError):
     """A cluster operation that cannot be done; str(error) is the one line to show."""
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from surreal.orchestrator import kube_pods as pods
 from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.kube_pods import Placement
-from surreal.orchestrator.program import ENV_POD_NAME, LEARNER_PORT, Target, make_program, worker_count
+from surreal.orchestrator.program import ENV_POD_NAME, LEARNER_PORT, Target, make_program, pod_split
 from surreal.spec import ExperimentSpec
 
 __all__ = [
@@ -118,6 +118,7 @@ def kube_target(spec: ExperimentSpec) -> Target:
         exp_dir=pods.EXP_DIR,
         command=("surreal",),
         token_file=pods.TOKEN_PATH,  # the mounted Secret, as locally: never in argv or env
+        linger=True,
     )
 
 
@@ -134,7 +135,7 @@ def check_capacity(spec: ExperimentSpec) -> None:
 
 def kube_program(spec: ExperimentSpec) -> Program:
     check_capacity(spec)
-    return make_program(kube_spec(spec), kube_target(spec))
+    return make_program(kube_spec(spec), kube_target(spec), pod_split(spec.agents, spec.agents_per_pod))
 
 
 def render(
@@ -164,7 +165,7 @@ def render(
         ctx.network_policy(),
         ctx.service("learner", LEARNER_PORT, "grpc"),
         ctx.learner(program.component("learner")),
-        ctx.deployment(actors[0], worker_count(spec)),
+        ctx.deployment(actors[0], len(actors)),
         ctx.deployment(program.component("evaluator"), 1),
     ]
     if settings.storage == "pvc":  # TensorBoard reads the learner's claim

@@ -14,6 +14,8 @@ from surreal.orchestrator.experiments import EXTRA_METRICS, METRIC_FIELDS
 from surreal.orchestrator.kube_errors import KubeError
 
 ROLE_ORDER = ("learner", "actor", "evaluator", "tensorboard")
+# On the root ConfigMap: the agent count `surreal scale` last set (the spec keeps the created one).
+AGENTS_ANNOTATION = "surreal.io/agents"
 # Waiting reasons that need a person (a bad image, a crashing learner), not patience.
 STUCK = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
          "CreateContainerConfigError", "CreateContainerError")  # fmt: skip
@@ -103,16 +105,18 @@ def status(
     pods: Sequence[Mapping[str, Any]],
     metrics: Mapping[str, Any],
     learner_problem: str = "",
+    backend: str = "kube",
 ) -> dict[str, Any]:
-    """The contract's status object (docs: ARCHITECTURE §6) for a Kubernetes experiment."""
+    """The contract's status object (docs: ARCHITECTURE §6) for the pods of an experiment (on
+    Kubernetes, or run as containers)."""
     actors = [p for p in pods if role_of(p) == "actor"]
     out: dict[str, Any] = {
         "name": spec.get("name"),
         "algo": spec.get("algo"),
         "env": spec.get("env"),
-        "backend": "kube",
+        "backend": backend,
         "namespace": spec.get("namespace"),
-        "agents": spec.get("agents"),
+        "agents": metrics.get("agents") or spec.get("agents"),  # the learner follows `scale`
         "target_steps": spec.get("steps"),
         "phase": phase(pods, metrics),
     }
@@ -137,7 +141,8 @@ def list_row(root: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> dict
         "namespace": root["metadata"].get("namespace"),
         "algo": spec.get("algo"),
         "env": spec.get("env") or "",
-        "agents": spec.get("agents"),
+        "agents": int((root["metadata"].get("annotations") or {}).get(AGENTS_ANNOTATION) or 0)
+        or spec.get("agents"),
         "phase": phase(mine),
         "pods": len(mine),
         "managed_by": labels.get("app.kubernetes.io/managed-by"),

@@ -24,6 +24,7 @@ import psutil
 from surreal.orchestrator.components import Program
 from surreal.orchestrator.supervisor import (
     LOG_DIR,
+    PROGRAM_FILE,
     STATE_FILE,
     TERMINAL_PHASES,
     ComponentState,
@@ -51,7 +52,6 @@ __all__ = [
     "tail_log",
 ]
 
-PROGRAM_FILE = "program.json"
 SUPERVISOR_LOG = "supervisor"  # logs/supervisor.log: a detached supervisor's own output
 _CREATE_TIME_TOLERANCE = 0.05  # seconds; psutil reports the same value for the same process
 

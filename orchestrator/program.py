@@ -1,18 +1,22 @@
-"""make_program(spec): the experiment as a graph of components, the same for every backend.
+"""make_program(spec): the experiment as role groups of components, the same for every backend.
 
-Pure: no file, process or network is touched. A launcher decides only how to run the components
-(subprocesses, Kubernetes objects); what each one runs — the one entry point
-`surreal component ROLE --spec FILE --index I` — and which variables it reads come from here.
+Pure: no file, process or network is touched. A launcher decides how to pack the agents into
+workers (`local_split`: one process per core at most; `pod_split`: `agents_per_pod` to a pod) and
+how to run the components (subprocesses, containers, Kubernetes objects); what each one runs — the
+one entry point `surreal component ROLE --spec FILE --index I` — and which variables it reads come
+from here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from surreal.algorithms.common.env_ref import IMPORT_PATH_VAR
-from surreal.orchestrator.components import Component, Program
+from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE, Component, Program
 from surreal.spec import ExperimentSpec
 
 # Environment variables a component reads (kept here so launchers and the entry point agree).
@@ -22,7 +26,6 @@ ENV_TOKEN = "SURREAL_TOKEN"
 ENV_TOKEN_FILE = "SURREAL_TOKEN_FILE"
 ENV_EXP_DIR = "SURREAL_EXP_DIR"
 ENV_AGENTS_IN_WORKER = "SURREAL_AGENTS_IN_WORKER"
-ENV_WORKERS = "SURREAL_WORKERS"
 ENV_LINGER = "SURREAL_LINGER"  # "1": a finished component idles until stopped (pods; see component.py)
 ENV_POD_NAME = "SURREAL_POD_NAME"  # set in Kubernetes pods (downward API); see surreal.component
 ENV_IMPORT_PATH = IMPORT_PATH_VAR  # folders a component imports a user's environment module from
@@ -43,36 +46,32 @@ class Target:
     # Locally: where the creating shell imported from (its PYTHONPATH, then its working directory),
     # so components find a user's environment module as `surreal create` did. In a pod: the image.
     import_path: tuple[str, ...] = ()
+    # Pods: Kubernetes restarts a container that exits, even with code 0 (StatefulSets and
+    # Deployments have restartPolicy Always), so a finished component idles until deleted.
+    linger: bool = False
 
 
-def worker_count(spec: ExperimentSpec, cpus: int | None = None) -> int:
-    """Actor worker processes: locally at most one per core (more is slower); on Kubernetes one pod
-    per `agents_per_pod` agents."""
-    if spec.backend == "kube":
-        return math.ceil(spec.agents / spec.agents_per_pod)
-    return max(1, min(spec.agents, cpus or os.cpu_count() or 1))
-
-
-def agents_per_worker(agents: int, workers: int) -> list[int]:
-    """Split `agents` logical agents over `workers` as evenly as possible (the first ones get one more)."""
+def local_split(agents: int, cpus: int | None = None) -> list[int]:
+    """Agents per local actor process: at most one process per core (more is slower, not faster),
+    the agents spread as evenly as possible (the first ones get one more)."""
+    workers = max(1, min(agents, cpus or os.cpu_count() or 1))
     base, extra = divmod(agents, workers)
     return [base + (1 if i < extra else 0) for i in range(workers)]
 
 
-def make_program(spec: ExperimentSpec, target: Target, cpus: int | None = None) -> Program:
-    workers = worker_count(spec, cpus)
-    if spec.backend == "kube":
-        split = [spec.agents_per_pod] * workers
-    else:
-        split = agents_per_worker(spec.agents, workers)
-    common = {ENV_LEARNER_ADDR: target.learner_addr, ENV_EXP_DIR: target.exp_dir, ENV_WORKERS: str(workers)}
+def pod_split(agents: int, agents_per_pod: int) -> list[int]:
+    """Agents per actor pod: `agents_per_pod` each (one pod template serves them all)."""
+    return [agents_per_pod] * math.ceil(agents / agents_per_pod)
+
+
+def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> Program:
+    """The learner, one actor worker per entry of `split` (its agents), and the evaluator."""
+    common = {ENV_LEARNER_ADDR: target.learner_addr, ENV_EXP_DIR: target.exp_dir}
     if target.token_file:
         common[ENV_TOKEN_FILE] = target.token_file
     if target.import_path:
         common[ENV_IMPORT_PATH] = os.pathsep.join(target.import_path)
-    if spec.backend == "kube":
-        # Kubernetes restarts a container that exits, even with code 0 (StatefulSets and
-        # Deployments have restartPolicy Always), so a finished component idles until deleted.
+    if target.linger:
         common[ENV_LINGER] = "1"
 
     def component(role: str, index: int = 0, **extra: object) -> Component:
@@ -83,12 +82,31 @@ def make_program(spec: ExperimentSpec, target: Target, cpus: int | None = None) 
         return Component(name=name, role=role, argv=argv, env=env, index=index, **extra)  # type: ignore[arg-type]
 
     port = int(target.learner_addr.rsplit(":", 1)[1])
-    components = [
-        component("learner", env={ENV_BIND_HOST: target.bind_host}, cpu=1.0, memory_mb=2048, port=port),
-        *(
-            component("actor", i, env={ENV_AGENTS_IN_WORKER: n}, cpu=1.0, memory_mb=1024)
-            for i, n in enumerate(split)
-        ),
-        component("evaluator", cpu=0.5, memory_mb=1024),
-    ]
-    return Program(experiment=spec.name, components=tuple(components))
+    learner = component("learner", env={ENV_BIND_HOST: target.bind_host}, cpu=1.0, memory_mb=2048, port=port)
+    evaluator = component("evaluator", cpu=0.5, memory_mb=1024)
+    template = component("actor", 0, cpu=1.0, memory_mb=1024)
+    return Program(experiment=spec.name, components=(learner, *actor_group(template, split), evaluator))
+
+
+def actor_group(template: Component, split: Sequence[int]) -> list[Component]:
+    """One actor worker per entry of `split`, each `template` with its index and agent count."""
+    if not split or min(split) < 1:
+        raise ValueError(f"every actor worker hosts at least one agent, got {list(split)}")
+    out = []
+    for i, agents in enumerate(split):
+        argv = (*template.argv[:-1], str(i))  # the template ends with "--index N"
+        env = {**template.env, ENV_AGENTS_IN_WORKER: str(agents)}
+        out.append(dataclasses.replace(template, name=f"actor-{i}", index=i, argv=argv, env=env))
+    return out
+
+
+def rescaled(program: Program, split: Sequence[int]) -> Program:
+    """`program` with its actor group repacked as `split`; the learner and evaluator unchanged, so
+    a supervisor that compares the two restarts only the actors whose command changed."""
+    actors = program.group(ACTOR_ROLE)
+    if not actors:
+        raise ValueError(f"program {program.experiment!r} has no actor to scale")
+    others = [c for c in program.components if c.role != ACTOR_ROLE]
+    learner = [c for c in others if c.role == LEARNER_ROLE]
+    rest = [c for c in others if c.role != LEARNER_ROLE]
+    return Program(program.experiment, (*learner, *actor_group(actors[0], split), *rest))

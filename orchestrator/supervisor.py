@@ -14,6 +14,10 @@ Outcomes:
   if it is the learner;
 - every component ended on its own -> Succeeded if none failed, else Failed;
 - SIGINT/SIGTERM/SIGHUP or `request_stop()` -> Stopped. A second signal skips the grace period.
+
+A new `exp_dir/program.json` (what `surreal scale` writes) is taken while running: components it no
+longer has are retired (SIGTERM, SIGKILL after the grace period), new ones started, and changed ones
+restarted once their old process is gone; the learner is never restarted this way.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from surreal.orchestrator.sched_slice import slice_ms_from_env, slice_request
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
+PROGRAM_FILE = "program.json"
 LOG_DIR = "logs"
 _PR_SET_PDEATHSIG = 1
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -144,6 +149,8 @@ class _Child:
     started: float = 0.0  # time.monotonic() of the last start, for the backoff
     restart_at: float = 0.0  # time.monotonic() at which a Restarting child is started again
     quick_crashes: int = 0  # consecutive crashes, each within _HEALTHY_SECONDS of its start
+    replaces: _Child | None = None  # the retiring process of the same name this one waits for
+    retire_by: float = 0.0  # time.monotonic() after which a retiring child is SIGKILLed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -200,9 +207,12 @@ class Supervisor:
         self._cpus = actor_cpus(program, pin_actors)
         # Long time slices for every component (None: SURREAL_SCHED_SLICE_MS or its default).
         request_slice = slice_request(slice_ms_from_env() if slice_ms is None else slice_ms)
+        self._request_slice = request_slice
         self._preexec = {
             c.name: _child_preexec(self._cpus.get(c.name), request_slice) for c in program.components
         }
+        self._retiring: list[_Child] = []  # left the program; stopping
+        self._program_mtime = _mtime(self.exp_dir / PROGRAM_FILE)
 
     @property
     def phase(self) -> Phase:
@@ -261,7 +271,14 @@ class Supervisor:
     def _step(self) -> Phase | None:
         """Reap exits and due restarts once; returns the experiment's outcome once it is decided."""
         now = time.monotonic()
+        self._reload()
+        self._reap_retiring(now)
         for child in self._children:
+            if child.state is ComponentState.PENDING and child.proc is None and child.replaces is None:
+                if not self._start(child):
+                    return Phase.FAILED
+                self._note(child, "started (the program changed)")
+                self._write_state()
             if child.state is ComponentState.RUNNING:
                 code = self._poll(child)
                 if code is not None:
@@ -356,6 +373,61 @@ class Supervisor:
         )
         return None
 
+    def _reload(self) -> None:
+        """Take a program.json that changed since it was last read (see the module docstring)."""
+        path = self.exp_dir / PROGRAM_FILE
+        mtime = _mtime(path)
+        if mtime is None or mtime == self._program_mtime:
+            return
+        self._program_mtime = mtime
+        try:
+            new = Program.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.error("ignoring an unreadable %s: %s", path, exc)
+            return
+        old = {child.component.name: child for child in self._children}
+        children = []
+        for component in new.components:
+            child = old.pop(component.name, None)
+            if child is not None and (child.component == component or component.role == LEARNER_ROLE):
+                children.append(child)  # unchanged; a learner is never restarted by a new program
+                continue
+            fresh = _Child(component)
+            if child is not None:
+                self._retire(child, "the program changed; restarting with the new command")
+                fresh.replaces = child if child in self._retiring else None
+            children.append(fresh)
+        for child in old.values():
+            if child.component.role == LEARNER_ROLE:
+                children.append(child)
+            else:
+                self._retire(child, "no longer in the program; stopping (SIGTERM)")
+        self.program = new
+        self._children = children
+        self._cpus = actor_cpus(new)
+        for c in new.components:
+            self._preexec[c.name] = _child_preexec(self._cpus.get(c.name), self._request_slice)
+        self._write_state()
+
+    def _retire(self, child: _Child, why: str) -> None:
+        self._note(child, why)
+        if child.proc is not None:
+            _killpg(child.proc.pid, signal.SIGTERM)
+            child.retire_by = time.monotonic() + self.grace_seconds
+            self._retiring.append(child)
+
+    def _reap_retiring(self, now: float) -> None:
+        for child in list(self._retiring):
+            if child.proc is not None and self._poll(child) is None:
+                if now > child.retire_by:
+                    _killpg(child.proc.pid, signal.SIGKILL)
+                continue
+            self._retiring.remove(child)
+            self._note(child, f"retired ({describe_exit(child.exit_code or 0)})")
+            for waiting in self._children:
+                if waiting.replaces is child:
+                    waiting.replaces = None
+
     def _shutdown(self, outcome: Phase) -> None:
         """Stop whatever still runs, then record the final phase."""
         self._stop_all()
@@ -367,7 +439,7 @@ class Supervisor:
     def _stop_all(self) -> None:
         """SIGTERM every live process group, SIGKILL after the grace period (or a 2nd request)."""
         stop_count = self._stop_requests
-        running = [c for c in self._children if c.proc is not None]
+        running = [c for c in (*self._children, *self._retiring) if c.proc is not None]
         for child in self._children:
             if child.state not in _ENDED:
                 child.state = ComponentState.STOPPED
@@ -420,6 +492,13 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
 def _create_time(pid: int) -> float | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,12 +13,11 @@ import click
 from surreal.algorithms.common.env_ref import extend_import_path
 from surreal.cli.common import (
     ProgressLine,
+    backend_options,
+    call,
     fail,
     fmt,
-    home_dir,
-    kube_call,
-    kube_launcher,
-    kube_options,
+    launcher_for,
     rejections,
     summary,
     table,
@@ -28,6 +26,7 @@ from surreal.cli.plot import plot
 from surreal.cli.provision import provision
 from surreal.orchestrator import experiments as exps
 from surreal.orchestrator import local
+from surreal.orchestrator.launcher import LauncherError, Placement
 from surreal.spec import SpecError, build_spec, parse_set
 
 
@@ -44,15 +43,17 @@ def cli() -> None:
 @click.option("--agents", type=int, help="Logical agents (default 2).")
 @click.option("--steps", type=int, help="Environment steps to train for.")
 @click.option("--seed", type=int, help="Base random seed.")
-@click.option("--backend", help="local (default) or kube.")
+@click.option("--backend", help="local (default), containers or kube.")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML spec file.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a spec key.")
 @click.option("--detach", is_flag=True, help="Return at once; the experiment runs on.")
-@click.option("--dry-run", is_flag=True, help="Validate and print the spec (kube: the objects).")
+@click.option(
+    "--dry-run", is_flag=True, help="Validate and print what would run (the spec; kube: the objects)."
+)
 @click.option("-o", "--output", type=click.Choice(["yaml", "json", "helm-values"]),
               help="Dry-run output format (helm-values: values for helm/surreal; kube only).")  # fmt: skip
 @click.option("--namespace", help="Kubernetes namespace (default: default).")
-@click.option("--image", help="Container image (kube; default surreal:local on kind/minikube).")
+@click.option("--image", help="Container image (containers, kube; default surreal:local).")
 @click.option("--gpu", type=int, help="GPUs for the learner.")
 @click.option("--context", help="kubeconfig context (kube backend).")
 @click.option(
@@ -83,7 +84,7 @@ def create(
     pools_file: Path | None,
     provider: str | None,
 ) -> None:
-    """Create experiment NAME and run it (in the foreground unless --detach)."""
+    """Create experiment NAME and run it (in the foreground unless --detach; kube: on the cluster)."""
     flags = {"algo": algo, "env": env_id, "agents": agents, "steps": steps, "seed": seed,
              "backend": backend, "namespace": namespace, "image": image, "gpu": gpu}  # fmt: skip
     # A user's environment module imports from where this shell stands, as components will.
@@ -92,137 +93,48 @@ def create(
         spec = build_spec(name, flags=flags, config_file=config_file, overrides=parse_set(sets))
     except SpecError as exc:
         fail(str(exc), code=2)
-    if spec.backend == "kube":
-        placement = kube_placement(spec, pools_file, provider)
-        create_kube(spec, dry_run=dry_run, output=output or "yaml", context=context, placement=placement)
-        return
-    if pools_file or provider:
-        fail("--pools and --provider place pods on a cluster: they need --backend kube", code=2)
-    if output == "helm-values":
-        fail("-o helm-values needs --backend kube", code=2)
+    launcher = launcher_for(spec.backend, spec.namespace, context)
+    where = Placement(pools_file, provider)
     if dry_run:
-        if output == "json":
-            click.echo(json.dumps(spec.to_dict(), indent=2))
-        else:
-            click.echo(spec.to_yaml(), nl=False)
+        click.echo(call(launcher.dry_run, spec, output or "yaml", where, code=2), nl=False)
         return
-    if spec.backend != "local":
-        fail(f"backend {spec.backend!r} is not available in this version (use --backend local)")
-    home = home_dir()
-    try:
-        exp_dir, program = exps.prepare(spec, home)
-    except exps.ExperimentError as exc:
-        fail(str(exc), code=2)
-    if detach:
-        pid = exps.run_detached(exp_dir)
-        click.echo(f"experiment {name!r} started (supervisor pid {pid}); `surreal status {name}`")
-        return
-    click.echo(
-        f"experiment {name!r}: {spec.algo} on {spec.env}, {spec.agents} agents in "
-        f"{sum(c.role == 'actor' for c in program.components)} actor processes, "
-        f"{spec.steps:,} steps; files in {exp_dir}",
-        err=True,
-    )
-    code = exps.run_foreground(exp_dir, program, on_tick=ProgressLine(exp_dir, spec.steps))
-    final = exps.status(exp_dir)
-    click.echo("", err=True)
-    click.echo(f"{name}: {final['phase']} — {summary(final)}", err=True)
-    sys.exit(code)
-
-
-def kube_placement(spec: Any, pools_file: Path | None, provider: str | None) -> dict[str, Any] | None:
-    """Placement per role from a pools file or the provider's default pools; None: unpinned."""
-    from surreal import provisioner as prov
-    from surreal.orchestrator import kube_output
-
-    if pools_file is None and provider is None:
-        return None
-    try:
-        pools = prov.load_pools(pools_file) if pools_file else prov.default_pools(provider or "")
-        return kube_output.placements(spec, pools, provider)
-    except ValueError as exc:
-        fail(str(exc), code=2)
-
-
-def create_kube(
-    spec: Any, *, dry_run: bool, output: str, context: str | None, placement: dict[str, Any] | None
-) -> None:
-    from surreal.orchestrator import kube_output, kube_render
-
-    # SURREAL_TOKEN fixes the token (reproducible manifests); otherwise each run makes a new one.
-    token = os.environ.get("SURREAL_TOKEN") or kube_render.new_token()
-    try:
-        if dry_run:
-            click.echo(kube_output.dry_run(spec, output, token=token, placement=placement), nl=False)
-            return
-        kube_render.check_capacity(spec)
-    except kube_render.RenderError as exc:
-        fail(str(exc), code=2)
-    launcher = kube_launcher(context)
-    kube_call(launcher.create, spec, token=token, placement=placement)
-    click.echo(
-        f"experiment {spec.name!r} created in namespace {spec.namespace!r} "
-        f"({spec.agents} agents); watch it: kubectl get pods -n {spec.namespace} "
-        f"-l surreal.io/experiment={spec.name}, or `surreal status {spec.name} --backend kube`"
-    )
+    if output:
+        fail("-o/--output goes with --dry-run", code=2)
+    launched = call(launcher.create, spec, detach=detach, placement=where, watch=ProgressLine(spec.steps))
+    if launched.message:
+        click.echo(launched.message)
+    if launched.phase is not None:
+        final = call(launcher.status, name)
+        click.echo("", err=True)
+        click.echo(f"{name}: {final['phase']} — {summary(final)}", err=True)
+    sys.exit(launched.exit_code)
 
 
 @cli.command(name="list")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
-@kube_options
+@backend_options
 def list_cmd(output: str, backend: str, namespace: str, context: str | None) -> None:
-    """List experiments."""
-    if backend == "kube":
-        kube_rows = kube_call(kube_launcher(context).list_experiments, namespace)
-        if output == "json":
-            click.echo(json.dumps(kube_rows, indent=2))
-            return
-        table(["NAME", "ALGO", "ENV", "AGENTS", "PHASE", "PODS", "MANAGED BY"],
-              [[r["name"], r["algo"], r["env"], r["agents"], r["phase"], r["pods"], r["managed_by"]]
-               for r in kube_rows])  # fmt: skip
-        return
-    rows = exps.list_all(home_dir())
+    """List experiments (local and containers ones live in $SURREAL_HOME; kube: the namespace's)."""
+    rows = call(launcher_for(backend, namespace, context).list_experiments)
     if output == "json":
         click.echo(json.dumps(rows, indent=2))
         return
-    table(
-        ["NAME", "ALGO", "ENV", "AGENTS", "PHASE", "STEPS", "EVAL RETURN"],
-        [
-            [
-                r["name"],
-                r["algo"],
-                r["env"],
-                r["agents"],
-                r["phase"],
-                fmt(r["env_steps"], ",d"),
-                fmt(r["eval_return"]),
-            ]
-            for r in rows
-        ],  # fmt: skip
-    )
-
-
-def _existing(name: str) -> Path:
-    try:
-        return exps.existing_dir(home_dir(), name)
-    except exps.ExperimentError as exc:
-        fail(str(exc))
+    table(["NAME", "BACKEND", "ALGO", "ENV", "AGENTS", "PHASE", "STEPS", "EVAL RETURN"],
+          [[r["name"], r.get("backend", backend), r["algo"], r["env"], r["agents"], r["phase"],
+            fmt(r.get("env_steps"), ",d"), fmt(r.get("eval_return"))] for r in rows])  # fmt: skip
 
 
 @cli.command(name="status")
 @click.argument("name")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
-@kube_options
+@backend_options
 def status_cmd(name: str, output: str, backend: str, namespace: str, context: str | None) -> None:
     """Show an experiment's phase, progress and components."""
-    if backend == "kube":
-        st = kube_call(kube_launcher(context).status, name, namespace)
-    else:
-        st = exps.status(_existing(name))
+    st = call(launcher_for(backend, namespace, context).status, name)
     if output == "json":
         click.echo(json.dumps(st, indent=2))
         return
-    for key in ("name", "algo", "env", "backend", "phase", "learner_status"):
+    for key in ("name", "algo", "env", "backend", "agents", "phase", "learner_status"):
         if key in st:
             click.echo(f"{key + ':':<18}{st[key]}")
     for key in exps.METRIC_FIELDS:
@@ -240,28 +152,15 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "--lines", type=int, default=100, help="Lines from the end to start with.")
 @click.option("--previous", is_flag=True, help="kube: the crashed container before its restart.")
-@kube_options
+@backend_options
 def logs(name: str, component: str, follow: bool, lines: int, previous: bool, backend: str,
          namespace: str, context: str | None) -> None:  # fmt: skip
-    """Print the log of a component (default: learner; kube: also actor-N or a pod name)."""
-    if backend == "kube":
-        from surreal.orchestrator.kube import KubeError
-
-        launcher = kube_launcher(context)
-        try:
-            for line in launcher.logs(name, namespace, component, follow=follow, previous=previous,
-                                      tail=lines):  # fmt: skip
-                click.echo(line)
-        except KubeError as exc:
-            fail(str(exc))
-        except KeyboardInterrupt:
-            pass
-        return
-    exp_dir = _existing(name)
+    """Print the log of a component (default: learner; actor-N; containers and kube: also a pod name)."""
+    launcher = launcher_for(backend, namespace, context)
     try:
-        for line in local.tail_log(exp_dir, component, follow=follow, lines=lines):
+        for line in call(launcher.logs, name, component, follow=follow, lines=lines, previous=previous):
             click.echo(line)
-    except FileNotFoundError as exc:
+    except LauncherError as exc:  # raised while streaming
         fail(str(exc))
     except KeyboardInterrupt:
         pass
@@ -270,50 +169,34 @@ def logs(name: str, component: str, follow: bool, lines: int, previous: bool, ba
 @cli.command()
 @click.argument("name")
 @click.option("--agents", type=int, required=True, help="Logical agents from now on.")
-@click.option("--namespace", default="default", show_default=True)
-@click.option("--context", help="kubeconfig context.")
-def scale(name: str, agents: int, namespace: str, context: str | None) -> None:
-    """Change the number of actor pods of a Kubernetes experiment."""
-    replicas = kube_call(kube_launcher(context).scale, name, namespace, agents)
-    click.echo(f"experiment {name!r}: {agents} agents in {replicas} actor pods")
+@backend_options
+def scale(name: str, agents: int, backend: str, namespace: str, context: str | None) -> None:
+    """Run a running experiment with AGENTS agents from now on; the learner is not restarted."""
+    click.echo(call(launcher_for(backend, namespace, context).scale, name, agents))
 
 
 @cli.command()
 @click.argument("name")
-@kube_options
+@backend_options
 def delete(name: str, backend: str, namespace: str, context: str | None) -> None:
-    """Stop an experiment and remove its files (kube: all its objects)."""
-    if backend == "kube":
-        kube_call(kube_launcher(context).delete, name, namespace)
-        click.echo(f"experiment {name!r} deleted from namespace {namespace!r}")
-        return
-    try:
-        exps.delete(home_dir(), name)
-    except exps.ExperimentError as exc:
-        fail(str(exc))
-    click.echo(f"experiment {name!r} deleted")
+    """Stop an experiment and remove everything of it (files, containers or cluster objects)."""
+    click.echo(call(launcher_for(backend, namespace, context).delete, name))
 
 
 @cli.command()
 @click.argument("name")
 @click.option("--port", type=int, default=6006)
-@kube_options
+@backend_options
 def tensorboard(name: str, port: int, backend: str, namespace: str, context: str | None) -> None:
     """Serve the experiment's TensorBoard scalars on http://127.0.0.1:PORT."""
-    if backend == "kube":
-        forward = kube_call(kube_launcher(context).tensorboard, name, namespace, port)
-        click.echo(f"TensorBoard for {name!r}: http://{forward.address}/ (Ctrl-C to stop)", err=True)
-        try:
-            forward.wait()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            forward.close()
-        return
-    tb_dir = _existing(name) / "tb"
-    click.echo(f"TensorBoard for {name!r}: http://127.0.0.1:{port}/", err=True)
-    os.execv(sys.executable, [sys.executable, "-m", "tensorboard.main", "--logdir", str(tb_dir),
-                              "--host", "127.0.0.1", "--port", str(port)])  # fmt: skip
+    forward = call(launcher_for(backend, namespace, context).tensorboard, name, port)
+    click.echo(f"TensorBoard for {name!r}: http://{forward.address}/ (Ctrl-C to stop)", err=True)
+    try:
+        forward.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        forward.close()
 
 
 @cli.command(hidden=True)

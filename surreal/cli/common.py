@@ -7,11 +7,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 
-from surreal.orchestrator import experiments as exps
+from surreal.orchestrator.launcher import Launcher, LauncherError, open_launcher
+
+T = TypeVar("T")
 
 
 def home_dir() -> Path:
@@ -23,54 +25,54 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
-def kube_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--backend/--namespace/--context for the commands that work on both backends."""
+def backend_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--backend/--namespace/--context for the commands that name experiments."""
     command = click.option("--context", help="kubeconfig context (kube backend).")(command)
     command = click.option("--namespace", default="default", show_default=True,
                            help="Namespace (kube backend).")(command)  # fmt: skip
     backend = click.option(
         "--backend",
-        type=click.Choice(["local", "kube"]),
+        type=click.Choice(["local", "containers", "kube"]),
         default=lambda: os.environ.get("SURREAL_BACKEND", "local"),
-        help="Where the experiment runs [default: local, or $SURREAL_BACKEND].",
+        help="Where the experiment runs [default: local, or $SURREAL_BACKEND]; local and containers "
+        "experiments are both found in $SURREAL_HOME.",
     )
     return backend(command)
 
 
-def kube_launcher(context: str | None) -> Any:
-    from surreal.orchestrator.kube import KubeError, KubeLauncher
-
+def launcher_for(backend: str, namespace: str = "default", context: str | None = None) -> Launcher:
+    """The one launcher a command works with."""
     try:
-        return KubeLauncher.connect(context)
-    except KubeError as exc:
+        return open_launcher(backend, home=home_dir(), namespace=namespace, context=context)
+    except LauncherError as exc:
         fail(str(exc))
 
 
-def kube_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run a kube launcher operation; its typed errors become one line and exit code 1."""
-    from surreal.orchestrator.kube import KubeError
-
+def call(fn: Callable[..., T], *args: Any, code: int = 1, **kwargs: Any) -> T:
+    """Run a launcher operation; its typed error becomes one line and exit `code`."""
     try:
         return fn(*args, **kwargs)
-    except KubeError as exc:
-        fail(str(exc))
+    except LauncherError as exc:
+        fail(str(exc), code=code)
 
 
 class ProgressLine:
-    """Redraws one line on a terminal; prints a line every 10 s when stderr is not a terminal."""
+    """A foreground `create`'s watcher: redraws one line on a terminal; prints a line every 10 s
+    when stderr is not a terminal."""
 
-    def __init__(self, exp_dir: Path, total_steps: int) -> None:
-        self.exp_dir = exp_dir
+    def __init__(self, total_steps: int) -> None:
         self.total = total_steps
         self.tty = sys.stderr.isatty()
         self.last_print = 0.0
 
-    def __call__(self) -> None:
+    def started(self, line: str) -> None:
+        click.echo(line, err=True)
+
+    def tick(self, metrics: dict[str, Any]) -> None:
         now = time.monotonic()
         if not self.tty and now - self.last_print < 10.0:
             return
         self.last_print = now
-        metrics = exps.read_metrics(self.exp_dir)
         steps = metrics.get("env_steps") or 0
         line = f"steps {steps:,}/{self.total:,} ({100 * steps / self.total:.0f}%)  {summary(metrics)}"
         if self.tty:

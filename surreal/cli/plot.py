@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import click
 
-from surreal.cli.common import fail, home_dir, kube_call, kube_launcher, kube_options
+from surreal.cli.common import backend_options, fail, launcher_for
+from surreal.orchestrator.launcher import LauncherError
 
 
 @click.command()
@@ -31,7 +31,7 @@ from surreal.cli.common import fail, home_dir, kube_call, kube_launcher, kube_op
 )
 @click.option("--size", metavar="WxH",
               help="Figure size in pixels [default: 1400x500; 800x500 for one axis].")  # fmt: skip
-@kube_options
+@backend_options
 def plot(names: tuple[str, ...], output: Path, x_axis: str, size: str | None, backend: str, namespace: str,
          context: str | None) -> None:  # fmt: skip
     """Draw experiments' train and eval return curves on one figure, to compare runs.
@@ -46,22 +46,12 @@ def plot(names: tuple[str, ...], output: Path, x_axis: str, size: str | None, ba
         fail(str(exc), code=2)
     unique = list(dict.fromkeys(names))
     try:
-        if backend == "kube":
-            runs = _kube_runs(unique, namespace, context)
-        else:
-            runs = [plots.read_local(home_dir(), name) for name in unique]
+        launcher = launcher_for(backend, namespace, context)
+        runs = [launcher.events(name) for name in unique]
         plots.draw(runs, output, x=x_axis, size=pixels)
-    except plots.PlotError as exc:
+    except (plots.PlotError, LauncherError) as exc:
         fail(str(exc))
     click.echo(f"{', '.join(unique)}: {output}")
-
-
-def _kube_runs(names: list[str], namespace: str, context: str | None) -> list[Any]:
-    """Each experiment's events, copied out of its learner pod and read here."""
-    from surreal.orchestrator import plot as plots
-
-    launcher = kube_launcher(context)
-    return [plots.read_archive(kube_call(launcher.tb_archive, name, namespace), name) for name in names]
 
 
 def _pixels(size: str | None) -> tuple[int, int] | None:

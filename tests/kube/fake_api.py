@@ -130,6 +130,11 @@ class FakeApi:
             meta = {"name": name, "namespace": ns}
             return _ok({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": meta,
                         "spec": body["spec"]})  # fmt: skip
+        if verb == "patch" and sub is None and set(body) == {"metadata"}:  # a merge patch of metadata
+            meta = self.objects[key]["metadata"]
+            for field, values in body["metadata"].items():
+                meta[field] = {**(meta.get(field) or {}), **values}
+            return _ok(self.objects[key])
         return Response(405, {"kind": "Status", "message": f"fake: {verb} {resource}/{sub}"})
 
     def _create(self, resource: str, ns: str, body: dict[str, Any]) -> Response:

@@ -3,7 +3,10 @@ one-line error for each way a cluster says no."""
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -197,12 +200,29 @@ def running() -> tuple[FakeApi, KubeLauncher]:
     return api, k
 
 
-def test_scale_patches_actor_replicas_from_agents(running) -> None:
-    api, k = running
+def test_scale_tells_the_learner_first_then_patches_actor_replicas(tmp_path) -> None:
+    api, calls = FakeApi(), []
+
+    def exec_(pod_name: str, ns: str, container: str, argv) -> bytes:
+        # The command runs here as it would in the container, against a folder for the claim.
+        calls.append((pod_name, container))
+        target = tmp_path / Path(argv[3]).name
+        subprocess.run([sys.executable, argv[1], argv[2], str(target), argv[4]], check=True)
+        return b""
+
+    k = launcher(api, exec_=exec_)
+    k.create(make_spec(agents=8, agents_per_pod=2), token="tok")
+    with pytest.raises(KubeError, match="learner pod is not ready"):
+        k.scale("exp1", "default", 20)
+    assert not api.sent("patch")  # nothing changed while the learner could not be told
+    api.add("pods", pod("exp1-learner-0", "learner"))
     assert k.scale("exp1", "default", 20) == 10
-    [patch] = api.sent("patch")
-    assert patch.resource == "deployments.apps/scale" and patch.body == {"spec": {"replicas": 10}}
+    assert calls == [("exp1-learner-0", "learner")]
+    assert json.loads((tmp_path / "scale.json").read_text()) == {"agents": 20}
+    scale, root = api.sent("patch")
+    assert scale.resource == "deployments.apps/scale" and scale.body == {"spec": {"replicas": 10}}
     assert api.objects[("deployments.apps", "default", "exp1-actor")]["spec"]["replicas"] == 10
+    assert k.list_experiments("default")[0]["agents"] == 20  # the root carries the new count
     with pytest.raises(KubeError, match=r"positive multiple of agents_per_pod \(2\), got 7"):
         k.scale("exp1", "default", 7)
     with pytest.raises(ExperimentNotFound, match="no experiment 'nope' in namespace 'default'"):

@@ -10,17 +10,18 @@ import time
 
 from kube_support import make_spec
 
+from surreal.orchestrator import kube_render as kr
 from surreal.orchestrator import kube_status as ks
-from surreal.orchestrator.program import ENV_LINGER, Target, make_program
+from surreal.orchestrator.program import ENV_LINGER, Target, local_split, make_program
 from surreal.spec import build_spec
 
 TARGET = Target(spec_path="/s.yaml", learner_addr="x-learner:6000", bind_host="0.0.0.0", exp_dir="/e")
 
 
 def test_kube_components_linger_and_local_ones_exit() -> None:
-    kube = make_program(make_spec(), TARGET)
+    kube = kr.kube_program(make_spec())
     assert all(c.env.get(ENV_LINGER) == "1" for c in kube.components)
-    local = make_program(build_spec("e", flags={"algo": "ppo"}), TARGET)
+    local = make_program(build_spec("e", flags={"algo": "ppo"}), TARGET, local_split(2))
     assert all(ENV_LINGER not in c.env for c in local.components)
 
 

@@ -13,7 +13,6 @@ from kube_support import KUBE_VERSIONS, make_spec
 from surreal.orchestrator import kube_output as ko
 from surreal.orchestrator import kube_render as kr
 from surreal.orchestrator.kube_pods import Placement
-from surreal.orchestrator.program import make_program
 
 LABEL_KEYS = (
     "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
@@ -128,7 +127,7 @@ def test_agents_that_do_not_fill_whole_pods_are_rejected() -> None:
 def test_containers_run_exactly_the_program_argv_and_env() -> None:
     spec = make_spec(agents=3)
     objects = by_kind_name(kr.render(spec, token="t"))
-    program = make_program(kr.kube_spec(spec), kr.kube_target(spec))
+    program = kr.kube_program(spec)
     for kind, name, component in [
         ("StatefulSet", "exp1-learner", "learner"),
         ("Deployment", "exp1-actor", "actor-0"),

@@ -8,7 +8,7 @@ import pytest
 
 from surreal.algorithms.es.actor import agent_ids
 from surreal.algorithms.es.learner import max_streams
-from surreal.orchestrator.program import ENV_AGENTS_IN_WORKER, Target, make_program
+from surreal.orchestrator.program import ENV_AGENTS_IN_WORKER, Target, local_split, make_program, pod_split
 from surreal.spec import build_spec
 
 TARGET = Target(spec_path="/x/spec.yaml", learner_addr="127.0.0.1:7000", bind_host="127.0.0.1",
@@ -22,7 +22,7 @@ def actors(program):
 @pytest.mark.parametrize("cpus", [None, 1, 2, 3, 64])
 def test_512_agents_locally_fill_at_most_one_worker_per_core(cpus):
     spec = build_spec("es512", flags={"algo": "es", "agents": 512})
-    workers = actors(make_program(spec, TARGET, cpus=cpus))
+    workers = actors(make_program(spec, TARGET, local_split(spec.agents, cpus)))
     assert 1 <= len(workers) <= (cpus or os.cpu_count() or 1)
     ids = [i for w in workers for i in agent_ids(w.index, int(w.env[ENV_AGENTS_IN_WORKER]))]
     assert len(ids) == len(set(ids)) == 512
@@ -32,6 +32,6 @@ def test_512_agents_locally_fill_at_most_one_worker_per_core(cpus):
 def test_512_agents_on_kubernetes_fill_pods_of_agents_per_pod():
     spec = build_spec("es512", flags={"algo": "es", "agents": 512, "backend": "kube",
                                       "agents_per_pod": 8})  # fmt: skip
-    workers = actors(make_program(spec, TARGET))
+    workers = actors(make_program(spec, TARGET, pod_split(spec.agents, spec.agents_per_pod)))
     assert len(workers) == 64 and {w.env[ENV_AGENTS_IN_WORKER] for w in workers} == {"8"}
     assert max_streams(spec.agents) >= len(workers)

@@ -1,0 +1,363 @@
+"""An experiment's rendered Kubernetes objects as the containers a cluster would run. Pure.
+
+`translate(objects)` turns every pod the objects describe into one `podman run` (or `docker run`)
+that carries the pod's argv, env (the downward API's pod name included), volumes (ConfigMap,
+Secret, emptyDir, the StatefulSet's claim), securityContext, CPU and memory limits and restart
+policy, on a private network where the learner's Service name resolves. `containers_run` starts
+the plan; the containers backend (`containers_launcher`) is built on both.
+
+Why not `podman kube play`: podman 4.3 plays Pods, Deployments and PersistentVolumeClaims only: no
+StatefulSet, Secret or Service, and a Deployment gets one replica whatever it asks. The translation
+below is small, every mapping has a test (tests/containers/test_translate.py), and what it refuses
+(several containers in one pod, GPUs, env sources other than values and the pod's own fields) it
+refuses by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from surreal.orchestrator.launcher import LauncherError
+
+RUN_LABEL = "surreal.e2e.run"
+POD_LABEL = "surreal.e2e.pod"
+WORKLOADS = ("StatefulSet", "Deployment")
+# Objects that have nothing to run here; what they promise is kept another way (see `translate`).
+PASSIVE = ("ConfigMap", "Secret", "Service", "NetworkPolicy")
+
+
+class ContainersError(LauncherError):
+    """One line that says what is wrong; whatever the operation had made is already removed."""
+
+
+# --- translation: objects -> containers (pure) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostPath:
+    """A folder or file the harness makes on the host before the containers start."""
+
+    path: Path
+    mode: int
+    gid: int = 0
+    files: Mapping[str, str] = field(default_factory=dict)  # name -> text; empty for a folder
+
+
+@dataclass(frozen=True)
+class PodRun:
+    """One pod: one container, as `ENGINE run ARGS IMAGE CMD...` starts it."""
+
+    name: str
+    role: str
+    workload: str
+    image: str
+    args: tuple[str, ...]  # engine flags, before the image
+    command: tuple[str, ...]  # after the image (the entrypoint is in args)
+    probes: Mapping[str, Any]
+    paths: tuple[HostPath, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    run_id: str
+    network: str
+    experiment: str
+    spec: Mapping[str, Any]
+    pods: tuple[PodRun, ...]
+    workdir: Path
+
+
+def load_objects(text: str) -> list[dict[str, Any]]:
+    objects = [o for o in yaml.safe_load_all(text) if o]
+    if not objects or not all(isinstance(o, dict) and "kind" in o for o in objects):
+        raise ContainersError(
+            "expected Kubernetes objects (surreal create ... --backend kube --dry-run -o yaml)"
+        )
+    return objects
+
+
+def quantity_mib(value: str) -> int:
+    """A memory quantity in MiB, for `--memory`."""
+    units = {
+        "Ki": 1 / 1024,
+        "Mi": 1,
+        "Gi": 1024,
+        "Ti": 1024**2,
+        "k": 1000 / 2**20,
+        "M": 1e6 / 2**20,
+        "G": 1e9 / 2**20,
+    }
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]i?|k)?", str(value))
+    if not m:
+        raise ContainersError(f"memory quantity {value!r} is not understood")
+    number, unit = float(m.group(1)), m.group(2)
+    return max(1, round(number * units[unit] if unit else number / 2**20))
+
+
+def quantity_cpus(value: str) -> str:
+    text = str(value)
+    cores = int(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    return f"{cores:g}"
+
+
+def pod_name(workload: Mapping[str, Any], ordinal: int, rng: Callable[[int], str]) -> str:
+    """StatefulSet pods are NAME-0, NAME-1...; Deployment pods NAME-<template hash>-<5 random>."""
+    name = workload["metadata"]["name"]
+    if workload["kind"] == "StatefulSet":
+        return f"{name}-{ordinal}"
+    template = json.dumps(workload["spec"]["template"], sort_keys=True).encode()
+    return f"{name}-{hashlib.sha256(template).hexdigest()[:10]}-{rng(5)}"
+
+
+def _random_suffix(n: int) -> str:
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"  # as Kubernetes: no vowels, no look-alikes
+    return "".join(secrets.choice(alphabet) for _ in range(n))
+
+
+def env_flags(container: Mapping[str, Any], pod: str, namespace: str) -> list[str]:
+    fields = {"metadata.name": pod, "metadata.namespace": namespace}
+    out: list[str] = []
+    for var in container.get("env") or []:
+        if "value" in var:
+            value = str(var["value"])
+        else:
+            path = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+            if path not in fields:
+                raise ContainersError(
+                    f"env {var['name']}: only values and the downward API's "
+                    f"{sorted(fields)} are supported, got {var.get('valueFrom')}"
+                )
+            value = fields[path]
+        out += ["--env", f"{var['name']}={value}"]
+    return out
+
+
+def security_flags(pod_spec: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
+    """The pod's and container's securityContext; refuses root where runAsNonRoot asks otherwise."""
+    pod_sec, sec = pod_spec.get("securityContext") or {}, container.get("securityContext") or {}
+    user = sec.get("runAsUser", pod_sec.get("runAsUser"))
+    group = sec.get("runAsGroup", pod_sec.get("runAsGroup"))
+    if sec.get("runAsNonRoot", pod_sec.get("runAsNonRoot")) and (user is None or int(user) == 0):
+        raise ContainersError(f"container {container['name']}: runAsNonRoot needs a non-zero runAsUser")
+    flags: list[str] = []
+    if user is not None:
+        flags += ["--user", f"{user}:{group}" if group is not None else str(user)]
+    if pod_sec.get("fsGroup") is not None:
+        flags += ["--group-add", str(pod_sec["fsGroup"])]
+    if sec.get("readOnlyRootFilesystem"):
+        flags += ["--read-only"]
+    for cap in (sec.get("capabilities") or {}).get("drop") or []:
+        flags += ["--cap-drop", cap]
+    for cap in (sec.get("capabilities") or {}).get("add") or []:
+        flags += ["--cap-add", cap]
+    if sec.get("allowPrivilegeEscalation") is False:
+        flags += ["--security-opt", "no-new-privileges"]
+    profile = (sec.get("seccompProfile") or pod_sec.get("seccompProfile") or {}).get("type")
+    if profile not in (None, "RuntimeDefault"):  # RuntimeDefault is the engine's own profile
+        raise ContainersError(f"container {container['name']}: seccomp profile {profile} is not supported")
+    return flags
+
+
+def resource_flags(container: Mapping[str, Any]) -> list[str]:
+    """Limits become cgroup limits; requests only matter to a scheduler."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    flags: list[str] = []
+    for key, value in limits.items():
+        if key == "cpu":
+            flags += ["--cpus", quantity_cpus(value)]
+        elif key == "memory":
+            flags += ["--memory", f"{quantity_mib(value)}m"]
+        else:
+            raise ContainersError(
+                f"container {container['name']}: resource {key} is not supported here "
+                "(GPUs need a real cluster: make e2e)"
+            )
+    return flags
+
+
+def volume_flags(
+    pod_spec: Mapping[str, Any],
+    container: Mapping[str, Any],
+    *,
+    objects: Mapping[tuple[str, str], Mapping[str, Any]],
+    claims: Mapping[str, str],
+    poddir: Path,
+    voldir: Path,
+) -> tuple[list[str], list[HostPath]]:
+    """Every volumeMount, from the pod's volumes. `claims` maps a volume name to its claim's name
+    (a StatefulSet's claim template); claims live in `voldir` and outlive the pod, everything else
+    lives in `poddir` and dies with it."""
+    fs_group = int((pod_spec.get("securityContext") or {}).get("fsGroup") or 0)
+    volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+    flags: list[str] = []
+    paths: list[HostPath] = []
+    for mount in container.get("volumeMounts") or []:
+        name, target = mount["name"], mount["mountPath"]
+        ro = bool(mount.get("readOnly"))
+        vol = volumes.get(name, {})
+        if name in claims or "persistentVolumeClaim" in vol:
+            claim = claims.get(name) or vol["persistentVolumeClaim"]["claimName"]
+            ro = ro or bool((vol.get("persistentVolumeClaim") or {}).get("readOnly"))
+            # fsGroup: the volume's group is the pod's, setgid, group-writable.
+            paths.append(HostPath(voldir / claim, 0o2775, fs_group))
+            flags += ["--volume", f"{voldir / claim}:{target}:{'ro' if ro else 'rw'}"]
+        elif "configMap" in vol or "secret" in vol:
+            kind, ref = (
+                ("ConfigMap", vol["configMap"]["name"])
+                if "configMap" in vol
+                else ("Secret", vol["secret"]["secretName"])
+            )
+            obj = objects.get((kind, ref))
+            if obj is None:
+                raise ContainersError(f"volume {name}: {kind} {ref} is not among the objects")
+            data = dict(obj.get("data") or {}) if kind == "ConfigMap" else dict(obj.get("stringData") or {})
+            mode = int(vol.get("secret", vol.get("configMap", {})).get("defaultMode", 0o644))
+            host = poddir / name
+            # A ConfigMap or Secret volume is read-only, its files owned by root and the fsGroup.
+            paths.append(HostPath(host, mode, fs_group, data))
+            flags += ["--volume", f"{host}:{target}:ro"]
+        elif "emptyDir" in vol:
+            empty = vol["emptyDir"] or {}
+            if empty.get("medium") == "Memory":
+                size = quantity_mib(empty.get("sizeLimit", "64Mi"))
+                flags += [
+                    "--mount",
+                    f"type=tmpfs,destination={target},tmpfs-size={size * 2**20},tmpfs-mode=1777",
+                ]
+            else:
+                paths.append(HostPath(poddir / name, 0o777))  # the kubelet makes emptyDirs 0777
+                flags += ["--volume", f"{poddir / name}:{target}:{'ro' if ro else 'rw'}"]
+        else:
+            raise ContainersError(f"volume {name}: only configMap, secret, emptyDir and claims are supported")
+    return flags, paths
+
+
+def translate(
+    objects: Sequence[Mapping[str, Any]],
+    *,
+    workdir: Path,
+    run_id: str | None = None,
+    rng: Callable[[int], str] = _random_suffix,
+) -> Plan:
+    """The containers that a cluster would run for `objects`. Services become network aliases of
+    the pods they select (the only way the components address each other); the NetworkPolicy is
+    kept by the network itself, which holds this experiment's pods and nothing else; node
+    selectors, tolerations and affinity have one node to choose from."""
+    run_id = run_id or _random_suffix(8)
+    by_key = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    for obj in objects:
+        if obj["kind"] not in (*WORKLOADS, *PASSIVE):
+            raise ContainersError(f"{obj['kind']} {obj['metadata']['name']}: kind is not supported")
+    config = next(
+        (o for o in objects if o["kind"] == "ConfigMap" and "spec.yaml" in (o.get("data") or {})), None
+    )
+    if config is None:
+        raise ContainersError("no ConfigMap holding spec.yaml: these are not a surreal experiment's objects")
+    spec = yaml.safe_load(config["data"]["spec.yaml"])
+    services = [o for o in objects if o["kind"] == "Service"]
+    pods: list[PodRun] = []
+    for work in (o for o in objects if o["kind"] in WORKLOADS):
+        template, namespace = work["spec"]["template"], work["metadata"].get("namespace", "default")
+        pod_labels = template["metadata"].get("labels") or {}
+        selector = work["spec"]["selector"]["matchLabels"]
+        if any(pod_labels.get(k) != v for k, v in selector.items()):
+            raise ContainersError(
+                f"{work['kind']} {work['metadata']['name']}: selector does not match its template"
+            )
+        pod_spec = template["spec"]
+        containers = pod_spec["containers"]
+        if len(containers) != 1 or pod_spec.get("initContainers"):
+            raise ContainersError(f"{work['metadata']['name']}: only pods of one container are supported")
+        container = containers[0]
+        policy = pod_spec.get("restartPolicy", "Always")
+        aliases = [
+            s["metadata"]["name"]
+            for s in services
+            if all(pod_labels.get(k) == v for k, v in (s["spec"].get("selector") or {}).items())
+        ]
+        for ordinal in range(int(work["spec"].get("replicas", 1))):
+            name = pod_name(work, ordinal, rng)
+            poddir = workdir / "pods" / name
+            claims = {
+                t["metadata"]["name"]: f"{t['metadata']['name']}-{work['metadata']['name']}-{ordinal}"
+                for t in work["spec"].get("volumeClaimTemplates") or []
+            }
+            vflags, paths = volume_flags(
+                pod_spec, container, objects=by_key, claims=claims, poddir=poddir, voldir=workdir / "volumes"
+            )
+            command = list(container.get("command") or [])
+            args = list(container.get("args") or [])
+            labels = {**pod_labels, RUN_LABEL: run_id, POD_LABEL: name}
+            flags = [
+                "--name",
+                name,
+                "--hostname",
+                name,
+                "--network",
+                f"surreal-{run_id}",
+                *(x for alias in aliases for x in ("--network-alias", alias)),
+                *(x for k, v in sorted(labels.items()) for x in ("--label", f"{k}={v}")),
+                "--restart",
+                {"Always": "always", "OnFailure": "on-failure", "Never": "no"}[policy],
+                *security_flags(pod_spec, container),
+                *resource_flags(container),
+                *env_flags(container, name, namespace),
+                *vflags,
+            ]
+            if command:
+                flags += ["--entrypoint", command[0]]
+            probes = {
+                k: container[k] for k in ("startupProbe", "readinessProbe", "livenessProbe") if k in container
+            }
+            pods.append(
+                PodRun(
+                    name=name,
+                    role=str(pod_labels.get("surreal.io/component", "")),
+                    workload=work["metadata"]["name"],
+                    image=container["image"],
+                    args=tuple(flags),
+                    command=tuple([*command[1:], *args]),
+                    probes={
+                        **probes,
+                        "_ports": {p.get("name"): p["containerPort"] for p in container.get("ports") or []},
+                    },
+                    paths=tuple(paths),
+                )
+            )
+    return Plan(
+        run_id=run_id,
+        network=f"surreal-{run_id}",
+        experiment=str(spec.get("name")),
+        spec=spec,
+        pods=tuple(pods),
+        workdir=workdir,
+    )
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """A JSON-able dict; `plan_from_dict` inverts it (the containers backend keeps its runs so)."""
+    data = dataclasses.asdict(plan)
+    data["workdir"] = str(plan.workdir)
+    for pod in data["pods"]:
+        for host in pod["paths"]:
+            host["path"] = str(host["path"])
+    return data
+
+
+def plan_from_dict(data: Mapping[str, Any]) -> Plan:
+    pods = tuple(
+        PodRun(**{**p, "args": tuple(p["args"]), "command": tuple(p["command"]),
+                  "paths": tuple(HostPath(**{**h, "path": Path(h["path"])}) for h in p["paths"])})
+        for p in data["pods"]
+    )  # fmt: skip
+    return Plan(**{**data, "pods": pods, "workdir": Path(data["workdir"])})

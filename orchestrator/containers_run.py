@@ -1,0 +1,357 @@
+"""The container engine (podman, or Docker where a daemon answers) and a running plan: start its
+containers, watch them as the Kubernetes API would show their pods, remove everything it made.
+
+podman runs with settings of its own (CONTAINERS_CONF, so nothing of the machine's changes): runc
+where it is installed, the cgroupfs manager and no default ulimits (see `containers_conf`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from surreal.orchestrator.containers_plan import RUN_LABEL, ContainersError, HostPath, Plan, PodRun
+
+# A pod whose container restarted this often without ever being ready is in CrashLoopBackOff.
+CRASH_LOOP_RESTARTS = 2
+
+
+def containers_conf(workdir: Path) -> Path:
+    """podman settings the harness runs with (CONTAINERS_CONF, so nothing of the machine's changes):
+    runc where it is installed (crun fails on some hosts' cgroups), the cgroupfs manager (no
+    systemd in CI), and no default ulimits (a sandbox may refuse raising them)."""
+    lines = [
+        "[containers]",
+        "default_ulimits = []",
+        "[engine]",
+        'cgroup_manager = "cgroupfs"',
+        'events_logger = "file"',
+    ]
+    if shutil.which("runc"):
+        lines.append('runtime = "runc"')
+    path = workdir / "containers.conf"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class Engine:
+    """The container engine's CLI: podman, or docker where a Docker engine answers."""
+
+    def __init__(self, name: str | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.name = name or find_engine()
+        self.env = dict(os.environ if env is None else env)
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 120, capture: bool = True) -> str:
+        try:
+            proc = subprocess.run(
+                [self.name, *args],
+                env=self.env,
+                capture_output=capture,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ContainersError(f"{self.name} {args[0]} did not answer within {timeout:.0f} s") from exc
+        if check and proc.returncode != 0:
+            err = (proc.stderr or proc.stdout or "").strip().splitlines()
+            raise ContainersError(
+                f"{self.name} {' '.join(args[:2])}: {err[-1] if err else f'exit {proc.returncode}'}"
+            )
+        return proc.stdout or ""
+
+    def image_exists(self, image: str) -> bool:
+        return (
+            subprocess.run(
+                [self.name, "image", "inspect", image],
+                env=self.env,
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+            ).returncode
+            == 0
+        )
+
+    def inspect(self, names: Iterable[str]) -> list[dict[str, Any]]:
+        names = list(names)
+        if not names:
+            return []
+        out = self("inspect", "--type", "container", *names, check=False)
+        return list(json.loads(out)) if out.strip() else []
+
+    def ids(self, run_id: str | None = None) -> list[str]:
+        label = f"{RUN_LABEL}={run_id}" if run_id else RUN_LABEL
+        return self("ps", "-a", "-q", "--filter", f"label={label}").split()
+
+
+def find_engine() -> str:
+    if shutil.which("podman"):
+        return "podman"
+    if (
+        shutil.which("docker")
+        and subprocess.run(["docker", "info"], capture_output=True, stdin=subprocess.DEVNULL).returncode == 0
+    ):
+        return "docker"
+    raise ContainersError("no container engine: install podman (apt-get install podman runc) or start Docker")
+
+
+# --- a run --------------------------------------------------------------------------------------
+
+
+class Run:
+    """Starts a plan's containers and removes everything it made when closed (also on SIGINT and
+    SIGTERM). `pods()` reports them as the API would, so kube_status can read them as `surreal
+    status` does."""
+
+    def __init__(self, plan: Plan, engine: Engine, started: Iterable[PodRun] = ()) -> None:
+        self.plan = plan
+        self.engine = engine
+        self.started: list[PodRun] = list(started)  # a run started earlier: its pods, to watch
+        self._closed = False
+
+    # lifecycle
+
+    def __enter__(self) -> Run:
+        self._old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for sig in self._old:
+            signal.signal(sig, self._interrupted)
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+    def _interrupted(self, signum: int, _frame: object) -> None:
+        self.close()
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def start(self) -> None:
+        plan, engine = self.plan, self.engine
+        images = {p.image for p in plan.pods}
+        for image in images:
+            if not engine.image_exists(image):
+                raise ContainersError(
+                    f"image {image} does not exist in {engine.name}'s store (make image IMAGE={image})"
+                )
+        for pod in plan.pods:
+            for host in pod.paths:
+                make_host_path(host)
+        engine("network", "create", "--internal", "--label", f"{RUN_LABEL}={plan.run_id}", plan.network)
+        # The learner first, as a StatefulSet's pod usually is; the rest retry until it serves.
+        for pod in sorted(plan.pods, key=lambda p: p.workload != f"{plan.experiment}-learner"):
+            engine("run", "--detach", *pod.args, pod.image, *pod.command)
+            self.started.append(pod)
+
+    def close(self, keep_volumes: bool = False) -> None:
+        """Remove the containers, the network and the pods' folders (ConfigMap and Secret copies);
+        the claims too unless `keep_volumes`."""
+        if self._closed:
+            return
+        self._closed = True
+        remove_run(self.engine, self.plan.run_id)
+        shutil.rmtree(self.plan.workdir / "pods", ignore_errors=True)
+        if not keep_volumes:
+            shutil.rmtree(self.plan.workdir / "volumes", ignore_errors=True)
+
+    # observation
+
+    def pod(self, role: str) -> PodRun:
+        return next(p for p in self.plan.pods if p.role == role)
+
+    def pods_of(self, role: str) -> list[PodRun]:
+        return [p for p in self.plan.pods if p.role == role]
+
+    def probe(self, pod: PodRun, kind: str = "readinessProbe") -> bool:
+        """Run the pod's probe from inside its network namespace, as the kubelet would from its node."""
+        probe = pod.probes.get(kind)
+        if probe is None:
+            return True
+        ports = pod.probes.get("_ports") or {}
+        if "grpc" in probe:
+            port = probe["grpc"]["port"]
+            code = (
+                "import grpc,sys; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; "
+                f"r=g.HealthStub(grpc.insecure_channel('127.0.0.1:{port}')).Check(h.HealthCheckRequest(), "
+                "timeout=5); sys.exit(0 if r.status == h.HealthCheckResponse.SERVING else 1)"
+            )
+        elif "httpGet" in probe:
+            port = probe["httpGet"]["port"]
+            url = f"http://127.0.0.1:{ports.get(port, port)}{probe['httpGet'].get('path', '/')}"
+            get = f"urllib.request.urlopen({url!r}, timeout=5).status"
+            code = f"import urllib.request,sys; sys.exit(0 if {get} < 400 else 1)"
+        else:
+            raise ContainersError(f"{pod.name}: probe {probe} is not supported")
+        return self.exec_ok(pod, ["python3", "-c", code])
+
+    def exec_ok(self, pod: PodRun, argv: Sequence[str]) -> bool:
+        proc = subprocess.run(
+            [self.engine.name, "exec", pod.name, *argv],
+            env=self.engine.env,
+            capture_output=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        return proc.returncode == 0
+
+    def exec(self, pod: PodRun, argv: Sequence[str]) -> str:
+        return self.engine("exec", pod.name, *argv)
+
+    def logs(self, pod: PodRun) -> str:
+        proc = subprocess.run(
+            [self.engine.name, "logs", pod.name],
+            env=self.engine.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        return proc.stdout + proc.stderr
+
+    def pods(self, probe: bool = True) -> list[dict[str, Any]]:
+        """The pods as the API shows them (metadata.labels, status.containerStatuses)."""
+        by_name = {c["Name"]: c for c in self.engine.inspect(p.name for p in self.started)}
+        out = []
+        for pod in self.started:
+            info = by_name.get(pod.name)
+            state: dict[str, Any]
+            if info is None:
+                state = {"waiting": {"reason": "ContainerCreating"}}
+            elif info["State"].get("Running"):
+                state = {"running": {"startedAt": info["State"].get("StartedAt")}}
+            elif info["State"].get("Status") in ("exited", "stopped") and pod_restart_policy(pod) == "no":
+                state = {"terminated": {"exitCode": info["State"].get("ExitCode")}}
+            else:  # exited or restarting under restart=always: the kubelet would be backing off
+                state = {
+                    "waiting": {"reason": "CrashLoopBackOff"},
+                    "lastExitCode": info["State"].get("ExitCode"),
+                }
+            ready = "running" in state and (not probe or self.probe(pod))
+            labels = {k: v for k, v in (info or {}).get("Config", {}).get("Labels", {}).items()}
+            out.append(
+                {
+                    "metadata": {"name": pod.name, "labels": labels or {"surreal.io/component": pod.role}},
+                    "status": {
+                        "phase": "Running" if "running" in state else "Pending",
+                        "containerStatuses": [
+                            {
+                                "name": pod.role,
+                                "ready": ready,
+                                "restartCount": int((info or {}).get("RestartCount") or 0),
+                                "state": state,
+                            }
+                        ],
+                    },
+                }
+            )
+        return out
+
+    def restarts(self, pod: PodRun) -> int:
+        info = self.engine.inspect([pod.name])
+        return int(info[0].get("RestartCount") or 0) if info else 0
+
+    def learner_status(self) -> dict[str, Any]:
+        """What the learner writes into its claim about once a second (status.json)."""
+        claim = self.plan.workdir / "volumes" / f"data-{self.plan.experiment}-learner-0" / "status.json"
+        try:
+            return dict(json.loads(claim.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def status(self, probe: bool = True) -> dict[str, Any]:
+        """`surreal status NAME -o json` of this run, from the same code the kube backend uses."""
+        from surreal.orchestrator import kube_status
+
+        return kube_status.status(self.plan.spec, self.pods(probe), self.learner_status())
+
+    def check_crash_loops(self) -> None:
+        """A container that keeps exiting without ever having been ready: one line naming it."""
+        for info in self.engine.inspect(p.name for p in self.started):
+            if int(info.get("RestartCount") or 0) >= CRASH_LOOP_RESTARTS or (
+                not info["State"].get("Running")
+                and info["State"].get("ExitCode")
+                and info.get("HostConfig", {}).get("RestartPolicy", {}).get("Name") in ("", "no")
+            ):
+                name = info["Name"]
+                tail = [
+                    line
+                    for line in self.logs(next(p for p in self.started if p.name == name)).splitlines()
+                    if line.strip()
+                ]
+                raise ContainersError(
+                    f"container {name} exits at start (exit code {info['State'].get('ExitCode')}, "
+                    f"{info.get('RestartCount', 0)} restarts): {tail[-1] if tail else 'no output'}"
+                )
+
+    def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float, poll: float = 2.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_crash_loops()
+            if predicate():
+                return
+            if time.monotonic() > deadline:
+                raise ContainersError(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(poll)
+
+    def kill(self, pod: PodRun, sig: int = signal.SIGKILL) -> int:
+        """Signal the container's PID 1 from the host, as a crash or the OOM killer would."""
+        info = self.engine.inspect([pod.name])
+        pid = int(info[0]["State"]["Pid"]) if info else 0
+        if pid <= 0:
+            raise ContainersError(f"{pod.name} is not running")
+        os.kill(pid, sig)
+        return pid
+
+
+def pod_restart_policy(pod: PodRun) -> str:
+    return pod.args[pod.args.index("--restart") + 1]
+
+
+def make_host_path(host: HostPath) -> None:
+    host.path.mkdir(parents=True, exist_ok=True)
+    for name, text in host.files.items():
+        (host.path / name).write_text(text)
+        os.chmod(host.path / name, host.mode)
+        if os.geteuid() == 0:
+            os.chown(host.path / name, 0, host.gid)
+    if host.files:
+        os.chmod(host.path, 0o755)
+    else:
+        os.chmod(host.path, host.mode)
+        if os.geteuid() == 0:
+            os.chown(host.path, 0, host.gid)
+
+
+def remove_run(engine: Engine, run_id: str | None = None) -> None:
+    """Every container and network of `run_id` (of every run when None)."""
+    label = f"label={RUN_LABEL}={run_id}" if run_id else f"label={RUN_LABEL}"
+    ids = engine("ps", "-a", "-q", "--filter", label, check=False).split()
+    if ids:
+        engine("rm", "--force", "--time", "2", *ids, check=False, timeout=180)
+    nets = engine("network", "ls", "-q", "--filter", label, check=False).split()
+    if nets:
+        engine("network", "rm", "--force", *nets, check=False)
+
+
+def new_workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="surreal-pods-"))
+
+
+def engine_for(workdir: Path) -> Engine:
+    name = find_engine()
+    env = dict(os.environ)
+    if name == "podman" and "CONTAINERS_CONF" not in env:
+        env["CONTAINERS_CONF"] = str(containers_conf(workdir))
+    return Engine(name, env)

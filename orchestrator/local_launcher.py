@@ -1,0 +1,103 @@
+"""The local backend: an experiment's components as supervised subprocesses on this machine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from surreal.orchestrator import experiments as exps
+from surreal.orchestrator import local
+from surreal.orchestrator.components import ACTOR_ROLE
+from surreal.orchestrator.home import HomeLauncher, wait_until
+from surreal.orchestrator.launcher import Launched, LauncherError, Placement, Watcher
+from surreal.orchestrator.program import local_split, rescaled
+from surreal.orchestrator.supervisor import TERMINAL_PHASES
+from surreal.spec import ExperimentSpec
+
+# How long `scale` waits for the supervisor to run the new actor group and the learner to report
+# the new count.
+SCALE_WAIT_SECONDS = 60.0
+
+
+class LocalLauncher(HomeLauncher):
+    backend = "local"
+
+    def dry_run(self, spec: ExperimentSpec, output: str, placement: Placement) -> str:
+        self.check_placement(placement)
+        if output == "helm-values":
+            raise LauncherError("-o helm-values needs --backend kube")
+        return json.dumps(spec.to_dict(), indent=2) + "\n" if output == "json" else spec.to_yaml()
+
+    def create(
+        self, spec: ExperimentSpec, *, detach: bool, placement: Placement, watch: Watcher | None = None
+    ) -> Launched:
+        self.check_placement(placement)
+        exp_dir, program = exps.prepare(spec, self.home)
+        name = spec.name
+        if detach:
+            try:
+                pid = exps.run_detached(exp_dir)
+            except RuntimeError as exc:
+                exps.delete(self.home, name)
+                raise LauncherError(f"experiment {name!r} could not start: {exc}") from None
+            return Launched(
+                name, f"experiment {name!r} started (supervisor pid {pid}); `surreal status {name}`"
+            )
+        if watch is not None:
+            watch.started(
+                f"experiment {name!r}: {spec.algo} on {spec.env}, {spec.agents} agents in "
+                f"{len(program.group(ACTOR_ROLE))} actor processes, {spec.steps:,} steps; files in {exp_dir}"
+            )
+        tick = (lambda: watch.tick(exps.read_metrics(exp_dir))) if watch is not None else None
+        exps.run_foreground(exp_dir, program, on_tick=tick)
+        return Launched(name, "", phase=exps.status(exp_dir)["phase"])
+
+    def status_of(self, exp_dir: Path) -> dict[str, Any]:
+        return exps.status(exp_dir)
+
+    def logs_of(
+        self, exp_dir: Path, component: str, *, follow: bool, lines: int | None, previous: bool
+    ) -> Iterator[str]:
+        try:
+            return local.tail_log(exp_dir, component, follow=follow, lines=lines)
+        except FileNotFoundError as exc:
+            raise LauncherError(str(exc)) from None
+
+    def scale_of(self, exp_dir: Path, agents: int) -> str:
+        """A new actor group in program.json, which the supervisor runs (stopping, starting or
+        restarting only actors), and the count in scale.json, which the learner follows."""
+        name = exp_dir.name
+        state = local.read_state(exp_dir)
+        phase = local.current_phase(state)
+        if phase in TERMINAL_PHASES or not local.is_alive(state):
+            raise LauncherError(f"experiment {name!r} is not running (phase {phase}); nothing to scale")
+        program = rescaled(local.load_program(exp_dir), local_split(agents))
+        exps.write_scale(exp_dir, agents)  # first, so the learner takes the new streams
+        local.save_program(program, exp_dir)
+        actors = {c.name for c in program.group(ACTOR_ROLE)}
+
+        def running() -> bool:
+            st = local.read_state(exp_dir) or {}
+            if local.current_phase(st) in TERMINAL_PHASES:
+                return True
+            now = {c["name"]: c["state"] for c in st.get("components", []) if c["role"] == ACTOR_ROLE}
+            return set(now) == actors and all(s == "Running" for s in now.values())
+
+        wait_until(f"the actors of {name!r} to run as {agents} agents", running, SCALE_WAIT_SECONDS)
+        wait_until(
+            f"the learner of {name!r} to report {agents} agents",
+            lambda: (
+                exps.read_metrics(exp_dir).get("agents") == agents
+                or exps.status(exp_dir)["phase"] != "Running"
+            ),
+            SCALE_WAIT_SECONDS,
+        )
+        return f"experiment {name!r}: {agents} agents in {len(actors)} actor processes"
+
+    def delete_of(self, exp_dir: Path) -> None:
+        exps.delete(self.home, exp_dir.name)
+
+    def tb_dir(self, exp_dir: Path) -> Path:
+        return exp_dir / "tb"
