@@ -79,6 +79,18 @@ class ExperienceService:
 
     # ---- learner side (any thread)
 
+    @property
+    def max_streams(self) -> int:
+        return self._max_streams
+
+    def set_max_streams(self, max_streams: int) -> None:
+        """Accept up to `max_streams` open streams from now on. Lowering it ends no stream: it
+        only refuses new ones while as many or more are open. (One attribute, replaced whole: the
+        loop reads it once per opening stream, so any thread may call this.)"""
+        if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
+            raise ValueError(f"max_streams must be an integer >= 1, got {max_streams!r}")
+        self._max_streams = max_streams
+
     def next_fragment(self, timeout: float | None) -> Fragment | None:
         try:
             item = self._fragments.get(timeout=timeout)
@@ -200,11 +212,12 @@ class ExperienceService:
     async def _open(self, worker_id: str, context: grpc.aio.ServicerContext) -> _Stream:
         if self._stopping.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is shutting down")
-        if len(self._streams) >= self._max_streams:
+        cap = self._max_streams  # read once: set_max_streams may replace it from another thread
+        if len(self._streams) >= cap:
             self._counters.add("rejected_streams")
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many experience streams (max {self._max_streams}); raise max_streams",
+                f"too many experience streams (max {cap}); raise max_streams",
             )
         stream = _Stream(worker_id, outstanding=self._credits)
         self._streams.add(stream)

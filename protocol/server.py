@@ -299,6 +299,17 @@ class LearnerServer:
         """Fragments received and not yet taken."""
         return self._experience.pending()
 
+    @property
+    def max_streams(self) -> int:
+        """Experience streams accepted at once now (more are refused with RESOURCE_EXHAUSTED)."""
+        return self._experience.max_streams
+
+    def set_max_streams(self, max_streams: int) -> None:
+        """Change the stream capacity while serving (a learner scaled to another agent count);
+        thread-safe. Lowering it never ends an open stream: new ones are refused while as many
+        as the new cap, or more, are open."""
+        self._experience.set_max_streams(max_streams)
+
     def _latest_version(self) -> int | None:
         published = self._published
         return None if published is None else published.version

@@ -1,18 +1,23 @@
 """What every learner role does around its training loop: status, evaluations, the end of a run.
 
 A learner core (PPOLearner, ESMaster) trains; `ServingLoop` carries what both serve around it
-(evaluation reports in, status.json and the Status RPC out about once a second), and `finish`
-is the common end: wait for the evaluator's report on the final version (or evaluate it here),
-serve until the workers have hung up, and on Kubernetes keep serving status until the pod goes.
+(evaluation reports in, status.json and the Status RPC out about once a second, the agent count
+that `surreal scale` writes into scale.json in), and `finish` is the common end: wait for the
+evaluator's report on the final version (or evaluate it here), serve until the workers have hung
+up, and on Kubernetes keep serving status until the pod goes.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import queue
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from surreal.algorithms.common.checkpoint import write_json
@@ -20,6 +25,7 @@ from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import Policy, evaluate
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.protocol.codec import TensorSpec
+from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.server import LearnerServer
 from surreal.protocol.types import EvalReport, Fragment, Params
 
@@ -33,6 +39,71 @@ def max_streams(num_agents: int) -> int:
     """Experience streams a learner accepts: one per worker, and every worker hosts at least one
     agent on any backend; plus streams of restarted workers not yet seen closing."""
     return num_agents + SPARE_STREAMS
+
+
+# `surreal scale NAME --agents N` reaches a running learner through this file in its experiment
+# directory (beside status.json): JSON {"agents": N}, written atomically (a temporary file in the
+# same folder, then os.replace) by the launcher; missing until the first scale, and then the
+# spec's count holds. The learner checks it about once a second and at start (a learner restarted
+# after a scale keeps the scaled count).
+SCALE_FILE = "scale.json"
+MAX_SCALE_BYTES = 4096  # a longer file is not one the launcher wrote: it is refused unread
+MAX_SCALE_AGENTS = 1_000_000  # beyond this a count is refused (it would size hand-outs absurdly)
+SCALE_CHECK_SECONDS = 1.0
+
+# Whoever can write the experiment directory can write this file: a bad one is logged once, then
+# summarized at a bounded rate, and ignored.
+_scale_rejections = RejectionLog(log, "scale file", interval=60.0)
+
+
+def read_scale(exp_dir: Path | str) -> int | None:
+    """The agent count `surreal scale` asked for (`exp_dir/SCALE_FILE`), or None when there is
+    none: the file is missing, or it is not a regular file of JSON {"agents": N} with N an integer
+    in [1, MAX_SCALE_AGENTS] (then the problem is logged at a bounded rate). Never raises, and
+    never blocks: a FIFO or a device in its place is refused unread."""
+    agents, problem = _read_scale(Path(exp_dir) / SCALE_FILE)
+    if problem is not None:
+        _scale_rejections.note(SCALE_FILE, "invalid", f"{problem}; the agent count is left as it is")
+    return agents
+
+
+def _read_scale(path: Path) -> tuple[int | None, str | None]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        return None, f"cannot open it: {e.strerror or e}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, "not a regular file"
+        data = os.read(fd, MAX_SCALE_BYTES + 1)
+    except OSError as e:
+        return None, f"cannot read it: {e.strerror or e}"
+    finally:
+        os.close(fd)
+    return parse_scale(data)
+
+
+def parse_scale(data: bytes) -> tuple[int | None, str | None]:
+    """(agents, None) for the bytes of a valid scale file, else (None, why not)."""
+    if len(data) > MAX_SCALE_BYTES:
+        return None, f"longer than {MAX_SCALE_BYTES} bytes"
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None, "not JSON"
+    agents = doc.get("agents") if isinstance(doc, dict) else None
+    if not isinstance(agents, int) or isinstance(agents, bool):
+        return None, 'not {"agents": <integer>}'
+    if not 1 <= agents <= MAX_SCALE_AGENTS:
+        return None, f"agents must be in [1, {MAX_SCALE_AGENTS}], got {agents}"
+    return agents, None
+
+
+def initial_agents(ctx: RunContext) -> int:
+    """The agent count a learner starts with: the last `surreal scale`, else the spec's."""
+    return read_scale(ctx.exp_dir) or ctx.num_agents
 
 
 # What the learner's server refused before any fragment reached the core (status "wire_rejections").
@@ -57,6 +128,7 @@ class LearnerCore(Protocol):
     def params(self) -> Params: ...
     def record_eval(self, report: EvalReport) -> None: ...
     def status(self, connected_actors: int = 0) -> dict[str, Any]: ...
+    def set_agents(self, num_agents: int) -> None: ...  # `surreal scale` changed the agent count
     def close(self) -> None: ...
 
 
@@ -66,7 +138,11 @@ class ServingLoop:
     after training ended, which a core may ignore). With `credit_on_take=False` a fragment's credit
     goes back to its stream only once the core has dealt with it: after `take`, and after the
     updates it completed are published. The server is started here and stopped when `run()`
-    returns."""
+    returns.
+
+    `agents` is the count the core was made for (`initial_agents`); the server takes
+    `max_streams(agents)` streams. Whenever SCALE_FILE names another count, the server's capacity
+    and the core follow it (`set_agents`), and status reports it as "agents"."""
 
     def __init__(
         self,
@@ -76,26 +152,31 @@ class ServingLoop:
         take: Callable[[Fragment], object],
         experience_schema: Mapping[str, TensorSpec],
         credits_per_stream: int,
-        max_streams: int,
+        agents: int,
         credit_on_take: bool = True,
     ) -> None:
         self.core = core
         self.take = take
+        self.agents = agents
         self.evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
-        # grpc threads read the snapshot; the main loop replaces it about once a second
-        self.snapshot: dict[str, dict[str, Any]] = {"status": core.status()}
         self.status_path = ctx.exp_dir / "status.json"
+        self.scale_path = ctx.exp_dir / SCALE_FILE
+        self._scale_seen: tuple[int, int, int] | None = None  # (mtime, size, inode) last read
+        self._scale_at = 0.0
+        # grpc threads read the snapshot; the main loop replaces it about once a second
+        self.snapshot: dict[str, dict[str, Any]] = {"status": self._status(0)}
         self.server = LearnerServer(
             token=ctx.token,
             experience_schema=experience_schema,
             host="0.0.0.0" if ctx.bind_all else ctx.learner_host,
             port=ctx.learner_port,
             credits_per_stream=credits_per_stream,
-            max_streams=max_streams,
+            max_streams=max_streams(agents),
             status_provider=lambda: self.snapshot["status"],
             on_eval=self.evals.put,
             credit_on_take=credit_on_take,
         )
+        self.check_scale()  # the learner made its core for initial_agents(): normally no change
         self.server.start()
         self._status_at = 0.0
 
@@ -159,13 +240,49 @@ class ServingLoop:
                 self.core.record_eval(self.evals.get_nowait())
             except queue.Empty:
                 break
-        if time.monotonic() - self._status_at >= 1.0:
+        if time.monotonic() - self._scale_at >= SCALE_CHECK_SECONDS and self.check_scale():
+            self.write_status()  # report the new count now
+        elif time.monotonic() - self._status_at >= 1.0:
             self.write_status()
+
+    def check_scale(self) -> bool:
+        """Apply the count in SCALE_FILE if the file changed (a stat, read only when its mtime,
+        size or inode moved) and names another count; True if the count changed. A missing or
+        invalid file leaves the count as it is."""
+        self._scale_at = time.monotonic()
+        try:
+            st = os.stat(self.scale_path)
+            seen: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            seen = None
+        if seen == self._scale_seen:
+            return False
+        self._scale_seen = seen
+        agents = read_scale(self.scale_path.parent) if seen is not None else None
+        if agents is None or agents == self.agents:
+            return False
+        self.set_agents(agents)
+        return True
+
+    def set_agents(self, agents: int) -> None:
+        """Serve `agents` agents from now on: the server's stream capacity (lowering it refuses
+        new streams past the cap; open ones stay), the core, and what is published (a core may
+        start a new version with the new hand-out)."""
+        log.info("scaled from %d to %d agents (%s)", self.agents, agents, SCALE_FILE)
+        self.agents = agents
+        self.server.set_max_streams(max_streams(agents))
+        self.core.set_agents(agents)
+        self.server.publish(self.core.params())
+
+    def _status(self, connected_streams: int) -> dict[str, Any]:
+        status = self.core.status(connected_streams)
+        status["agents"] = self.agents  # the count served now (the spec's, or the last scale's)
+        return status
 
     def write_status(self) -> None:
         self._status_at = time.monotonic()
         stats = self.server.stats
-        status = self.core.status(stats.get("connected_streams", 0))
+        status = self._status(stats.get("connected_streams", 0))
         status["wire_rejections"] = {name: stats.get(counter, 0) for name, counter in WIRE_REJECTIONS}
         self.snapshot["status"] = status
         write_json(self.status_path, status)

@@ -1,10 +1,14 @@
 """The master's ledger of handed-out perturbations: which results it may accept.
 
 Each published version carries a nonce; logical agent `a` may evaluate the pairs
-`pair_seed(nonce, a, j)` for j < pairs_per_agent. A result is accepted once, if its version is one
-this master published and at most `max_staleness` behind, and its seed is the one that version
-handed to that agent at that index. State is O(window x results per version), whatever the run's
-length.
+`pair_seed(nonce, a, j)` for j < that version's pairs_per_agent. A result is accepted once, if its
+version is one this master published and at most `max_staleness` behind, and its seed is the one
+that version handed to that agent at that index. State is O(window x results per version),
+whatever the run's length.
+
+`pairs_per_agent` and `max_staleness` may change (the agent count was scaled): a version keeps the
+hand-out it was opened with, and the window changes at the next `open`, so nothing already handed
+out is refused for it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ REJECT_REASONS = (
 @dataclass
 class _Version:
     nonce: int
+    pairs_per_agent: int  # the hand-out's size when the version was opened
     returned: set[tuple[int, int]] = field(default_factory=set)  # (agent_id, pair) seen
 
 
@@ -37,23 +42,33 @@ class Handout:
         self.pairs_per_agent = pairs_per_agent
         self.max_staleness = max_staleness
         self.current = -1
+        self.oldest = -1  # the oldest version whose results are accepted
         self._open: dict[int, _Version] = {}
         self.rejected: Counter[str] = Counter(dict.fromkeys(REJECT_REASONS, 0))
 
-    def open(self, version: int) -> int:
-        """Hand out `version` (newer than every earlier one); forget versions that fell out of
-        the window. Returns the version's nonce."""
+    def open(self, version: int, *, keep_window: bool = False) -> int:
+        """Hand out `version` (newer than every earlier one) with `pairs_per_agent` pairs per
+        agent; forget versions that fell out of the window (`keep_window`: none that is accepted
+        now, whatever `max_staleness`; for a new hand-out without an update). Returns the
+        version's nonce."""
         if version <= self.current:
             raise ValueError(f"version {version} is not newer than {self.current}")
-        self.current = version
+        oldest = version - self.max_staleness
+        if keep_window and self.current >= 0:
+            oldest = min(oldest, self.oldest)
+        self.current, self.oldest = version, oldest
         nonce = version_nonce(self.experiment_seed, version)
-        self._open[version] = _Version(nonce)
-        for old in [v for v in self._open if v < version - self.max_staleness]:
+        self._open[version] = _Version(nonce, self.pairs_per_agent)
+        for old in [v for v in self._open if v < oldest]:
             del self._open[old]
         return nonce
 
     def nonce(self, version: int) -> int:
         return self._open[version].nonce
+
+    def pairs_of(self, version: int) -> int:
+        """Pairs per agent that `version` handed out."""
+        return self._open[version].pairs_per_agent
 
     def check(
         self, version: int, agent_id: int, pair: int, seed: int, returns: tuple[float, float]
@@ -71,12 +86,12 @@ class Handout:
     ) -> str | None:
         if version > self.current:
             return "unknown_version"
-        if version < self.current - self.max_staleness:
+        if version < self.oldest:
             return "stale"
         opened = self._open.get(version)
         if opened is None:
             return "unknown_version"
-        if not 0 <= pair < self.pairs_per_agent or seed != pair_seed(opened.nonce, agent_id, pair):
+        if not 0 <= pair < opened.pairs_per_agent or seed != pair_seed(opened.nonce, agent_id, pair):
             return "unknown_seed"
         if (agent_id, pair) in opened.returned:
             return "duplicate"

@@ -12,7 +12,8 @@ import logging
 
 from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.common.serving import ServingLoop, max_streams
+from surreal.algorithms.common.serving import ServingLoop, initial_agents
+from surreal.algorithms.common.serving import max_streams as max_streams  # sized here (tests import it)
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy
 from surreal.algorithms.es.master import ESMaster
@@ -26,11 +27,15 @@ def run_learner(cfg: ESConfig, ctx: RunContext) -> int:
     the final version is evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
     cfg.validate()
     spaces = spaces_for(ctx.env)
-    master = ESMaster(cfg, spaces, ctx.total_steps, ctx.num_agents, seed=ctx.seed, exp_dir=ctx.exp_dir)
+    # `cfg` is the create-time config (the spec's; presets.MANY_AGENTS chosen for the spec's count):
+    # a scale changes the master's hand-out and round sizes, never these (ESMaster.set_agents).
+    agents = initial_agents(ctx)
+    master = ESMaster(cfg, spaces, ctx.total_steps, ctx.num_agents, seed=ctx.seed, exp_dir=ctx.exp_dir,
+                      agents=agents)  # fmt: skip
     loop = ServingLoop(
         master, ctx, take=lambda fragment: master.add_results(fragment.tensors, fragment.worker_id),
         experience_schema=results_schema(spaces.obs_dim),
-        credits_per_stream=cfg.credits_per_worker, max_streams=max_streams(ctx.num_agents),
+        credits_per_stream=cfg.credits_per_worker, agents=agents,
         # A worker that finished its hand-out waits for its credits (actor.py), so that the next
         # version it starts is the one its own results made, not one made just before they landed.
         credit_on_take=False,

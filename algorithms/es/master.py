@@ -52,6 +52,10 @@ class Counters:
 
 
 class ESMaster(LearnerProgress):
+    """`num_agents` is the run's agent count at create (the spec's): it fixes Adam's step size.
+    `agents` is the count served now, if a scale changed it (default: `num_agents`); the hand-out
+    and update sizes follow it, here and on every `set_agents`."""
+
     def __init__(
         self,
         cfg: ESConfig,
@@ -61,6 +65,7 @@ class ESMaster(LearnerProgress):
         *,
         seed: int = 0,
         exp_dir: Path | None = None,
+        agents: int | None = None,
     ) -> None:
         cfg.validate()
         self.cfg, self.total_steps = cfg, total_steps
@@ -70,10 +75,13 @@ class ESMaster(LearnerProgress):
         self._adam_v = np.zeros_like(self.theta)
         self.obs_rms = RunningMeanStd((spaces.obs_dim,))
         self.counters = Counters()
-        self.pairs_per_update = cfg.pairs_per_update(num_agents)
-        self.round_pairs = cfg.round_pairs(num_agents)
+        # Adam's step is an optimizer setting: the create-time count's for the whole run (a scale
+        # does not change it; see set_agents).
         self.step_size = cfg.step_size(num_agents)
-        self.handout = Handout(seed, cfg.pairs_per_agent(num_agents), cfg.staleness(num_agents))
+        self.num_agents = num_agents if agents is None else agents
+        self.pairs_per_update = cfg.pairs_per_update(self.num_agents)
+        self.round_pairs = cfg.round_pairs(self.num_agents)
+        self.handout = Handout(seed, cfg.pairs_per_agent(self.num_agents), cfg.staleness(self.num_agents))
         self.agents: set[int] = set()  # logical agents with an accepted result
         self.train_returns: deque[float] = deque(maxlen=200)
         self.staleness: deque[float] = deque(maxlen=10)  # versions behind, per recent update
@@ -123,7 +131,7 @@ class ESMaster(LearnerProgress):
             "obs_mean": self.obs_rms.mean.copy(),
             "obs_var": self.obs_rms.var.copy(),
             "nonce": np.array([self.handout.nonce(c.version)], np.int64),
-            "pairs_per_agent": np.array([self.handout.pairs_per_agent], np.int64),
+            "pairs_per_agent": np.array([self.handout.pairs_of(c.version)], np.int64),
             **progress_extras(c.env_steps, self.done),
         }
         return Params(c.version, {"theta": self.theta.astype(np.float32)}, extras)
@@ -133,6 +141,41 @@ class ESMaster(LearnerProgress):
         self.counters.version += 1
         self._version_at = time.monotonic()
         self.handout.open(self.counters.version)
+
+    def set_agents(self, num_agents: int) -> None:
+        """`surreal scale`: size the hand-outs and updates for `num_agents` agents.
+
+        What follows the count: pairs per agent and the staleness window (for versions opened
+        from now on: a version keeps the hand-out it was published with, so results in flight
+        still count), pairs per update and round (at once, on the pool as it is: results already
+        pooled stay and count in the current round). What does not: the config (the spec's,
+        with presets.MANY_AGENTS decided at create, e.g. HalfCheetah's top_fraction and
+        anneal_lr), and Adam's step size (`step_size`, from the create-time count): changing the
+        optimizer mid-run would change the run, not just its throughput.
+
+        When each agent now has more pairs to evaluate (fewer agents), the current version's
+        hand-out cannot fill an update without the agents that are gone: a new version (the same
+        weights, the new hand-out) is opened at once, and every version accepted until then stays
+        acceptable, so neither the pooled results nor those being evaluated are lost. More agents need no new
+        version: new workers start on the current one."""
+        if num_agents < 1:
+            raise ValueError(f"num_agents must be >= 1, got {num_agents}")
+        cfg = self.cfg
+        self.num_agents = num_agents
+        self.pairs_per_update = cfg.pairs_per_update(num_agents)
+        self.round_pairs = cfg.round_pairs(num_agents)
+        self.handout.pairs_per_agent = cfg.pairs_per_agent(num_agents)
+        self.handout.max_staleness = cfg.staleness(num_agents)
+        log.info("hand-out for %d agents: %d pairs per agent, %d per update, rounds of %d, staleness %d",
+                 num_agents, self.handout.pairs_per_agent, self.pairs_per_update, self.round_pairs,
+                 self.handout.max_staleness)  # fmt: skip
+        if not self.done and self.handout.pairs_per_agent > self.handout.pairs_of(self.counters.version):
+            # The round's clock (_version_at, _pooled_at) is left as it is: this is its version.
+            self.counters.version += 1
+            self.handout.open(self.counters.version, keep_window=True)
+            # Checkpoints assume at most checkpoint_every versions between them (_restore jumps
+            # that far): a version without an update is saved, so that a restart cannot reuse it.
+            self.save()
 
     # --- results ---
 
@@ -242,7 +285,7 @@ class ESMaster(LearnerProgress):
             "pairs_per_update": self.pairs_per_update,
             "round_pairs": self.round_pairs,
             "step_size": self.step_size,
-            "pairs_per_agent": self.handout.pairs_per_agent,
+            "pairs_per_agent": self.handout.pairs_per_agent,  # of the versions opened from now on
             "max_staleness": self.handout.max_staleness,
         }
 

@@ -21,7 +21,7 @@ from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
 from surreal.algorithms.common.run import RunContext, progress_extras
-from surreal.algorithms.common.serving import ServingLoop, max_streams
+from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.device import resolve_device
@@ -290,6 +290,13 @@ class PPOLearner(LearnerProgress):
         self.optimizer.load_state_dict(optimizer_state)
         self.optimizer.zero_grad(set_to_none=True)
 
+    def set_agents(self, num_agents: int) -> None:
+        """`surreal scale`: nothing here changes. The batch sizes and learning rate are the
+        create-time preset's (PPOConfig, chosen for the spec's agent count), and PPO's update
+        waits for `steps_per_update` env steps whoever sends them: more agents fill a batch
+        sooner, fewer later. The server's stream capacity and status follow the count
+        (ServingLoop)."""
+
     # --- evaluation, status, checkpoints ---
 
     def status(self, connected_actors: int = 0) -> dict[str, Any]:
@@ -383,7 +390,7 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     loop = ServingLoop(
         learner, ctx, take=learner.add_fragment,  # ignores fragments once the run is done
         experience_schema=experience_schema(spaces), credits_per_stream=cfg.credits_per_worker,
-        max_streams=max_streams(ctx.num_agents),
+        agents=initial_agents(ctx),
     )  # fmt: skip
     return loop.run(
         ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,

@@ -190,6 +190,54 @@ def test_streams_beyond_max_streams_are_refused_not_hung(make_server, make_clien
     assert client.get_params() is not None  # unary calls are still served
 
 
+def test_max_streams_can_be_raised_and_lowered_while_serving(make_server, make_client, make_fragment) -> None:
+    """A learner scaled to more agents takes more streams; scaled to fewer, it ends none of the
+    open streams (they keep delivering) and refuses new ones until fewer than the cap are open."""
+    server, address = make_server(max_streams=2)
+    client = make_client(address)
+    streams = [client.experience(f"w{i}") for i in range(2)]
+    for stream in streams:
+        stream.send(0, make_fragment(), timeout=5)
+    assert _eventually(lambda: server.stats["connected_streams"] == 2)
+
+    server.set_max_streams(4)
+    assert server.max_streams == 4
+    streams += [client.experience(f"w{i}") for i in range(2, 4)]
+    for stream in streams[2:]:
+        stream.send(0, make_fragment(), timeout=5)
+    assert _eventually(lambda: server.stats["connected_streams"] == 4)
+    assert server.stats["rejected_streams"] == 0
+
+    server.set_max_streams(1)
+    for version, stream in enumerate(streams, start=1):  # every open stream still delivers
+        assert server.next_fragment(timeout=5) is not None
+        stream.send(version, make_fragment(), timeout=5)
+    assert server.stats["connected_streams"] == 4
+    extra = client.experience("w-extra")
+    assert _send_until_error(extra, make_fragment()).code == "RESOURCE_EXHAUSTED"
+    assert server.stats["rejected_streams"] == 1 and server.stats["connected_streams"] == 4
+
+    for stream in streams[1:]:  # scaled down: three workers go
+        stream.close()
+    assert _eventually(lambda: server.stats["connected_streams"] == 1)
+    again = client.experience("w-again")  # one open, cap 1: still refused
+    assert _send_until_error(again, make_fragment()).code == "RESOURCE_EXHAUSTED"
+    streams[0].close()
+    assert _eventually(lambda: server.stats["connected_streams"] == 0)
+    last = client.experience("w-last")
+    last.send(9, make_fragment(), timeout=5)
+    assert _eventually(lambda: server.stats["connected_streams"] == 1)
+    assert server.stats["rejected_streams"] == 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
+def test_max_streams_must_stay_a_positive_integer(make_server, bad) -> None:
+    server, _ = make_server(max_streams=2)
+    with pytest.raises(ValueError, match="max_streams"):
+        server.set_max_streams(bad)
+    assert server.max_streams == 2
+
+
 def _raw_fragment(tensors: list[pb.Tensor]) -> pb.ExperienceRequest:
     return pb.ExperienceRequest(fragment=pb.Fragment(policy_version=0, tensors=tensors))
 

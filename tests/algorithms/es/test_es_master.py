@@ -313,3 +313,99 @@ def test_anneal_lr_decays_the_step_linearly_to_zero_at_total_steps():
     constant = ESMaster(CFG, SPACES, total_steps=200, num_agents=2, seed=0)
     constant.add_results(batch_of([row(constant, 0)]))
     assert constant.current_step_size() == constant.step_size
+
+
+# ---- `surreal scale`: the master follows a new agent count
+
+
+SCALE_CFG = dataclasses.replace(CFG, population=4, handout_ratio=1.5)  # 2 agents: 3 pairs each; 6: 1
+
+
+def test_more_agents_get_smaller_hand_outs_from_the_next_version_and_the_current_one_still_counts():
+    master = ESMaster(SCALE_CFG, SPACES, total_steps=10**9, num_agents=2, seed=0)
+    step_size, cfg = master.step_size, master.cfg
+    assert master.params().extras["pairs_per_agent"].tolist() == [3] and master.pairs_per_update == 4
+    master.add_results(batch_of([row(master, 0, pair=0), row(master, 1, pair=0)]))
+    master.set_agents(6)
+    # No new version: new workers start on this one, whose hand-out stays 3 pairs per agent.
+    assert master.params().version == 0 and master.params().extras["pairs_per_agent"].tolist() == [3]
+    assert master.add_results(batch_of([row(master, 0, pair=2), row(master, 5, pair=1)])) == 2
+    assert master.ready() and master.update()["pairs"] == 4  # the pairs pooled before the scale too
+    assert master.params().extras["pairs_per_agent"].tolist() == [1]  # ceil(1.5 * 4 / 6)
+    assert master.add_results(batch_of([row(master, 3, pair=1)])) == 0  # beyond the new hand-out
+    st = master.status()
+    assert st["pairs_per_agent"] == 1 and st["pairs_per_update"] == 4 and st["round_pairs"] == 0
+    assert master.step_size == step_size and master.cfg is cfg  # the optimizer's settings stay
+
+
+def test_fewer_agents_get_a_new_version_with_bigger_hand_outs_and_nothing_is_lost():
+    """Six agents have one pair each; four of them go. The two left could never fill an update
+    with this version's hand-out, so a new version (same weights) hands out three pairs each; the
+    results pooled, and those of the old version still in flight, all count."""
+    master = ESMaster(dataclasses.replace(SCALE_CFG, max_staleness=0), SPACES, total_steps=10**9,
+                      num_agents=6, seed=0)  # fmt: skip
+    theta = master.params().weights["theta"].copy()
+    assert master.params().extras["pairs_per_agent"].tolist() == [1]
+    master.add_results(batch_of([row(master, 0), row(master, 4)]))
+    in_flight = row(master, 1)  # evaluated on version 0, arrives after the scale
+    master.set_agents(2)
+    params = master.params()
+    assert params.version == 1 and params.extras["pairs_per_agent"].tolist() == [3]
+    np.testing.assert_array_equal(params.weights["theta"], theta)
+    assert master.counters.updates == 0 and len(master._pool) == 2
+    assert master.add_results(batch_of([in_flight])) == 1  # version 0 still counts (staleness 0)
+    assert master.add_results(batch_of([row(master, 1, pair=2)])) == 1
+    assert master.ready() and master.update()["pairs"] == 4 and not rejected(master)
+    assert master.status()["max_staleness"] == 0
+
+
+def test_a_round_in_progress_keeps_its_results_when_the_count_changes(monkeypatch):
+    import surreal.algorithms.es.master as master_module
+
+    clock = Clock()
+    monkeypatch.setattr(master_module, "time", clock)
+    master = ESMaster(CFG, SPACES, total_steps=10**9, num_agents=12, seed=0)
+    assert (master.pairs_per_update, master.round_pairs) == (6, 12)
+    clock.now += 30.0
+    master.add_results(batch_of([row(master, a) for a in range(6)]))  # one worker's burst
+    master.set_agents(24)  # twelve more agents join this round's version
+    assert (master.pairs_per_update, master.round_pairs) == (12, 24) and master.params().version == 0
+    master.add_results(batch_of([row(master, a) for a in range(6, 18)]))
+    clock.now += 5.0
+    assert not master.ready()  # 18 of the round's 24
+    master.add_results(batch_of([row(master, a) for a in range(18, 24)]))
+    assert master.ready() and master.update()["pairs"] == 12
+    assert master.ready() and master.update()["pairs"] == 12  # the round drains, nothing lost
+    assert not master.ready() and master.status()["short_rounds"] == 0
+
+    # Scaled down mid-round: the workers of agents 12-23 are gone. The round now is the 12 left.
+    master.add_results(batch_of([row(master, a) for a in range(12)]))
+    master.set_agents(12)
+    assert (master.pairs_per_update, master.round_pairs) == (6, 12)
+    assert master.params().version == 2  # one pair per agent still: no new version needed
+    assert master.ready() and master.update()["pairs"] == 6 and master.update()["pairs"] == 6
+    assert master.status()["short_rounds"] == 0 and not rejected(master)
+
+
+def test_a_restarted_master_serves_the_scaled_count_with_the_create_time_step(tmp_path):
+    master = ESMaster(SCALE_CFG, SPACES, total_steps=10**9, num_agents=2, seed=0, agents=6)
+    assert master.step_size == SCALE_CFG.step_size(2)
+    assert master.params().extras["pairs_per_agent"].tolist() == [1] and master.num_agents == 6
+
+
+def test_a_version_opened_by_a_scale_is_never_reused_after_a_restart(tmp_path):
+    master = make_master(tmp_path, population=4, handout_ratio=1.5)
+    master.set_agents(6)
+    master.set_agents(1)  # 6 pairs per agent now: a new version without an update
+    bumped = master.params().version
+    assert bumped == 1 and master.counters.updates == 0
+    resumed = make_master(tmp_path, population=4, handout_ratio=1.5)
+    assert resumed.params().version > bumped
+
+
+def test_a_scale_after_the_run_is_done_opens_no_version():
+    master = ESMaster(SCALE_CFG, SPACES, total_steps=50, num_agents=6, seed=0)
+    master.add_results(batch_of([row(master, 0)]))
+    assert master.done
+    master.set_agents(1)
+    assert master.params().version == 0 and master.status()["pairs_per_agent"] == 6
