@@ -41,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("path", help="what to give pytest: a folder, file or test id")
     parser.add_argument("-n", "--times", type=int, default=10, help="runs in a row (default 10)")
-    parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []  # more pytest arguments
+    args = parser.parse_args(argv[: len(argv) - len(extra) - bool(extra or "--" in argv)])
     runs: list[tuple[float, int]] = []  # (wall seconds, exit code)
     failed: Counter[str] = Counter()
     took_part: Counter[str] = Counter()
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             junit = Path(tmp) / f"run{i}.xml"
             cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
             start = time.monotonic()
-            code = subprocess.run([*cmd, *args.pytest_args, args.path]).returncode
+            code = subprocess.run([*cmd, *extra, args.path]).returncode
             runs.append((time.monotonic() - start, code))
             found = outcomes(junit)
             for test_id, outcome in found.items():
