@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv
 from surreal.algorithms.common.run import RunContext
 
 RoleMain = Callable[[Any, RunContext], int]
@@ -22,35 +23,46 @@ class Algorithm:
     package: str  # holds presets.py and one module per role with run_<role>(cfg, ctx) -> int
     roles: tuple[str, ...] = ("learner", "actor", "evaluator")
 
-    def preset(self, env: Any, agents: int) -> Any:
+    def resolve_env(self, env: EnvRef) -> ResolvedEnv:
+        """Resolve `env` (builds one throwaway instance, with its kwargs) and check this algorithm
+        can run on it: what `surreal create` writes into the spec file. Raises ValueError naming
+        the problem."""
+        resolved: ResolvedEnv = importlib.import_module("surreal.algorithms.common.envs").resolve_env(env)
+        self.check_env(env, resolved)
+        return resolved
+
+    def preset(self, env: Any, agents: int, resolved: ResolvedEnv | None = None) -> Any:
         """The tuned configuration for `env` (an EnvRef or an id) and `agents` logical agents (a
-        frozen dataclass)."""
-        return importlib.import_module(f"{self.package}.presets").preset_for(env, agents)
+        frozen dataclass); `resolved` (resolve_env's) spares resolving `env` again."""
+        return self._presets().preset_for(env, agents, resolved=resolved)
 
-    def default_steps(self, env: Any, agents: int) -> int:
+    def default_steps(self, env: Any, agents: int, resolved: ResolvedEnv | None = None) -> int:
         """Env steps a run of `agents` agents on `env` trains for when none are given."""
-        return int(importlib.import_module(f"{self.package}.presets").default_steps(env, agents))
+        return int(self._presets().default_steps(env, agents, resolved=resolved))
 
-    def check_env(self, env: Any) -> None:
-        """Raise ValueError when `env` (an EnvRef or an id) cannot be resolved or made, or this
-        algorithm cannot run on its spaces. Builds one instance, with the env's kwargs."""
-        importlib.import_module("surreal.algorithms.common.envs").check_env_id(env)
-        module = importlib.import_module(f"{self.package}.presets")
-        check = getattr(module, "check_env_supported", None)
+    def check_env(self, env: Any, resolved: ResolvedEnv | None = None) -> None:
+        """Raise ValueError when this algorithm cannot run on `env`'s spaces (`resolved`, or those
+        of one instance built here, which raises when `env` cannot be resolved or made)."""
+        check = getattr(self._presets(), "check_env_supported", None)
         if check is not None:
-            check(env)
+            check(env, resolved=resolved)
+        elif resolved is None:
+            importlib.import_module("surreal.algorithms.common.envs").resolve_env(env)
 
-    def check_config(self, config: Any, env: Any) -> None:
+    def check_config(self, config: Any, env: Any, resolved: ResolvedEnv | None = None) -> None:
         """Raise ValueError when `config` cannot train on `env` (e.g. settings an image env refuses)."""
-        check = getattr(importlib.import_module(f"{self.package}.presets"), "check_config", None)
+        check = getattr(self._presets(), "check_config", None)
         if check is not None:
-            check(config, env)
+            check(config, env, resolved=resolved)
 
     def check_local(self, config: Any) -> None:
         """Raise ValueError when `config` cannot run on this machine (e.g. a GPU it does not have)."""
-        check = getattr(importlib.import_module(f"{self.package}.presets"), "check_local", None)
+        check = getattr(self._presets(), "check_local", None)
         if check is not None:
             check(config)
+
+    def _presets(self) -> Any:
+        return importlib.import_module(f"{self.package}.presets")
 
     def role_main(self, role: str) -> RoleMain:
         if role not in self.roles:

@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 
 from surreal.algorithms.common.env_ref import import_path_from_environ
+from surreal.algorithms.common.envs import use_resolved
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
@@ -86,9 +87,14 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(RateLimitFilter(prefixes=("grpc",)))
     # A user's environment module is found where the creating shell found it (locally) or in the
-    # image (Kubernetes); loading the spec imports it.
+    # image (Kubernetes); building the role's environments imports it (and loading a spec that
+    # has no `resolved` section).
     import_path_from_environ()
     spec = load_spec_file(spec_path)
+    if spec.resolved is not None:
+        # The environment's spaces as `surreal create` found them: a role that asks spaces_for
+        # (learners, evaluators) builds no throwaway environment to learn them again.
+        use_resolved(spec.resolved)
     ctx = build_context(spec, worker_index(role, index))
     main = get_algorithm(spec.algo).role_main(role)
     code = 1

@@ -3,6 +3,12 @@
 Precedence, lowest first: the algorithm's tuned preset for the environment, the YAML file, command-line
 flags, `--set KEY=VALUE`. Everything is validated here, before anything is created or started, and every
 problem is reported as a `SpecError` whose message names the offending key or value.
+
+The environment is resolved once, by `build_spec` at create (one throwaway instance): what the
+algorithms derive from it (its spaces, whether it is an Atari game or gives images) is the spec's
+`resolved` section, written into the spec file. `load_spec_file`, what every component runs at
+start, checks the file's structure and types and trusts that section: it neither resolves the
+environment nor builds one.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from surreal.algorithms.common.env_ref import EnvRef
+from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv
 from surreal.algorithms.registry import get_algorithm
 
 # Experiment names become Kubernetes object names with suffixes such as "-evaluator" and a StatefulSet
@@ -40,6 +46,7 @@ TOP_LEVEL_KEYS = (
     "env_kwargs",
 )
 ENV_KWARGS = "env_kwargs"
+RESOLVED = "resolved"  # the spec file's section of ExperimentSpec.resolved
 
 
 class SpecError(ValueError):
@@ -77,6 +84,10 @@ class ExperimentSpec:
     mapping in the YAML file); values are YAML scalars, lists or mappings."""
     config: Any = field(default=None)
     """The algorithm's frozen config dataclass (e.g. PPOConfig), preset for `env` then overridden."""
+    resolved: ResolvedEnv | None = field(default=None)
+    """What resolving `env` with `env_kwargs` found at create (its spaces, Atari or images): the
+    spec file's `resolved` section, so that components neither resolve nor build it to learn
+    that. build_spec always fills it; None only in a spec built by hand."""
 
     @property
     def env_ref(self) -> EnvRef:
@@ -88,6 +99,10 @@ class ExperimentSpec:
         if not self.env_kwargs:  # spec files of environments without kwargs stay as they were
             del data[ENV_KWARGS]
         data[self.algo] = _plain(dataclasses.asdict(self.config))
+        if self.resolved is not None:
+            data[RESOLVED] = _plain(dataclasses.asdict(self.resolved))
+            if not self.resolved.env_kwargs:
+                del data[RESOLVED][ENV_KWARGS]
         return data
 
     def to_yaml(self) -> str:
@@ -145,10 +160,24 @@ def build_spec(
     config_file: Path | None = None,
     overrides: Mapping[str, str] | None = None,
 ) -> ExperimentSpec:
-    """Merge preset < YAML file < flags < --set overrides into a validated ExperimentSpec.
+    """Merge preset < YAML file < flags < --set overrides into a validated ExperimentSpec, with
+    the environment resolved (one throwaway instance built) into its `resolved` section.
 
     `flags` holds only the flags the user gave (None values are ignored).
     """
+    return _build_spec(name, flags=flags, config_file=config_file, overrides=overrides, resolved=None)
+
+
+def _build_spec(
+    name: str,
+    *,
+    flags: Mapping[str, Any],
+    config_file: Path | None = None,
+    overrides: Mapping[str, str] | None = None,
+    resolved: ResolvedEnv | None,
+) -> ExperimentSpec:
+    """build_spec, trusting `resolved` (a spec file's) instead of resolving the environment when
+    it is given."""
     validate_name(name)
     file_data = load_yaml_file(config_file) if config_file is not None else {}
     top: dict[str, Any] = {}
@@ -156,6 +185,11 @@ def build_spec(
     for key, value in file_data.items():
         if key in TOP_LEVEL_KEYS:
             top[key] = value
+        elif key == RESOLVED:
+            raise SpecError(
+                f"{RESOLVED!r} in config file {str(config_file)!r}: it is what `surreal create` finds "
+                "by resolving the environment, not a setting"
+            )
         elif isinstance(value, dict):
             algo_section_name = key
             algo_section.update({f"{algo_section_name}.{k}": v for k, v in value.items()})
@@ -184,9 +218,14 @@ def build_spec(
         raise SpecError(f"agents must be a positive integer, got {agents}")
     env = EnvRef(env_id, _env_kwargs(top.get(ENV_KWARGS)))
     try:
-        algorithm.check_env(env)
-        base_config = algorithm.preset(env, agents)
-        top.setdefault("steps", algorithm.default_steps(env, agents))
+        if resolved is None:
+            resolved = algorithm.resolve_env(env)  # the one throwaway instance
+        else:
+            _check_resolved_matches(resolved, env)
+            algorithm.check_env(env, resolved)
+        base_config = algorithm.preset(env, agents, resolved)
+        if top.get("steps") is None:
+            top["steps"] = algorithm.default_steps(env, agents, resolved)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
 
@@ -206,10 +245,12 @@ def build_spec(
     if spec_values.get("gpu", 0) > 0 and getattr(config, "device", None) == "auto":
         # A learner given GPUs trains on one, or fails saying why: never silently on the CPU.
         config = dataclasses.replace(config, device="cuda")
-    spec = ExperimentSpec(name=name, config=config, **{**spec_values, "algo": algo_name, "env": env_id})
+    spec = ExperimentSpec(
+        name=name, config=config, resolved=resolved, **{**spec_values, "algo": algo_name, "env": env_id}
+    )
     _validate(spec)
     try:
-        algorithm.check_config(spec.config, spec.env_ref)
+        algorithm.check_config(spec.config, spec.env_ref, resolved)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     if spec.backend == "local":
@@ -281,7 +322,10 @@ def _coerce(key: str, target: Any, value: Any) -> Any:
             return None
         return _coerce(key, options[0], value)
     if origin is dict:
-        return _env_kwargs(value)
+        try:
+            return _env_kwargs(value)
+        except SpecError as exc:
+            raise SpecError(str(exc) if key == ENV_KWARGS else f"{key}: {exc}") from None
     if origin is tuple:
         item_type = typing.get_args(target)[0]
         if isinstance(value, str):
@@ -306,7 +350,7 @@ def _coerce(key: str, target: Any, value: Any) -> Any:
             if not isinstance(value, str | int | float):
                 raise ValueError
             return str(value)
-    except ValueError:
+    except (ValueError, TypeError):  # TypeError: a list or mapping where a scalar belongs
         names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
         raise SpecError(f"{key}: expected {names.get(target, target)}, got {value!r}") from None
     return value
@@ -338,14 +382,75 @@ def _validate(spec: ExperimentSpec) -> None:
         raise SpecError(f"gpu must be >= 0, got {spec.gpu}")
 
 
+def _check_resolved_matches(resolved: ResolvedEnv, env: EnvRef) -> None:
+    if resolved.env != env.name or resolved.env_kwargs != dict(env.kwargs):
+        found = f"{resolved.env!r}" + (
+            f" with env_kwargs {resolved.env_kwargs}" if resolved.env_kwargs else ""
+        )
+        named = f"{env.name!r}" + (f" with env_kwargs {dict(env.kwargs)}" if env.kwargs else "")
+        raise ValueError(
+            f"{RESOLVED}: found for environment {found}, but the spec names {named} (remove the "
+            f"{RESOLVED!r} section to have it resolved again)"
+        )
+
+
+def _resolved_section(value: Any) -> ResolvedEnv:
+    """A spec file's `resolved` section as a validated ResolvedEnv, or SpecError naming the key."""
+    if not isinstance(value, dict):
+        raise SpecError(f"{RESOLVED} must be a mapping (what `surreal create` wrote), got {value!r}")
+    fields = dataclasses.fields(ResolvedEnv)
+    names = [f.name for f in fields]
+    for key in value:
+        if key not in names:
+            raise SpecError(f"{RESOLVED}: unknown key {key!r} (known: {', '.join(names)})")
+    for f in fields:
+        if f.name not in value and f.default_factory is dataclasses.MISSING:
+            raise SpecError(f"{RESOLVED}: {f.name} is missing")
+    values = {k: _coerce(f"{RESOLVED}.{k}", _field_type(ResolvedEnv, k), v) for k, v in value.items()}
+    resolved = ResolvedEnv(**values)
+    try:
+        resolved.validate()
+    except ValueError as exc:
+        raise SpecError(f"{RESOLVED}: {exc}") from None
+    return resolved
+
+
 def load_spec_file(path: Path) -> ExperimentSpec:
-    """Load a spec written by `ExperimentSpec.to_yaml` (what every component reads at start)."""
-    data = load_yaml_file(path)
-    name = data.pop("name")
-    algo = data["algo"]
-    section = data.pop(algo, {}) or {}
-    return build_spec(
-        name,
-        flags={k: v for k, v in data.items() if k in TOP_LEVEL_KEYS},
-        overrides={f"{algo}.{k}": v for k, v in section.items()},
-    )
+    """Load a spec written by `ExperimentSpec.to_yaml` (what every component reads at start).
+
+    The file's keys and values are checked (a SpecError names the file and the problem), the
+    algorithm's preset fills what its section leaves out, and the `resolved` section is taken as
+    it is: no environment is resolved or built. A spec without that section (Helm's chart writes
+    none: it cannot resolve an environment; so did surreal before it existed) is resolved here,
+    once, as `surreal create` does.
+    """
+    where = f"spec file {str(path)!r}"
+    try:
+        data = load_yaml_file(path)
+        name = data.pop("name", None)
+        if not isinstance(name, str):
+            raise SpecError(f"name must be the experiment name, got {name!r}")
+        algo = data.get("algo")
+        if not isinstance(algo, str) or not algo:
+            raise SpecError(f"algo must name the algorithm, got {algo!r}")
+        try:
+            get_algorithm(algo)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        section = data.pop(algo, None) or {}
+        if not isinstance(section, dict):
+            raise SpecError(f"{algo} must be a mapping of {algo} settings, got {section!r}")
+        raw_resolved = data.pop(RESOLVED, None)
+        for key in data:
+            if key not in TOP_LEVEL_KEYS:
+                raise SpecError(f"unknown key {key!r}")
+        resolved = _resolved_section(raw_resolved) if raw_resolved is not None else None
+        return _build_spec(
+            name,
+            flags=data,
+            overrides={f"{algo}.{k}": v for k, v in section.items()},
+            resolved=resolved,
+        )
+    except SpecError as exc:
+        message = str(exc)
+        raise SpecError(message if str(path) in message else f"{where}: {message}") from None

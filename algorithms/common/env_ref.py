@@ -9,7 +9,9 @@ with keyword arguments (`env_kwargs`) passed to the environment's constructor. E
 go wrong is raised as one ValueError naming the module, the id and the cause, so `surreal create`
 refuses before anything exists. Components resolve the same string, so every one of them builds
 the same environment; they find the user's module on the import path the launcher gives them
-(`SURREAL_IMPORT_PATH` locally, the image on Kubernetes).
+(`SURREAL_IMPORT_PATH` locally, the image on Kubernetes). What the algorithms need to know about
+the environment before they build their own (its spaces, Atari or images) is a `ResolvedEnv`,
+found once by `surreal create` and carried in the spec file.
 """
 
 from __future__ import annotations
@@ -40,6 +42,78 @@ class EnvRef:
 
     def __str__(self) -> str:
         return self.name
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedEnv:
+    """What resolving an environment and building one throwaway instance of it found
+    (envs.resolve_env): everything the algorithms derive from the environment before training.
+    `surreal create` finds it once and writes it into the spec file (`resolved:`), so that no
+    component resolves the reference again or builds an environment only to learn its spaces.
+    Plain values only (it is YAML in the spec file); `validate` checks they hang together."""
+
+    env: str
+    """The reference this was found for (ExperimentSpec.env): a spec whose `env` or
+    `env_kwargs` no longer match is refused rather than trusted."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """The constructor's keyword arguments it was found with (ExperimentSpec.env_kwargs; left
+    out of the spec file when empty, as that is)."""
+    entry_point: str
+    """What gym.make calls, as "module:name" (MuJoCo and Atari environments are told by it)."""
+    atari: bool
+    """An Atari game registered by ale_py: made with atari.py's preprocessing, PPO's ATARI preset."""
+    obs_dim: int
+    """Size of one observation, flattened (C*H*W for images)."""
+    image_shape: tuple[int, ...] | None
+    """(C, H, W) of uint8 image observations (a CNN policy: "pixels"); None for vectors."""
+    discrete: bool
+    """Discrete actions (true) or a 1-D Box of continuous ones (false)."""
+    action_dim: int
+    """Number of actions (Discrete) or length of the action vector (Box)."""
+    action_low: tuple[float, ...] | None
+    """Lower bounds of Box actions, one per action; None for Discrete."""
+    action_high: tuple[float, ...] | None
+    """Upper bounds of Box actions, one per action; None for Discrete."""
+
+    @property
+    def pixels(self) -> bool:
+        """Observations are uint8 images."""
+        return self.image_shape is not None
+
+    @property
+    def ref(self) -> EnvRef:
+        """The environment this describes, as components build it."""
+        return EnvRef(self.env, self.env_kwargs)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field that does not fit the others (a hand-edited or
+        corrupted spec file)."""
+        if not self.env:
+            raise ValueError("env must name the environment")
+        if not self.entry_point:
+            raise ValueError("entry_point must name the environment's constructor")
+        if self.obs_dim < 1:
+            raise ValueError(f"obs_dim must be a positive integer, got {self.obs_dim}")
+        if self.image_shape is not None:
+            shape = self.image_shape
+            if len(shape) != 3 or min(shape) < 1:
+                raise ValueError(f"image_shape must be 3 positive sizes (C, H, W), got {list(shape)}")
+            if shape[0] * shape[1] * shape[2] != self.obs_dim:
+                raise ValueError(f"image_shape {list(shape)} does not hold obs_dim {self.obs_dim} values")
+        if self.action_dim < 1:
+            raise ValueError(f"action_dim must be a positive integer, got {self.action_dim}")
+        low, high = self.action_low, self.action_high
+        if self.discrete:
+            if low is not None or high is not None:
+                raise ValueError("action_low and action_high must be null for discrete actions")
+            return
+        if low is None or high is None or not len(low) == len(high) == self.action_dim:
+            raise ValueError(
+                f"action_low and action_high must each hold action_dim ({self.action_dim}) bounds "
+                "for continuous actions"
+            )
+        if not all(lo <= hi for lo, hi in zip(low, high, strict=True)):
+            raise ValueError("action_low must be <= action_high for every action")
 
 
 def as_env_ref(env: EnvRef | str) -> EnvRef:

@@ -15,6 +15,7 @@ import numpy as np
 from surreal.algorithms.common import atari
 from surreal.algorithms.common.env_ref import (
     EnvRef,
+    ResolvedEnv,
     as_env_ref,
     construction_errors,
     entry_point,
@@ -60,7 +61,12 @@ def make_env(env: EnvRef | str, seed: int, *, training: bool = True) -> gym.Env:
     Atari games get the standard preprocessing (atari.py); `training` adds what only training
     wants there (episodic life, clipped rewards). Raises ValueError naming the environment."""
     ref = as_env_ref(env)
-    resolved = resolve(ref)
+    return _make_resolved(ref, resolve(ref), seed, training=training)
+
+
+def _make_resolved(
+    ref: EnvRef, resolved: str | gym.envs.registration.EnvSpec, seed: int, *, training: bool = True
+) -> gym.Env:
     if isinstance(resolved, str) and atari.is_atari(resolved):
         with construction_errors(ref):
             return atari.make_atari(resolved, seed, training=training, **ref.kwargs)
@@ -133,18 +139,69 @@ def image_layout(space: gym.Space) -> tuple[str, tuple[int, int, int]] | None:
 _SPACES: dict[str, EnvSpaces] = {}  # spaces_for's answers in this process, by env and kwargs
 
 
+def _key(ref: EnvRef) -> str:
+    return repr((ref.name, sorted(ref.kwargs.items())))
+
+
 def spaces_for(env: EnvRef | str) -> EnvSpaces:
-    """`env_spaces` of a throwaway instance of `env` (made once per process: validating a spec
-    asks several times, and a user's environment may be slow to build)."""
+    """`env_spaces` of a throwaway instance of `env`, made at most once per process, and not at
+    all in a component: it starts with `use_resolved` of the spec's ResolvedEnv."""
     ref = as_env_ref(env)
-    key = repr((ref.name, sorted(ref.kwargs.items())))
-    if key not in _SPACES:
-        made = make_env(ref, 0)
-        try:
-            _SPACES[key] = env_spaces(made)
-        finally:
-            made.close()
-    return _SPACES[key]
+    if _key(ref) not in _SPACES:
+        _throwaway_spaces(ref, resolve(ref))
+    return _SPACES[_key(ref)]
+
+
+def _throwaway_spaces(ref: EnvRef, resolved: str | gym.envs.registration.EnvSpec) -> EnvSpaces:
+    made = _make_resolved(ref, resolved, 0)
+    try:
+        spaces = _SPACES[_key(ref)] = env_spaces(made)
+    finally:
+        made.close()
+    return spaces
+
+
+def resolve_env(env: EnvRef | str) -> ResolvedEnv:
+    """Resolve `env` and describe one throwaway instance of it (made once per process): what
+    `surreal create` writes into the spec file. Raises ValueError naming the environment when
+    the reference does not resolve, the constructor fails or the spaces are not supported."""
+    ref = as_env_ref(env)
+    resolved = resolve(ref)
+    spaces = _SPACES.get(_key(ref)) or _throwaway_spaces(ref, resolved)
+
+    def bounds(values: np.ndarray | None) -> tuple[float, ...] | None:
+        return None if values is None else tuple(float(v) for v in values)
+
+    return ResolvedEnv(
+        env=ref.name,
+        env_kwargs=dict(ref.kwargs),
+        entry_point=entry_point(resolved),
+        atari=isinstance(resolved, str) and atari.is_atari(resolved),
+        obs_dim=spaces.obs_dim,
+        image_shape=spaces.image_shape,
+        discrete=spaces.discrete,
+        action_dim=spaces.action_dim,
+        action_low=bounds(spaces.action_low),
+        action_high=bounds(spaces.action_high),
+    )
+
+
+def spaces_of(facts: ResolvedEnv) -> EnvSpaces:
+    """The EnvSpaces a ResolvedEnv describes (float32 bounds, as env_spaces gives them)."""
+
+    def bounds(values: tuple[float, ...] | None) -> np.ndarray | None:
+        return None if values is None else np.array(values, np.float32)
+
+    shape = facts.image_shape
+    image = (shape[0], shape[1], shape[2]) if shape is not None else None
+    return EnvSpaces(facts.obs_dim, facts.discrete, facts.action_dim, bounds(facts.action_low),
+                     bounds(facts.action_high), image)  # fmt: skip
+
+
+def use_resolved(facts: ResolvedEnv) -> None:
+    """Let `spaces_for(facts.ref)` answer from `facts` (a spec's, found at create) instead of
+    building a throwaway environment: what a component does before its role starts."""
+    _SPACES[_key(facts.ref)] = spaces_of(facts)
 
 
 class StepResult(NamedTuple):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from surreal.algorithms.common.env_ref import EnvRef, as_env_ref
-from surreal.algorithms.common.envs import check_env_id, spaces_for
+from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, as_env_ref
+from surreal.algorithms.common.envs import resolve_env
 from surreal.algorithms.es.config import ESConfig
 
 # Serial harness, 8 agents, seed 0: eval 500 from 100k steps on; `es-cp` in docs/algorithms/es.md.
@@ -85,10 +85,11 @@ DEFAULT_STEPS: dict[str, int] = {
 OTHER_STEPS = 10_000_000
 
 
-def preset_for(env_id: EnvRef | str, agents: int = 2) -> ESConfig:
+def preset_for(env_id: EnvRef | str, agents: int = 2, *, resolved: ResolvedEnv | None = None) -> ESConfig:
     """The tuned config for `env_id`, or the defaults for environments without one; with so many
     agents that the master works in rounds, that environment's MANY_AGENTS changes too. The master
-    sizes its updates to the number of agents itself (ESConfig.pairs_per_update)."""
+    sizes its updates to the number of agents itself (ESConfig.pairs_per_update). By id only:
+    `resolved` is not needed."""
     name = as_env_ref(env_id).name
     cfg = PRESETS.get(name, ESConfig())
     if name in MANY_AGENTS and cfg.round_pairs(agents) > 0:
@@ -96,19 +97,19 @@ def preset_for(env_id: EnvRef | str, agents: int = 2) -> ESConfig:
     return cfg
 
 
-def default_steps(env_id: EnvRef | str, agents: int = 2) -> int:
+def default_steps(env_id: EnvRef | str, agents: int = 2, *, resolved: ResolvedEnv | None = None) -> int:
     """The step budget of a run on `env_id` when none is given."""
     return DEFAULT_STEPS.get(as_env_ref(env_id).name, OTHER_STEPS)
 
 
-def check_env_supported(env: EnvRef | str) -> None:
-    """Raise ValueError if `env` cannot be made or has spaces ES here cannot handle. Pixel
+def check_env_supported(env: EnvRef | str, *, resolved: ResolvedEnv | None = None) -> None:
+    """Raise ValueError if `env` cannot be made or has spaces ES here cannot handle (`resolved`:
+    the spec's, else those of one instance built here). Pixel
     observations are refused: ES perturbs every weight of an MLP policy run in numpy, and a CNN
     big enough for pixels (Nature CNN: 1.7M weights) makes each perturbation's evaluation and the
     population needed to estimate its gradient far dearer than PPO on the same pixels
     (docs/decisions.md)."""
-    check_env_id(env)
-    if spaces_for(env).pixels:
+    if (resolved or resolve_env(env)).pixels:
         raise ValueError(
             f"ES does not support image observations ({env}): use --algo ppo, which trains a CNN "
             "policy on pixels"

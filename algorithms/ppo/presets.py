@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from surreal.algorithms.common import atari
-from surreal.algorithms.common.env_ref import EnvRef, as_env_ref, resolve
-from surreal.algorithms.common.envs import check_env_id, spaces_for
+from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, as_env_ref
+from surreal.algorithms.common.envs import resolve_env
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.scaling import REFERENCE_AGENTS, scale, scale_steps
 
@@ -127,41 +126,47 @@ DEFAULT_STEPS: dict[str, int] = {
 OTHER_STEPS = 1_000_000  # CleanRL's budget for the environments without a preset
 
 
-def _base(env: EnvRef | str) -> tuple[PPOConfig, int]:
-    """The untuned-for-agents preset of `env` and its step budget: by id, else by kind."""
+def _base(env: EnvRef | str, resolved: ResolvedEnv | None) -> tuple[PPOConfig, int]:
+    """The untuned-for-agents preset of `env` and its step budget: by id, else by kind (from
+    `resolved`, the spec's; without it, from one instance built here)."""
     name = as_env_ref(env).name
     if name in PRESETS:
         return PRESETS[name], DEFAULT_STEPS[name]
-    resolved = resolve(env)
-    if isinstance(resolved, str) and atari.is_atari(resolved):
+    facts = resolved or resolve_env(env)
+    if facts.atari:
         return ATARI, ATARI_STEPS
-    if spaces_for(env).pixels:
+    if facts.pixels:
         return PIXELS, OTHER_STEPS
     return PPOConfig(), OTHER_STEPS
 
 
-def preset_for(env_id: EnvRef | str, agents: int = REFERENCE_AGENTS) -> PPOConfig:
+def preset_for(
+    env_id: EnvRef | str, agents: int = REFERENCE_AGENTS, *, resolved: ResolvedEnv | None = None
+) -> PPOConfig:
     """The tuned config for `env_id` (Atari's and other image environments' by kind; CleanRL-like
     defaults for the rest), scaled to `agents` agents (scaling.py)."""
-    return scale(_base(env_id)[0], agents)
+    return scale(_base(env_id, resolved)[0], agents)
 
 
-def default_steps(env_id: EnvRef | str, agents: int = REFERENCE_AGENTS) -> int:
+def default_steps(
+    env_id: EnvRef | str, agents: int = REFERENCE_AGENTS, *, resolved: ResolvedEnv | None = None
+) -> int:
     """The step budget of a run of `agents` agents on `env_id` when none is given."""
-    base, steps = _base(env_id)
+    base, steps = _base(env_id, resolved)
     return scale_steps(steps, base, agents)
 
 
-def check_env_supported(env: EnvRef | str) -> None:
-    """Raise ValueError if `env` cannot be made or has spaces PPO here cannot handle."""
-    check_env_id(env)
-    spaces_for(env)
+def check_env_supported(env: EnvRef | str, *, resolved: ResolvedEnv | None = None) -> None:
+    """Raise ValueError if `env` cannot be made or has spaces PPO here cannot handle (every space
+    resolve_env accepts: a ResolvedEnv is of a supported environment)."""
+    if resolved is None:
+        resolve_env(env)
 
 
-def check_config(cfg: PPOConfig, env: EnvRef | str) -> None:
+def check_config(cfg: PPOConfig, env: EnvRef | str, *, resolved: ResolvedEnv | None = None) -> None:
     """Raise ValueError if `cfg` cannot train on `env`: image observations are scaled to [0, 1]
     inside the CNN, so normalizing them is refused rather than ignored."""
-    if cfg.norm_obs and spaces_for(env).pixels:
+    if cfg.norm_obs and (resolved or resolve_env(env)).pixels:
         raise ValueError(f"ppo.norm_obs must be false for image observations ({env}): the CNN "
                          "scales its uint8 input itself")  # fmt: skip
 
