@@ -86,14 +86,17 @@ def rbac_rules() -> set[tuple[str, str]]:
 
 def test_rbac_role_grants_exactly_what_the_launcher_uses() -> None:
     api = FakeApi()
-    launcher = KubeLauncher(fake_client(api), context="kind-surreal")
+    launcher = KubeLauncher(fake_client(api), context="kind-surreal", exec_=lambda *_: b"")
     spec = make_spec(agents=2)
     launcher.create(spec)
     launcher.list_experiments("default")
     launcher.status("exp1", "default", learner=False)
     api.add("pods", {"metadata": {"name": "exp1-learner-0", "namespace": "default",
                                   "labels": {"surreal.io/experiment": "exp1",
-                                             "surreal.io/component": "learner"}}})  # fmt: skip
+                                             "surreal.io/component": "learner"}},
+                     "status": {"containerStatuses": [{"name": "learner", "ready": True, "restartCount": 0,
+                                                       "image": "i", "imageID": "",
+                                                       "state": {"running": {}}}]}})  # fmt: skip
     list(launcher.logs("exp1", "default", "learner"))
     launcher.scale("exp1", "default", 4)
     launcher.delete("exp1", "default")
@@ -101,7 +104,7 @@ def test_rbac_role_grants_exactly_what_the_launcher_uses() -> None:
     # Namespaces are cluster-scoped (a Role cannot grant them; create copes with a refusal).
     used.discard(("get", "namespaces"))
     # Not visible to the fake: reading the token (status with a learner), the port-forward
-    # websocket (status, tensorboard), the exec websocket (plot) and the finalizer update that
+    # websocket (status, tensorboard), the exec websocket (plot, scale) and the finalizer update that
     # blockOwnerDeletion implies.
     unseen = {("get", "secrets"), ("get", "pods/portforward"), ("create", "pods/portforward"),
               ("get", "pods/exec"), ("create", "pods/exec"), ("update", "configmaps/finalizers")}  # fmt: skip

@@ -8,7 +8,6 @@ import base64
 import hashlib
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -121,7 +120,9 @@ def test_the_exec_status_channel_decides() -> None:
 
 def test_the_command_draws_a_kube_experiment(cluster, tmp_path: Path, monkeypatch) -> None:
     api, launcher, _ = cluster
-    monkeypatch.setattr(sys.modules["surreal.cli.plot"], "kube_launcher", lambda context: launcher)
+    monkeypatch.setattr(
+        KubeLauncher, "connect", classmethod(lambda cls, context=None, kubeconfig=None: launcher)
+    )
     out = tmp_path / "k.png"
     result = CliRunner().invoke(cli, ["plot", "exp1", "--backend", "kube", "-o", str(out), "--x", "steps"])
     assert result.exit_code == 1 and not out.exists()

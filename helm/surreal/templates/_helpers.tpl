@@ -121,8 +121,6 @@ tolerations:
       value: "1"
     - name: SURREAL_TOKEN_FILE
       value: /var/run/secrets/surreal/token
-    - name: SURREAL_WORKERS
-      value: {{ include "surreal.workers" .root | quote }}
     {{- with .tail }}
     {{- . | nindent 4 }}
     {{- end }}
