@@ -31,7 +31,7 @@ from surreal.algorithms.registry import get_algorithm
 # pod ordinal, so they are DNS-1123 labels kept short enough for every derived name to stay within 63.
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME_LENGTH = 40
-BACKENDS = ("local", "kube")
+BACKENDS = ("local", "containers", "kube")
 TOP_LEVEL_KEYS = (
     "algo",
     "env",
