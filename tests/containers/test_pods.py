@@ -9,9 +9,11 @@ log is readable. An ES run shows agents_per_pod: 64 agents in 4 containers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +23,8 @@ from typing import Any
 
 import podkube
 import pytest
+
+from surreal.algorithms.common.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -80,6 +84,19 @@ def render(name: str, *flags: str, tmp: Path, pythonpath: str = "") -> list[dict
     return podkube.load_objects(proc.stdout)
 
 
+CONNECTED = "connected to the learner at cpc-learner:6000"
+
+
+def connects(log: str) -> int:
+    return log.count(CONNECTED)
+
+
+def checkpoint_updates(claim: Path) -> int:
+    """The updates counter of the checkpoint on a learner's claim (-1 when there is none)."""
+    state = load_checkpoint(claim / "checkpoints")
+    return int(state["counters"]["updates"]) if state else -1
+
+
 def counter(text: str, key: str) -> int:
     m = re.findall(rf"\b{key}=(\d+)", text)
     return int(m[-1]) if m else -1
@@ -92,6 +109,7 @@ class Observed:
     security: dict[str, Any] = field(default_factory=dict)
     actor_killed: str = ""
     updates_at_actor_kill: int = 0
+    checkpoint_at_learner_kill: int = -1  # updates of the checkpoint on the claim when killed
     resumed_log: str = ""
     restarts: dict[str, int] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
@@ -116,16 +134,29 @@ def ppo(engine: podkube.Engine, image: str, tmp_path_factory: pytest.TempPathFac
 
         run.wait_for("20 updates", lambda: updates() >= 20, 300)
         seen.updates_at_actor_kill = updates()
-        run.kill(actor)
-        seen.actor_killed = actor.name
-        run.wait_for("the actor's restart", lambda: run.restarts(actor) >= 1 and run.probe(actor), 120)
+        # The whole run takes some 20 s, less than a restarted container needs to start Python and
+        # reach the learner on a busy machine: the other actor is held (SIGSTOP) meanwhile, so the
+        # run cannot end before the killed actor is back. An actor has no probe; its log (podman
+        # keeps both processes' lines) says when the new process has reached the learner.
+        other = run.pods_of("actor")[1]
+        with held(run, [other]):
+            run.kill(actor)
+            seen.actor_killed = actor.name
+            run.wait_for(
+                "the restarted actor to reach the learner",
+                lambda: run.restarts(actor) >= 1 and connects(run.logs(actor)) >= 2,
+                300,
+            )
 
-        checkpoints = plan.workdir / "volumes" / "data-cpc-learner-0" / "checkpoints"
+        # A checkpoint is logged once its file is in place (a file in the folder may be a temporary
+        # one still being written). The learner is stopped before the checkpoint on its claim is
+        # read, so that none is written between the reading and the kill. The first checkpoint
+        # comes at 100 of the run's 391 updates: the learner comes back with most of them left.
         run.wait_for(
-            "a checkpoint on the learner's claim",
-            lambda: checkpoints.is_dir() and any(checkpoints.iterdir()),
-            300,
+            "a checkpoint on the learner's claim", lambda: "checkpoint:" in run.logs(learner), 300, poll=0.5
         )
+        run.kill(learner, signal.SIGSTOP)
+        seen.checkpoint_at_learner_kill = checkpoint_updates(plan.workdir / "volumes" / "data-cpc-learner-0")
         run.kill(learner)
         run.wait_for(
             "the learner to resume",
@@ -146,7 +177,8 @@ def ppo(engine: podkube.Engine, image: str, tmp_path_factory: pytest.TempPathFac
                 seen.tensorboard_tags = json.loads(run.exec(tb, ["python3", "-c", TB_TAGS]))
             except (podkube.HarnessError, ValueError):
                 return False
-            return any(seen.tensorboard_tags.values())
+            served = {tag.split("/")[0] for run in seen.tensorboard_tags.values() for tag in run}
+            return {"train", "eval"} <= served  # TensorBoard loads event files on its own timer
 
         run.wait_for("TensorBoard to serve the learner's scalars", tags, 120)
         seen.tensorboard_ready = run.probe(tb)
@@ -174,10 +206,12 @@ def test_an_actor_killed_is_restarted_and_the_run_goes_on(ppo: Observed) -> None
 def test_the_learner_killed_resumes_from_the_checkpoint_on_its_claim(ppo: Observed) -> None:
     assert ppo.restarts["cpc-learner-0"] == 1
     resumed = counter(ppo.resumed_log, "updates")
-    # The counters go on from the last checkpoint the first learner wrote, not from zero.
+    # The counters go on from the last checkpoint the first learner wrote (the one on the claim
+    # when it was killed), not from zero. Its log line may not be out yet: the file comes first.
     before = ppo.logs["learner"].split("resumed from checkpoint")[0]
     saved = [int(n) for n in re.findall(r"checkpoint: \d+ env steps, (\d+) updates", before)]
-    assert saved and resumed == saved[-1] > 0, (saved, ppo.resumed_log)
+    assert resumed == ppo.checkpoint_at_learner_kill > 0, (ppo.checkpoint_at_learner_kill, ppo.resumed_log)
+    assert saved and resumed >= saved[-1], (saved, ppo.resumed_log)
     assert ppo.status["updates"] > resumed
 
 
@@ -206,11 +240,61 @@ def test_every_containers_log_is_readable(ppo: Observed) -> None:
     actors = {name: text for name, text in logs.items() if name.startswith("cpc-actor")}
     # Each actor reached the learner by its Service's name; the killed one did so twice.
     for name, text in actors.items():
-        assert text.count("connected to the learner at cpc-learner:6000") >= 1 + (name == ppo.actor_killed), (
-            text
-        )
+        assert connects(text) >= 1 + (name == ppo.actor_killed), text
     assert "idling until the experiment is deleted" in logs["evaluator"]
     assert "TensorBoard" in logs["tensorboard"]
+
+
+@contextlib.contextmanager
+def held(run: podkube.Run, pods: list[podkube.PodRun]) -> Iterator[None]:
+    """The pods' processes stopped (SIGSTOP) for the block, continued after it."""
+    pids = [int(run.engine.inspect([p.name])[0]["State"]["Pid"]) for p in pods]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+def connected_to(pid: int, port: int) -> bool:
+    """Whether the network namespace of process `pid` has a TCP connection established to `port`."""
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            remote, state = row.split()[2:4]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
+def hold_until_every_actor_joined(run: podkube.Run) -> None:
+    """A barrier: each actor pod that has reached the learner is stopped (SIGSTOP: it sends no
+    results, so the run cannot advance) until every actor pod has, then all go on together. Pods
+    start seconds apart, and without this the first ones can finish the run before the last one
+    joins. An actor process is caught within one poll (0.2 s) of its connection, far less than a
+    pod needs for the run's 3M steps."""
+    port = int(run.pod("learner").probes["readinessProbe"]["grpc"]["port"])
+    actors = run.pods_of("actor")
+    pids = {p.name: int(run.engine.inspect([p.name])[0]["State"]["Pid"]) for p in actors}
+    held: set[str] = set()
+
+    def hold_joined() -> bool:
+        for pod in actors:
+            if pod.name not in held and connected_to(pids[pod.name], port):
+                os.kill(pids[pod.name], signal.SIGSTOP)
+                held.add(pod.name)
+        return len(held) == len(actors)
+
+    try:
+        run.wait_for("every actor pod to reach the learner", hold_joined, 300, poll=0.2)
+    finally:
+        for name in held:
+            os.kill(pids[name], signal.SIGCONT)
 
 
 def test_es_agents_per_pod_runs_64_agents_in_4_containers(
@@ -226,9 +310,9 @@ def test_es_agents_per_pod_runs_64_agents_in_4_containers(
         "64",
         "--set",
         "agents_per_pod=16",
-        # Pods start about a second apart here (more on a cold machine), and 150k CartPole steps
-        # take about 2 s: a run that short ends before the last pod's agents report. 3M steps
-        # (about 20 s) leave every pod time to join.
+        # Pods start seconds apart (more on a busy machine), so the pods that joined first are
+        # held until the last one has joined (hold_until_every_actor_joined); 3M steps (about
+        # 20 s) is a run long enough to see every agent report in rounds.
         "--steps",
         "3000000",
         "--seed",
@@ -238,6 +322,7 @@ def test_es_agents_per_pod_runs_64_agents_in_4_containers(
     plan = podkube.translate(objects, workdir=tmp_path)
     assert len([p for p in plan.pods if p.role == "actor"]) == 4
     with podkube.Run(plan, engine) as run:
+        hold_until_every_actor_joined(run)
         run.wait_for("the ES run to end", lambda: run.status(probe=False)["phase"] == "Succeeded", 600)
         st = run.status()
     assert st["agents"] == 64 and st["agents_reporting"] == 64, st
