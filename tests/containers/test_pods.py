@@ -186,6 +186,10 @@ def ppo(engine: podkube.Engine, image: str, tmp_path_factory: pytest.TempPathFac
 
 
 def test_ppo_in_containers_learns_and_every_container_lingers(ppo: Observed) -> None:
+    """The final eval of CartPole after 100k steps, measured over 10 runs with the same settings
+    outside containers (`surreal create cp --algo ppo --env CartPole-v1 --agents 2 --seed 0`): min
+    500, median 500 (and 500 in 3 container runs). Random play scores about 22: the bar, 475,
+    fails a policy that does not learn."""
     st = ppo.status
     assert st["phase"] == "Succeeded" and st["learner_status"] == "ok"
     assert st["eval_return"] >= 475, st
