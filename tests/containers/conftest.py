@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import podkube  # noqa: E402
+from surreal.orchestrator import containers_plan, containers_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "surreal:local"  # what `make image` builds and what rendered objects name by default
@@ -83,17 +83,17 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def engine(workdir: Path) -> podkube.Engine:
+def engine(workdir: Path) -> containers_run.Engine:
     try:
-        return podkube.engine_for(workdir)
-    except podkube.HarnessError as exc:
+        return containers_run.engine_for(workdir)
+    except containers_plan.ContainersError as exc:
         if os.environ.get("CI"):
             pytest.fail(f"{exc} (CI runs the container tests: .ci/run installs podman)")
         pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="session")
-def image(engine: podkube.Engine) -> str:
+def image(engine: containers_run.Engine) -> str:
     """surreal:local, built from this tree unless the image already has this tree's hash."""
     want = source_hash()
     label = '{{index .Config.Labels "' + SOURCE_LABEL + '"}}'
@@ -118,9 +118,9 @@ def image(engine: podkube.Engine) -> str:
 
 
 @pytest.fixture
-def no_leftovers(engine: podkube.Engine) -> Iterator[None]:
+def no_leftovers(engine: containers_run.Engine) -> Iterator[None]:
     """After the test, no container of a harness run it started is left. Runs that were there
-    before it (another session's, a `podkube.py up`) are neither counted nor removed."""
+    before it (another session's, a `surreal create --backend containers`) are neither counted nor removed."""
     before = set(engine.ids())
     yield
     leftover = [c for c in engine.ids() if c not in before]

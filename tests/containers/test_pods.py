@@ -1,4 +1,4 @@
-"""Experiments in real containers, run exactly as their rendered objects say (podkube.py).
+"""Experiments in real containers, run exactly as their rendered objects say (containers_plan).
 
 One PPO run carries most claims: it learns and ends Succeeded with every container lingering; an
 actor killed with SIGKILL is restarted and the run goes on; the learner killed with SIGKILL comes
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import podkube
 import pytest
 
 from surreal.algorithms.common.checkpoint import load_checkpoint
+from surreal.orchestrator import containers_plan, containers_run
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def render(name: str, *flags: str, tmp: Path, pythonpath: str = "") -> list[dict
     env = {**os.environ, "SURREAL_HOME": str(tmp / "home"), "PYTHONPATH": pythonpath}
     env.pop("SURREAL_TOKEN", None)
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=True)
-    return podkube.load_objects(proc.stdout)
+    return containers_plan.load_objects(proc.stdout)
 
 
 CONNECTED = "connected to the learner at cpc-learner:6000"
@@ -118,12 +118,14 @@ class Observed:
 
 
 @pytest.fixture(scope="module")
-def ppo(engine: podkube.Engine, image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
+def ppo(
+    engine: containers_run.Engine, image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Observed]:
     tmp = tmp_path_factory.mktemp("ppo")
     objects = render("cpc", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "0", tmp=tmp)
-    plan = podkube.translate(objects, workdir=tmp)
+    plan = containers_plan.translate(objects, workdir=tmp)
     seen = Observed()
-    with podkube.Run(plan, engine) as run:
+    with containers_run.Run(plan, engine) as run:
         learner, actor, tb = run.pod("learner"), run.pods_of("actor")[0], run.pod("tensorboard")
         run.wait_for("the learner's gRPC readiness probe", lambda: run.probe(learner), 300)
         seen.learner_ready_before_training = True
@@ -175,7 +177,7 @@ def ppo(engine: podkube.Engine, image: str, tmp_path_factory: pytest.TempPathFac
         def tags() -> bool:
             try:
                 seen.tensorboard_tags = json.loads(run.exec(tb, ["python3", "-c", TB_TAGS]))
-            except (podkube.HarnessError, ValueError):
+            except (containers_plan.ContainersError, ValueError):
                 return False
             served = {tag.split("/")[0] for run in seen.tensorboard_tags.values() for tag in run}
             return {"train", "eval"} <= served  # TensorBoard loads event files on its own timer
@@ -250,7 +252,7 @@ def test_every_containers_log_is_readable(ppo: Observed) -> None:
 
 
 @contextlib.contextmanager
-def held(run: podkube.Run, pods: list[podkube.PodRun]) -> Iterator[None]:
+def held(run: containers_run.Run, pods: list[containers_plan.PodRun]) -> Iterator[None]:
     """The pods' processes stopped (SIGSTOP) for the block, continued after it."""
     pids = [int(run.engine.inspect([p.name])[0]["State"]["Pid"]) for p in pods]
     for pid in pids:
@@ -276,7 +278,7 @@ def connected_to(pid: int, port: int) -> bool:
     return False
 
 
-def hold_until_every_actor_joined(run: podkube.Run) -> None:
+def hold_until_every_actor_joined(run: containers_run.Run) -> None:
     """A barrier: each actor pod that has reached the learner is stopped (SIGSTOP: it sends no
     results, so the run cannot advance) until every actor pod has, then all go on together. Pods
     start seconds apart, and without this the first ones can finish the run before the last one
@@ -302,7 +304,7 @@ def hold_until_every_actor_joined(run: podkube.Run) -> None:
 
 
 def test_es_agents_per_pod_runs_64_agents_in_4_containers(
-    engine: podkube.Engine, image: str, tmp_path: Path
+    engine: containers_run.Engine, image: str, tmp_path: Path
 ) -> None:
     objects = render(
         "esc",
@@ -323,9 +325,9 @@ def test_es_agents_per_pod_runs_64_agents_in_4_containers(
         "0",
         tmp=tmp_path,
     )
-    plan = podkube.translate(objects, workdir=tmp_path)
+    plan = containers_plan.translate(objects, workdir=tmp_path)
     assert len([p for p in plan.pods if p.role == "actor"]) == 4
-    with podkube.Run(plan, engine) as run:
+    with containers_run.Run(plan, engine) as run:
         hold_until_every_actor_joined(run)
         run.wait_for("the ES run to end", lambda: run.status(probe=False)["phase"] == "Succeeded", 600)
         st = run.status()

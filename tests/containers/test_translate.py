@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import podkube
 import pytest
 from conftest import pip_config_mounts, source_hash
 
+from surreal.orchestrator import containers_plan, containers_run
 from surreal.orchestrator.kube_render import render
 from surreal.spec import build_spec
 
@@ -25,8 +25,8 @@ def objects(name: str = "t1", algo: str = "ppo", **flags: Any) -> list[dict[str,
     return render(spec, token="tok-123")
 
 
-def plan(objs: list[dict[str, Any]] | None = None) -> podkube.Plan:
-    return podkube.translate(
+def plan(objs: list[dict[str, Any]] | None = None) -> containers_plan.Plan:
+    return containers_plan.translate(
         objs or objects(agents=4, overrides={"agents_per_pod": 2}),
         workdir=WORK,
         run_id="r1",
@@ -34,11 +34,11 @@ def plan(objs: list[dict[str, Any]] | None = None) -> podkube.Plan:
     )
 
 
-def flag_values(pod: podkube.PodRun, flag: str) -> list[str]:
+def flag_values(pod: containers_plan.PodRun, flag: str) -> list[str]:
     return [pod.args[i + 1] for i, a in enumerate(pod.args) if a == flag]
 
 
-def env(pod: podkube.PodRun) -> dict[str, str]:
+def env(pod: containers_plan.PodRun) -> dict[str, str]:
     return dict(v.split("=", 1) for v in flag_values(pod, "--env"))
 
 
@@ -96,10 +96,10 @@ def test_limits_become_cgroup_limits() -> None:
     p = plan()
     assert flag_values(p.pods[0], "--cpus") == ["1"] and flag_values(p.pods[0], "--memory") == ["2048m"]
     assert flag_values(p.pods[4], "--cpus") == ["0.25"] and flag_values(p.pods[4], "--memory") == ["512m"]
-    assert podkube.quantity_mib("1Gi") == 1024 and podkube.quantity_mib("268435456") == 256
-    assert podkube.quantity_cpus("1500m") == "1.5"
-    with pytest.raises(podkube.HarnessError, match="memory quantity"):
-        podkube.quantity_mib("lots")
+    assert containers_plan.quantity_mib("1Gi") == 1024 and containers_plan.quantity_mib("268435456") == 256
+    assert containers_plan.quantity_cpus("1500m") == "1.5"
+    with pytest.raises(containers_plan.ContainersError, match="memory quantity"):
+        containers_plan.quantity_mib("lots")
 
 
 def test_volumes_configmap_secret_emptydir_memory_and_the_claim() -> None:
@@ -135,7 +135,7 @@ def test_probes_travel_with_the_pod() -> None:
 def test_labels_carry_the_run_and_the_pods_own() -> None:
     pod = plan().pods[1]
     labels = dict(v.split("=", 1) for v in flag_values(pod, "--label"))
-    assert labels[podkube.RUN_LABEL] == "r1" and labels[podkube.POD_LABEL] == pod.name
+    assert labels[containers_plan.RUN_LABEL] == "r1" and labels[containers_plan.POD_LABEL] == pod.name
     assert labels["surreal.io/experiment"] == "t1" and labels["surreal.io/component"] == "actor"
 
 
@@ -195,27 +195,27 @@ def _workload(objs: list[dict[str, Any]], kind: str = "StatefulSet") -> dict[str
 def test_what_cannot_be_run_faithfully_is_refused_by_name(change: Any, message: str) -> None:
     objs = copy.deepcopy(objects())
     change(objs)
-    with pytest.raises(podkube.HarnessError, match=message):
+    with pytest.raises(containers_plan.ContainersError, match=message):
         plan(objs)
 
 
 def test_load_objects_wants_kubernetes_objects() -> None:
-    with pytest.raises(podkube.HarnessError, match="expected Kubernetes objects"):
-        podkube.load_objects("just: a mapping without kind\n")
-    assert [o["kind"] for o in podkube.load_objects("kind: A\nmetadata: {name: a}\n---\n")] == ["A"]
+    with pytest.raises(containers_plan.ContainersError, match="expected Kubernetes objects"):
+        containers_plan.load_objects("just: a mapping without kind\n")
+    assert [o["kind"] for o in containers_plan.load_objects("kind: A\nmetadata: {name: a}\n---\n")] == ["A"]
 
 
 def test_make_host_path_sets_modes_and_group(tmp_path: Path) -> None:
-    secret = podkube.HostPath(tmp_path / "token", 0o440, os.getgid(), {"token": "t"})
-    podkube.make_host_path(secret)
+    secret = containers_plan.HostPath(tmp_path / "token", 0o440, os.getgid(), {"token": "t"})
+    containers_run.make_host_path(secret)
     assert (tmp_path / "token" / "token").read_text() == "t"
     assert (tmp_path / "token" / "token").stat().st_mode & 0o777 == 0o440
-    podkube.make_host_path(podkube.HostPath(tmp_path / "empty", 0o777))
+    containers_run.make_host_path(containers_plan.HostPath(tmp_path / "empty", 0o777))
     assert (tmp_path / "empty").stat().st_mode & 0o777 == 0o777
 
 
 def test_containers_conf_sets_what_this_kind_of_host_needs(tmp_path: Path) -> None:
-    text = podkube.containers_conf(tmp_path).read_text()
+    text = containers_run.containers_conf(tmp_path).read_text()
     assert "default_ulimits = []" in text and 'cgroup_manager = "cgroupfs"' in text
 
 

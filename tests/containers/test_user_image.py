@@ -8,9 +8,10 @@ import re
 import shutil
 from pathlib import Path
 
-import podkube
 import pytest
 from test_pods import render
+
+from surreal.orchestrator import containers_plan, containers_run
 
 REPO = Path(__file__).resolve().parents[2]
 USER_IMAGE = "localhost/surreal-lab:test"
@@ -31,7 +32,7 @@ def test_the_documented_dockerfile_is_three_lines_from_the_surreal_image() -> No
 
 
 def test_the_documented_user_image_runs_an_experiment_on_the_users_module(
-    engine: podkube.Engine, image: str, tmp_path: Path
+    engine: containers_run.Engine, image: str, tmp_path: Path
 ) -> None:
     """PPO learns LineWorld (size 10) in 40k env steps. 20k (about 10 updates of 2048 steps) was
     too few: its final eval spread from 7.0 to 13.3 over 7 runs. With 40k steps, seed 0, the same
@@ -50,8 +51,8 @@ def test_the_documented_user_image_runs_an_experiment_on_the_users_module(
         objects = render("lab", "--algo", "ppo", "--env", "line_world:LineWorld-v0", "--steps", "40000",
                          "--seed", "0", "--set", "env_kwargs.size=10", "--image", USER_IMAGE, tmp=tmp_path,
                          pythonpath=str(REPO / "tests" / "envs"))  # fmt: skip
-        plan = podkube.translate(objects, workdir=tmp_path)
-        with podkube.Run(plan, engine) as run:
+        plan = containers_plan.translate(objects, workdir=tmp_path)
+        with containers_run.Run(plan, engine) as run:
             run.wait_for("the run to end", lambda: run.status(probe=False)["phase"] == "Succeeded", 600)
             status = run.status()
     finally:

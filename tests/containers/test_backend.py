@@ -1,0 +1,153 @@
+"""`--backend containers` as a user runs it: the installed `surreal` creates, watches, scales and
+deletes an experiment whose rendered objects run as real containers; bad input is one line and
+leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from surreal.orchestrator.containers_run import Engine
+
+SURREAL = str(Path(sys.executable).parent / "surreal")
+pytestmark = pytest.mark.slow
+
+
+class Cli:
+    def __init__(self, home: Path, engine: Engine) -> None:
+        self.home = home
+        self.engine = engine
+        self.env = {**os.environ, "SURREAL_HOME": str(home)}
+
+    def run(self, *args: str, timeout: float = 120.0, ok: bool = True, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        proc = subprocess.run([SURREAL, *args], env=env or self.env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+        if ok:
+            assert proc.returncode == 0, f"surreal {' '.join(args)}: {proc.returncode}\n{proc.stderr}"
+        return proc
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(json.loads(self.run("status", name, "-o", "json").stdout))
+
+    def containers(self, name: str) -> list[str]:
+        """Containers of experiment `name` on this machine, running or not."""
+        out = self.engine(
+            "ps", "-a", "--filter", f"label=surreal.io/experiment={name}", "--format", "{{.Names}}"
+        )
+        return out.split()
+
+
+@pytest.fixture
+def cli(tmp_path: Path, engine: Engine, image: str) -> Iterator[Cli]:
+    c = Cli(tmp_path / "home", engine)
+    yield c
+    for exp in (c.home / "experiments").glob("*"):  # whatever a failed test left
+        c.run("delete", exp.name, ok=False)
+
+
+def wait_for(pred: Any, timeout: float, what: str, poll: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_create_solves_cartpole_then_list_status_logs_and_delete(cli: Cli) -> None:
+    """CartPole-v1, 100k steps, seed 1, in 5 containers. Final eval return measured over 10 runs
+    (tests/containers, `make repeat`): see docs/kubernetes.md; random play scores about 22."""
+    out = cli.run("create", "c1", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
+                  "--steps", "100000", "--seed", "1", "--backend", "containers", timeout=900.0)  # fmt: skip
+    assert "c1: Succeeded" in out.stderr, out.stderr
+    assert cli.containers("c1") == []  # the run is done: its containers are gone, its files stay
+    st = cli.status("c1")
+    assert (st["backend"], st["phase"], st["agents"]) == ("containers", "Succeeded", 2), st
+    assert st["env_steps"] >= 100_000 and st["eval_return"] >= 400.0, st
+    assert {c["role"] for c in st["components"]} == {"learner", "actor", "evaluator", "tensorboard"}
+    [row] = json.loads(cli.run("list", "-o", "json").stdout)
+    assert (row["name"], row["backend"], row["phase"]) == ("c1", "containers", "Succeeded"), row
+    learner_log = cli.run("logs", "c1", "learner").stdout
+    assert "run complete" in learner_log, learner_log[-2000:]
+    assert "connected to the learner at c1-learner:6000" in cli.run("logs", "c1", "actor-1").stdout
+    assert cli.run("delete", "c1").stdout.strip() == "experiment 'c1' deleted"
+    assert not (cli.home / "experiments" / "c1").exists() and cli.containers("c1") == []
+    assert cli.run("status", "c1", ok=False).returncode == 1
+
+
+def test_scale_starts_and_stops_actor_containers_and_the_learner_follows(cli: Cli) -> None:
+    cli.run("create", "sc", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--steps", "50000000",
+            "--backend", "containers", "--detach", timeout=300.0)  # fmt: skip
+    learner = "sc-learner-0"
+    wait_for(lambda: (cli.status("sc")["env_steps"] or 0) > 0, 300, "the run to make steps")
+    started = cli.engine("inspect", "--format", "{{.State.StartedAt}}", learner).strip()
+
+    assert "4 agents in 4 actor containers" in cli.run("scale", "sc", "--agents", "4", timeout=300.0).stdout
+    st = wait_for(lambda: (s := cli.status("sc"))["connected_actors"] == 4 and s, 300, "4 actors to connect")
+    assert st["agents"] == 4 and st["actor_pods"] == {"ready": 4, "total": 4}, st
+    assert st["wire_rejections"]["too_many_streams"] == 0, st
+
+    cli.run("scale", "sc", "--agents", "1", timeout=300.0)
+    st = wait_for(lambda: (s := cli.status("sc"))["connected_actors"] == 1 and s, 300, "3 actors to leave")
+    assert st["agents"] == 1 and st["actor_pods"]["total"] == 1 and st["phase"] == "Running", st
+    assert len([c for c in cli.containers("sc") if c.startswith("sc-actor-")]) == 1
+    # The same learner container, never restarted.
+    assert cli.engine("inspect", "--format", "{{.State.StartedAt}}", learner).strip() == started
+    assert cli.engine("inspect", "--format", "{{.RestartCount}}", learner).strip() == "0"
+    cli.run("delete", "sc", timeout=300.0)
+    assert cli.containers("sc") == []
+
+
+def test_no_engine_is_one_line_and_creates_nothing(cli: Cli, tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {**cli.env, "PATH": f"{empty}{os.pathsep}{Path(sys.executable).parent}"}
+    proc = cli.run("create", "ne", "--algo", "ppo", "--backend", "containers", ok=False, env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "surreal: error: no container engine: install podman (apt-get install podman runc) or start Docker"
+    ]
+    assert not (cli.home / "experiments" / "ne").exists()
+
+
+def test_a_missing_image_is_one_line_and_creates_nothing(cli: Cli) -> None:
+    proc = cli.run("create", "ni", "--algo", "ppo", "--backend", "containers", "--image",
+                   "localhost/surreal:no-such-tag", ok=False)  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "surreal: error: image localhost/surreal:no-such-tag is not in "
+        f"{cli.engine.name}'s store (build it: make image IMAGE=localhost/surreal:no-such-tag)"
+    ]
+    assert not (cli.home / "experiments" / "ni").exists() and cli.containers("ni") == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_a_foreground_create_removes_every_container(cli: Cli, sig: signal.Signals) -> None:
+    proc = subprocess.Popen([SURREAL, "create", "intr", "--algo", "ppo", "--steps", "50000000", "--backend",
+                             "containers"], env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for(lambda: proc.poll() is None and len(cli.containers("intr")) == 5, 300, "5 containers")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "intr: Stopped" in err, err
+    assert cli.containers("intr") == []
+    assert cli.status("intr")["phase"] == "Stopped"
+    network = json.loads((cli.home / "experiments" / "intr" / "containers.json").read_text())["plan"][
+        "network"
+    ]
+    assert network not in cli.engine("network", "ls", "--format", "{{.Name}}").split()
