@@ -5,6 +5,7 @@ YAML or JSON, or values that make helm/surreal render the same objects. Pure.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +22,7 @@ from surreal.orchestrator.kube_render import (
     render,
 )
 from surreal.provisioner import ROLES, NodePool, placement_for
-from surreal.spec import ExperimentSpec
+from surreal.spec import RESOLVED, ExperimentSpec
 
 
 class _Dumper(yaml.SafeDumper):
@@ -74,7 +75,12 @@ def helm_values(
     settings: RenderSettings | None = None,
 ) -> dict[str, Any]:
     """Values for helm/surreal that make the chart render what `render` renders for `spec`
-    (`surreal create ... --dry-run -o helm-values`); the release name is the experiment name."""
+    (`surreal create ... --dry-run -o helm-values`); the release name is the experiment name.
+    `resolved` is the spec file's section of what create found by resolving the environment,
+    which the chart copies into the spec so that no pod builds an environment to learn it. It is
+    left out for a spec without one (built by hand) and for infinite action bounds, which Helm
+    cannot read from a values file (YAML's .inf has no JSON form): the components then resolve
+    the environment at start, as with `helm install --set`."""
     settings = settings or RenderSettings()
     spec = kube_spec(spec)
     program = kube_program(spec)
@@ -90,6 +96,7 @@ def helm_values(
         }
 
     tb = {"requests": dict(TENSORBOARD_RESOURCES), "limits": dict(TENSORBOARD_RESOURCES)}
+    data = spec.to_dict()
     return {
         "algo": spec.algo,
         "env": spec.env,
@@ -102,7 +109,8 @@ def helm_values(
         "namespace": spec.namespace,
         "image": spec.image,
         "imagePullPolicy": settings.image_pull_policy,
-        "config": spec.to_dict()[spec.algo],
+        "config": data[spec.algo],
+        **({RESOLVED: data[RESOLVED]} if _helm_readable(data.get(RESOLVED)) else {}),
         "storage": {
             "type": settings.storage,
             "size": settings.storage_size,
@@ -113,6 +121,13 @@ def helm_values(
         "evaluator": role("evaluator", pods.default_resources(program.component("evaluator"))),
         "tensorboard": {"resources": _copy(settings.resources.get("tensorboard") or tb)},
     }
+
+
+def _helm_readable(resolved: Mapping[str, Any] | None) -> bool:
+    if resolved is None:
+        return False
+    bounds = [*(resolved["action_low"] or ()), *(resolved["action_high"] or ())]
+    return all(math.isfinite(b) for b in bounds)
 
 
 def _copy(resources: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:

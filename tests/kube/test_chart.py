@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,9 @@ import pytest
 import yaml
 from kube_support import CHART, make_spec
 
+from surreal.algorithms.common import envs
+from surreal.algorithms.es import presets as es_presets
+from surreal.algorithms.ppo import presets as ppo_presets
 from surreal.orchestrator import kube_output as ko
 from surreal.orchestrator import kube_render as kr
 from surreal.orchestrator.kube_pods import Placement
@@ -32,6 +38,21 @@ def render_chart(values: dict[str, Any], name: str = "exp1", namespace: str = "d
     ]
 
 
+class _Yaml12(yaml.SafeLoader):
+    """YAML 1.2 floats: Go's toYaml writes 1e-05, which YAML 1.1 (PyYAML) reads as a string
+    (load_spec_file converts it back; the spec data is compared here)."""
+
+
+_Yaml12.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
+
+
+def spec_data(config_map: dict[str, Any]) -> dict[str, Any]:
+    """The ConfigMap's spec.yaml as data: what a component reads, however it is written."""
+    return yaml.load(config_map["data"]["spec.yaml"], Loader=_Yaml12)
+
+
 def spec_of(config_map: dict[str, Any], tmp_path: Path, tag: str) -> ExperimentSpec:
     path = tmp_path / f"{tag}.yaml"
     path.write_text(config_map["data"]["spec.yaml"])
@@ -40,8 +61,9 @@ def spec_of(config_map: dict[str, Any], tmp_path: Path, tag: str) -> ExperimentS
 
 def normalized(objects: list[dict[str, Any]], tmp_path: Path, tag: str) -> dict:
     """Objects by (kind, name), with the parts that legitimately differ checked and blanked:
-    who manages them, the random token, and how the spec is written (compared as a spec)."""
-    out, spec = {}, None
+    who manages them, the random token, and how the spec is written (compared as a spec and as
+    data)."""
+    out, spec, data = {}, None, None
     for original in objects:
         obj = copy.deepcopy(original)
         for meta in _metadatas(obj):
@@ -50,10 +72,10 @@ def normalized(objects: list[dict[str, Any]], tmp_path: Path, tag: str) -> dict:
             assert len(obj["stringData"]["token"]) >= 32
             obj["stringData"]["token"] = "<token>"
         if obj["kind"] == "ConfigMap":
-            spec = spec_of(obj, tmp_path, tag)
+            spec, data = spec_of(obj, tmp_path, tag), spec_data(obj)
             obj["data"]["spec.yaml"] = "<spec>"
         out[(obj["kind"], obj["metadata"]["name"])] = obj
-    return {"objects": out, "spec": spec}
+    return {"objects": out, "spec": spec, "data": data}
 
 
 def _metadatas(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -65,12 +87,20 @@ def _metadatas(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def assert_same(cli: list[dict], chart: list[dict], tmp_path: Path) -> None:
+def assert_same(cli: list[dict], chart: list[dict], tmp_path: Path, *, cli_values: bool = True) -> None:
+    """`cli_values`: the chart was given the CLI's helm-values, and so writes the CLI's spec.yaml
+    (the same data, `resolved` section included); otherwise (--set) a partial spec without one
+    that the components complete, the same spec once loaded."""
     for obj in chart:
         for meta in _metadatas(obj):
             assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
     a, b = normalized(cli, tmp_path, "cli"), normalized(chart, tmp_path, "chart")
     assert a["spec"] == b["spec"]
+    assert "resolved" in a["data"]
+    if cli_values:
+        assert b["data"] == a["data"]
+    else:
+        assert "resolved" not in b["data"]
     assert sorted(a["objects"]) == sorted(b["objects"])
     for key, obj in a["objects"].items():
         assert b["objects"][key] == obj, key
@@ -109,6 +139,9 @@ def test_chart_renders_the_cli_objects_for_the_same_values(case: str, tmp_path: 
     cli = kr.render(spec, placement, token="t" * 43, settings=settings)
     chart = render_chart(ko.helm_values(spec, placement, settings), namespace="elsewhere")
     assert_same(cli, chart, tmp_path)
+    # helm install -f values-from-cli: the printed file, as Helm reads it.
+    printed = ko.dry_run(spec, "helm-values", token="unused", placement=placement, settings=settings)
+    assert_same(cli, render_chart(helm.values_from_yaml(printed), namespace="elsewhere"), tmp_path)
 
 
 def test_every_algorithm_renders_the_same(algo: str, tmp_path: Path) -> None:
@@ -121,7 +154,7 @@ def test_helm_install_with_set_algo_and_agents_deploys_what_the_cli_creates(tmp_
     # helm install exp1 helm/surreal --set algo=ppo,agents=512: no CLI, no values file.
     chart = render_chart(helm.parse_set_string("algo=ppo,agents=512"))
     cli = kr.render(make_spec(algo="ppo", agents=512), token="t" * 43)
-    assert_same(cli, chart, tmp_path)
+    assert_same(cli, chart, tmp_path, cli_values=False)
     for obj in chart:
         kubernetes_validate.validate(obj, "1.33", strict=True)
 
@@ -131,11 +164,39 @@ def test_the_chart_writes_a_partial_spec_that_components_resolve(tmp_path: Path)
     text = chart_config_map(chart)["data"]["spec.yaml"]
     assert "minibatch_size" not in text  # the preset is not copied into the chart
     assert "steps" not in text  # nor its step budget, which follows the agents
+    assert "resolved" not in text  # nor a resolved env: each component resolves it at start
     resolved = spec_of(chart_config_map(chart), tmp_path, "partial")
     assert resolved.config.epochs == 3 and resolved.env == "CartPole-v1"
     cli = make_spec(agents=4)
     assert resolved.config.minibatch_size == cli.config.minibatch_size
     assert resolved.steps == cli.steps
+
+
+def test_the_cli_values_give_the_pods_the_resolved_env_so_none_builds_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = make_spec(env="Pendulum-v1", agents=4, overrides={"env_kwargs.g": "9.81"})
+    values = helm.values_from_yaml(ko.dry_run(spec, "helm-values", token="unused"))
+    assert values["resolved"] == spec.to_dict()["resolved"]
+    config_map = chart_config_map(render_chart(values))
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"an environment was resolved or built: {args!r}")
+
+    for module in (envs, ppo_presets, es_presets):
+        monkeypatch.setattr(module, "resolve_env", refuse)
+    monkeypatch.setattr(envs, "make_raw", refuse)
+    assert spec_of(config_map, tmp_path, "resolved") == kr.kube_spec(spec)
+
+
+def test_infinite_action_bounds_leave_resolved_to_the_components() -> None:
+    # Helm reads no .inf from a values file; the pods resolve the env at start, as with --set.
+    spec = make_spec(env="Pendulum-v1")
+    unbounded = dataclasses.replace(spec.resolved, action_low=(-math.inf,), action_high=(math.inf,))
+    printed = ko.dry_run(dataclasses.replace(spec, resolved=unbounded), "helm-values", token="unused")
+    values = helm.values_from_yaml(printed)
+    assert "resolved" not in values and values["env"] == "Pendulum-v1"
+    assert "resolved" not in spec_data(chart_config_map(render_chart(values)))
 
 
 def chart_config_map(objects: list[dict]) -> dict:
@@ -152,7 +213,14 @@ def test_helm_lint_passes_strictly() -> None:
 def test_values_schema_rejects_bad_values() -> None:
     with helm.Chart.load(CHART) as chart:
         chart.validate_schema(chart.values)
-        for bad in ({"agents": 0}, {"agents": "many"}, {"storage": {"type": "nfs"}}, {"agent": 3}):
+        for bad in (
+            {"agents": 0},
+            {"agents": "many"},
+            {"storage": {"type": "nfs"}},
+            {"agent": 3},
+            {"resolved": {"obs_dim": 4}},
+            {"resolved": {"envs": "CartPole-v1"}},
+        ):
             with pytest.raises(helm.HelmValuesError):
                 chart.validate_schema(chart.merge_values(bad))
 
