@@ -39,7 +39,7 @@ from surreal.orchestrator.containers_plan import (
 )
 from surreal.orchestrator.containers_run import Engine, Run, engine_for, make_host_path, remove_run
 from surreal.orchestrator.home import HomeLauncher, wait_until
-from surreal.orchestrator.launcher import Launched, LauncherError, Placement, Watcher
+from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
 from surreal.orchestrator.supervisor import LOG_DIR, write_json_atomic
 from surreal.spec import ExperimentSpec, load_yaml_file
 
@@ -63,25 +63,23 @@ class ContainersLauncher(HomeLauncher):
     def dry_run(self, spec: ExperimentSpec, output: str, placement: Placement) -> str:
         self.check_placement(placement)
         if output == "helm-values":
-            raise LauncherError("-o helm-values needs --backend kube")
+            raise UsageError("-o helm-values needs --backend kube")
         try:
             return kube_output.dry_run(spec, output, token=kube_render.new_token())
         except kube_render.RenderError as exc:
-            raise LauncherError(str(exc)) from None
+            raise UsageError(str(exc)) from None
 
     def create(
         self, spec: ExperimentSpec, *, detach: bool, placement: Placement, watch: Watcher | None = None
     ) -> Launched:
         self.check_placement(placement)
         if spec.gpu:
-            raise ContainersError(
-                "--gpu needs a cluster (containers here run on the CPU): use --backend kube"
-            )
+            raise UsageError("--gpu needs a cluster (containers here run on the CPU): use --backend kube")
         engine = self.engine()
         try:
             objects = kube_render.render(spec, token=kube_render.new_token())
         except kube_render.RenderError as exc:
-            raise LauncherError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         image = kube_render.kube_spec(spec).image
         if not engine.image_exists(image):
             raise ContainersError(

@@ -16,7 +16,14 @@ from typing import Any
 
 from surreal.orchestrator import experiments as exps
 from surreal.orchestrator import local
-from surreal.orchestrator.launcher import Forward, Launcher, LauncherError, Placement, check_port_free
+from surreal.orchestrator.launcher import (
+    Forward,
+    Launcher,
+    LauncherError,
+    Placement,
+    UsageError,
+    check_port_free,
+)
 from surreal.spec import ExperimentSpec, load_yaml_file
 
 
@@ -53,7 +60,7 @@ class HomeLauncher(Launcher):
 
     def check_placement(self, placement: Placement) -> None:
         if placement.given:
-            raise LauncherError("--pools and --provider place pods on a cluster: they need --backend kube")
+            raise UsageError("--pools and --provider place pods on a cluster: they need --backend kube")
 
     def list_experiments(self) -> list[dict[str, Any]]:
         rows = []

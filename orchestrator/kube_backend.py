@@ -14,8 +14,8 @@ from surreal.orchestrator.launcher import (
     Forward,
     Launched,
     Launcher,
-    LauncherError,
     Placement,
+    UsageError,
     Watcher,
     check_port_free,
 )
@@ -49,14 +49,14 @@ class KubeBackend(Launcher):
                 pools = prov.default_pools(placement.provider or "")
             return kube_output.placements(spec, pools, placement.provider)
         except ValueError as exc:
-            raise LauncherError(str(exc)) from None
+            raise UsageError(str(exc)) from None
 
     def dry_run(self, spec: ExperimentSpec, output: str, placement: Placement) -> str:
         where = self.placement(spec, placement)
         try:
             return kube_output.dry_run(spec, output, token=_token(), placement=where)
         except kube_render.RenderError as exc:
-            raise LauncherError(str(exc)) from None
+            raise UsageError(str(exc)) from None
 
     def create(
         self, spec: ExperimentSpec, *, detach: bool, placement: Placement, watch: Watcher | None = None
@@ -65,7 +65,7 @@ class KubeBackend(Launcher):
         try:
             kube_render.check_capacity(spec)
         except kube_render.RenderError as exc:
-            raise LauncherError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         self.kube.create(spec, token=_token(), placement=where)
         return Launched(
             spec.name,

@@ -34,6 +34,15 @@ class LauncherError(RuntimeError):
     """An operation a launcher cannot do; str(error) is the one line to show, and nothing the
     operation started is left behind."""
 
+    exit_code = 1
+
+
+class UsageError(LauncherError):
+    """A request that cannot be right on this backend, whatever the machine (exit code 2, as for
+    other bad command lines)."""
+
+    exit_code = 2
+
 
 class Forward(Protocol):
     """A server reachable on this machine until closed (TensorBoard, locally or forwarded)."""

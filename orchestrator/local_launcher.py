@@ -11,7 +11,7 @@ from surreal.orchestrator import experiments as exps
 from surreal.orchestrator import local
 from surreal.orchestrator.components import ACTOR_ROLE
 from surreal.orchestrator.home import HomeLauncher, wait_until
-from surreal.orchestrator.launcher import Launched, LauncherError, Placement, Watcher
+from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
 from surreal.orchestrator.program import local_split, rescaled
 from surreal.orchestrator.supervisor import TERMINAL_PHASES
 from surreal.spec import ExperimentSpec
@@ -27,7 +27,7 @@ class LocalLauncher(HomeLauncher):
     def dry_run(self, spec: ExperimentSpec, output: str, placement: Placement) -> str:
         self.check_placement(placement)
         if output == "helm-values":
-            raise LauncherError("-o helm-values needs --backend kube")
+            raise UsageError("-o helm-values needs --backend kube")
         return json.dumps(spec.to_dict(), indent=2) + "\n" if output == "json" else spec.to_yaml()
 
     def create(

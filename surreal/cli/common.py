@@ -49,11 +49,12 @@ def launcher_for(backend: str, namespace: str = "default", context: str | None =
 
 
 def call(fn: Callable[..., T], *args: Any, code: int = 1, **kwargs: Any) -> T:
-    """Run a launcher operation; its typed error becomes one line and exit `code`."""
+    """Run a launcher operation; its typed error becomes one line and exit `code` (2 for a usage
+    error, whatever `code`)."""
     try:
         return fn(*args, **kwargs)
     except LauncherError as exc:
-        fail(str(exc), code=code)
+        fail(str(exc), code=max(code, exc.exit_code))
 
 
 class ProgressLine:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,28 @@ def test_dry_run_prints_the_validated_spec_and_creates_nothing(tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     assert "env: Pendulum-v1" in result.stdout and "epochs: 3" in result.stdout
     assert created(home) == []
+
+
+def test_a_taken_tensorboard_port_is_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "experiments" / "tb1" / "tb").mkdir(parents=True)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run(home, "tensorboard", "tb1", "--port", str(port))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"surreal: error: port {port} on 127.0.0.1 is taken (pick another with --port)"
+    ]
+
+
+@pytest.mark.parametrize("backend", ["containers", "local"])
+def test_placement_flags_need_the_kube_backend(tmp_path: Path, backend: str) -> None:
+    result = run(
+        tmp_path / "home", "create", "p1", "--algo", "ppo", "--backend", backend, "--provider", "gke"
+    )
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "surreal: error: --pools and --provider place pods on a cluster: they need --backend kube"
+    ]
+    assert created(tmp_path / "home") == []
