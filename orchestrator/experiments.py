@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from surreal.algorithms.common.serving import SCALE_FILE, read_scale
+from surreal.algorithms.common.scale import SCALE_FILE, read_scale
 from surreal.orchestrator import local
 from surreal.orchestrator.components import Program
 from surreal.orchestrator.launcher import LauncherError
@@ -147,7 +147,7 @@ def run_detached(exp_dir: Path) -> int:
 
 
 def write_scale(exp_dir: Path, agents: int) -> None:
-    """The agent count the learner in `exp_dir` follows from now on (serving.SCALE_FILE)."""
+    """The agent count the learner in `exp_dir` follows from now on (scale.SCALE_FILE)."""
     write_json_atomic(exp_dir / SCALE_FILE, {"agents": agents})
 
 

@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from surreal.orchestrator import experiments as exps
 from surreal.orchestrator import local
@@ -24,7 +24,9 @@ from surreal.orchestrator.launcher import (
     UsageError,
     check_port_free,
 )
-from surreal.spec import ExperimentSpec, load_yaml_file
+from surreal.spec import load_yaml_file
+
+T = TypeVar("T")
 
 
 class HomeLauncher(Launcher):
@@ -127,18 +129,10 @@ class HomeLauncher(Launcher):
     def tb_dir(self, exp_dir: Path) -> Path: ...
 
 
-def spec_status(spec: ExperimentSpec | dict[str, Any]) -> dict[str, Any]:
-    """The identity fields of the status contract from a spec (object or its YAML dict)."""
-    data = spec.to_dict() if isinstance(spec, ExperimentSpec) else spec
-    return {k: data.get(k) for k in ("name", "algo", "env", "backend", "agents")} | {
-        "target_steps": data.get("steps")
-    }
-
-
 class LocalTensorBoard:
     """`tensorboard --logdir DIR` on 127.0.0.1:PORT, as a child process stopped by `close`."""
 
-    def __init__(self, tb_dir: Path, port: int, wait_seconds: float = 60.0) -> None:
+    def __init__(self, tb_dir: Path, port: int) -> None:
         self.address = f"127.0.0.1:{port}"
         argv = [sys.executable, "-m", "tensorboard.main", "--logdir", str(tb_dir), "--host", "127.0.0.1",
                 "--port", str(port)]  # fmt: skip
@@ -159,10 +153,11 @@ class LocalTensorBoard:
                 self._proc.wait()
 
 
-def wait_until(what: str, predicate: Any, timeout: float, poll: float = 0.2) -> None:
-    """Wait for a condition, or raise LauncherError naming it."""
+def wait_until(what: str, predicate: Callable[[], T], timeout: float, poll: float = 0.2) -> T:
+    """Wait for a condition and return its (truthy) value, or raise LauncherError naming it."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not (value := predicate()):
         if time.monotonic() > deadline:
             raise LauncherError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(poll)
+    return value

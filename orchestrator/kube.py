@@ -24,7 +24,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from surreal.algorithms.common.serving import SCALE_FILE
+from surreal.algorithms.common.scale import SCALE_FILE
 from surreal.orchestrator import kube_render as kr
 from surreal.orchestrator import kube_status as ks
 from surreal.orchestrator.kube_errors import (

@@ -9,23 +9,23 @@ up, and on Kubernetes keep serving status until the pod goes.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
-import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 from surreal.algorithms.common.checkpoint import write_json
 from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import Policy, evaluate
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
+from surreal.algorithms.common.scale import (
+    SCALE_FILE,
+    read_scale,
+)
 from surreal.protocol.codec import TensorSpec
-from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.server import LearnerServer
 from surreal.protocol.types import EvalReport, Fragment, Params
 
@@ -33,72 +33,13 @@ log = logging.getLogger(__name__)
 
 
 SPARE_STREAMS = 8  # streams of restarted workers that the server has not yet seen close
+SCALE_CHECK_SECONDS = 1.0  # how often the learner looks at SCALE_FILE (a stat)
 
 
 def max_streams(num_agents: int) -> int:
     """Experience streams a learner accepts: one per worker, and every worker hosts at least one
     agent on any backend; plus streams of restarted workers not yet seen closing."""
     return num_agents + SPARE_STREAMS
-
-
-# `surreal scale NAME --agents N` reaches a running learner through this file in its experiment
-# directory (beside status.json): JSON {"agents": N}, written atomically (a temporary file in the
-# same folder, then os.replace) by the launcher; missing until the first scale, and then the
-# spec's count holds. The learner checks it about once a second and at start (a learner restarted
-# after a scale keeps the scaled count).
-SCALE_FILE = "scale.json"
-MAX_SCALE_BYTES = 4096  # a longer file is not one the launcher wrote: it is refused unread
-MAX_SCALE_AGENTS = 1_000_000  # beyond this a count is refused (it would size hand-outs absurdly)
-SCALE_CHECK_SECONDS = 1.0
-
-# Whoever can write the experiment directory can write this file: a bad one is logged once, then
-# summarized at a bounded rate, and ignored.
-_scale_rejections = RejectionLog(log, "scale file", interval=60.0)
-
-
-def read_scale(exp_dir: Path | str) -> int | None:
-    """The agent count `surreal scale` asked for (`exp_dir/SCALE_FILE`), or None when there is
-    none: the file is missing, or it is not a regular file of JSON {"agents": N} with N an integer
-    in [1, MAX_SCALE_AGENTS] (then the problem is logged at a bounded rate). Never raises, and
-    never blocks: a FIFO or a device in its place is refused unread."""
-    agents, problem = _read_scale(Path(exp_dir) / SCALE_FILE)
-    if problem is not None:
-        _scale_rejections.note(SCALE_FILE, "invalid", f"{problem}; the agent count is left as it is")
-    return agents
-
-
-def _read_scale(path: Path) -> tuple[int | None, str | None]:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None, None
-    except OSError as e:
-        return None, f"cannot open it: {e.strerror or e}"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, "not a regular file"
-        data = os.read(fd, MAX_SCALE_BYTES + 1)
-    except OSError as e:
-        return None, f"cannot read it: {e.strerror or e}"
-    finally:
-        os.close(fd)
-    return parse_scale(data)
-
-
-def parse_scale(data: bytes) -> tuple[int | None, str | None]:
-    """(agents, None) for the bytes of a valid scale file, else (None, why not)."""
-    if len(data) > MAX_SCALE_BYTES:
-        return None, f"longer than {MAX_SCALE_BYTES} bytes"
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None, "not JSON"
-    agents = doc.get("agents") if isinstance(doc, dict) else None
-    if not isinstance(agents, int) or isinstance(agents, bool):
-        return None, 'not {"agents": <integer>}'
-    if not 1 <= agents <= MAX_SCALE_AGENTS:
-        return None, f"agents must be in [1, {MAX_SCALE_AGENTS}], got {agents}"
-    return agents, None
 
 
 def initial_agents(ctx: RunContext) -> int:

@@ -12,17 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+import surreal.algorithms.common.scale as scale
 import surreal.algorithms.common.serving as serving
 from surreal.algorithms.common.run import RunContext, progress_extras
-from surreal.algorithms.common.serving import (
-    MAX_SCALE_AGENTS,
-    MAX_SCALE_BYTES,
-    SCALE_FILE,
-    ServingLoop,
-    initial_agents,
-    max_streams,
-    read_scale,
-)
+from surreal.algorithms.common.scale import MAX_SCALE_AGENTS, MAX_SCALE_BYTES, SCALE_FILE, read_scale
+from surreal.algorithms.common.serving import ServingLoop, initial_agents, max_streams
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import EvalReport, Params
 
@@ -37,7 +31,8 @@ def write_scale(exp_dir: Path, content: str | bytes) -> None:
 @pytest.fixture(autouse=True)
 def fresh_rejection_log(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test sees the first bad file logged (the module's log is shared by the process)."""
-    monkeypatch.setattr(serving, "_scale_rejections", RejectionLog(serving.log, "scale file", interval=60.0))
+    rejections = RejectionLog(scale.log, "scale file", interval=60.0)
+    monkeypatch.setattr(scale, "_rejections", lambda: rejections)
 
 
 def test_a_missing_file_means_no_scale(tmp_path: Path) -> None:
@@ -111,7 +106,7 @@ def test_a_regular_file_behind_a_symlink_counts(tmp_path: Path) -> None:
 
 
 def test_bad_files_are_logged_once_then_at_a_bounded_rate(tmp_path: Path, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger=serving.log.name)
+    caplog.set_level(logging.WARNING, logger=scale.log.name)
     for i in range(200):
         write_scale(tmp_path, f'{{"agents": -{i}, "junk": "{"x" * 1000}\n\x1b[2J"}}')
         assert read_scale(tmp_path) is None

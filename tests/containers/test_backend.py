@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from surreal.orchestrator.containers_run import Engine
+from surreal.orchestrator.home import wait_until
 
 SURREAL = str(Path(sys.executable).parent / "surreal")
 pytestmark = pytest.mark.slow
@@ -55,16 +55,6 @@ def cli(tmp_path: Path, engine: Engine, image: str) -> Iterator[Cli]:
         c.run("delete", exp.name, ok=False)
 
 
-def wait_for(pred: Any, timeout: float, what: str, poll: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def test_create_solves_cartpole_then_list_status_logs_and_delete(cli: Cli) -> None:
     """CartPole-v1, 100k steps, seed 1, in 5 containers. Final eval return measured over 10 runs
     (tests/containers, `make repeat`): see docs/kubernetes.md; random play scores about 22."""
@@ -90,16 +80,20 @@ def test_scale_starts_and_stops_actor_containers_and_the_learner_follows(cli: Cl
     cli.run("create", "sc", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--steps", "50000000",
             "--backend", "containers", "--detach", timeout=300.0)  # fmt: skip
     learner = "sc-learner-0"
-    wait_for(lambda: (cli.status("sc")["env_steps"] or 0) > 0, 300, "the run to make steps")
+    wait_until("the run to make steps", lambda: (cli.status("sc")["env_steps"] or 0) > 0, 300, poll=1.0)
     started = cli.engine("inspect", "--format", "{{.State.StartedAt}}", learner).strip()
 
     assert "4 agents in 4 actor containers" in cli.run("scale", "sc", "--agents", "4", timeout=300.0).stdout
-    st = wait_for(lambda: (s := cli.status("sc"))["connected_actors"] == 4 and s, 300, "4 actors to connect")
+    st = wait_until(
+        "4 actors to connect", lambda: (s := cli.status("sc"))["connected_actors"] == 4 and s, 300, 1.0
+    )
     assert st["agents"] == 4 and st["actor_pods"] == {"ready": 4, "total": 4}, st
     assert st["wire_rejections"]["too_many_streams"] == 0, st
 
     cli.run("scale", "sc", "--agents", "1", timeout=300.0)
-    st = wait_for(lambda: (s := cli.status("sc"))["connected_actors"] == 1 and s, 300, "3 actors to leave")
+    st = wait_until(
+        "3 actors to leave", lambda: (s := cli.status("sc"))["connected_actors"] == 1 and s, 300, 1.0
+    )
     assert st["agents"] == 1 and st["actor_pods"]["total"] == 1 and st["phase"] == "Running", st
     assert len([c for c in cli.containers("sc") if c.startswith("sc-actor-")]) == 1
     # The same learner container, never restarted.
@@ -138,7 +132,7 @@ def test_interrupting_a_foreground_create_removes_every_container(cli: Cli, sig:
                              "containers"], env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, stdin=subprocess.DEVNULL)  # fmt: skip
     try:
-        wait_for(lambda: proc.poll() is None and len(cli.containers("intr")) == 5, 300, "5 containers")
+        wait_until("5 containers", lambda: proc.poll() is None and len(cli.containers("intr")) == 5, 300, 1.0)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=300)
     finally:

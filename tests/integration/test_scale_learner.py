@@ -23,7 +23,7 @@ import pytest
 
 import surreal.algorithms.common.serving as serving
 from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.common.serving import SCALE_FILE
+from surreal.algorithms.common.scale import SCALE_FILE
 from surreal.algorithms.es.actor import run_actor
 from surreal.algorithms.es.learner import run_learner
 from surreal.algorithms.es.presets import preset_for
