@@ -74,8 +74,10 @@ def test_a_new_program_starts_stops_and_restarts_actors_but_never_the_learner(tm
         wait_for(
             lambda: gone(after["actor-1"]["pid"]) and gone(after["actor-2"]["pid"]), what="retired actors"
         )
-        log = (tmp_path / "logs" / "actor-2.log").read_text()
-        assert "no longer in the program" in log and "retired" in log
+        # The supervisor notes the retirement once it has reaped the process (after `gone`).
+        log = tmp_path / "logs" / "actor-2.log"
+        wait_for(lambda: "retired" in log.read_text(), what="the retirement in actor-2's log")
+        assert "no longer in the program; stopping (SIGTERM)" in log.read_text()
         assert running(tmp_path, "learner")["learner"]["pid"] == before["learner"]["pid"]
     finally:
         (tmp_path / "done").touch()
