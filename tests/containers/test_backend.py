@@ -56,8 +56,9 @@ def cli(tmp_path: Path, engine: Engine, image: str) -> Iterator[Cli]:
 
 
 def test_create_solves_cartpole_then_list_status_logs_and_delete(cli: Cli) -> None:
-    """CartPole-v1, 100k steps, seed 1, in 5 containers. Final eval return measured over 10 runs
-    (tests/containers, `make repeat`): see docs/kubernetes.md; random play scores about 22."""
+    """CartPole-v1, 100k steps, seed 1, in 5 containers. Final eval return over 10 runs of this
+    command (2-core machine): min 500.0, median 500.0; the bar 400 keeps a margin below that, and
+    random play scores about 22."""
     out = cli.run("create", "c1", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
                   "--steps", "100000", "--seed", "1", "--backend", "containers", timeout=900.0)  # fmt: skip
     assert "c1: Succeeded" in out.stderr, out.stderr
