@@ -14,6 +14,7 @@ containers until `surreal delete`, as pods on a cluster do today.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import signal
@@ -28,7 +29,7 @@ from typing import Any
 import yaml
 
 from surreal.orchestrator import experiments as exps
-from surreal.orchestrator import kube_output, kube_render, kube_status, local
+from surreal.orchestrator import kube_output, kube_render, kube_status
 from surreal.orchestrator.containers_plan import (
     ContainersError,
     Plan,
@@ -38,7 +39,7 @@ from surreal.orchestrator.containers_plan import (
     translate,
 )
 from surreal.orchestrator.containers_run import Engine, Run, engine_for, make_host_path, remove_run
-from surreal.orchestrator.home import HomeLauncher, wait_until
+from surreal.orchestrator.home import HomeLauncher, tail_log, wait_until
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
 from surreal.orchestrator.supervisor import LOG_DIR, write_json_atomic
 from surreal.spec import ExperimentSpec, load_yaml_file
@@ -94,42 +95,47 @@ class ContainersLauncher(HomeLauncher):
 
         exp_dir = exps.create_dir(spec, self.home, write)
         run = Run(plan, engine)
-        try:
-            with _interrupts():
+        with _interrupts():  # from here on SIGTERM and SIGHUP end the wait as Ctrl-C does
+            try:
                 run.start()
-        except BaseException:
-            run.close()
-            _remove_tree(exp_dir, engine)
-            raise
-        if detach:
-            return Launched(
-                spec.name,
-                f"experiment {spec.name!r} started in {len(plan.pods)} {engine.name} containers; "
-                f"`surreal status {spec.name}`",
-            )
-        if watch is not None:
-            watch.started(
-                f"experiment {spec.name!r}: {spec.algo} on {spec.env}, {spec.agents} agents in "
-                f"{len(plan.pods)} {engine.name} containers ({image}), {spec.steps:,} steps; "
-                f"files in {exp_dir}"
-            )
-        return Launched(spec.name, "", phase=self._wait(exp_dir, run, watch))
+            except BaseException:
+                with _shielded():
+                    run.close()
+                    _remove_tree(exp_dir, engine)
+                raise
+            if detach:
+                return Launched(
+                    spec.name,
+                    f"experiment {spec.name!r} started in {len(plan.pods)} {engine.name} containers; "
+                    f"`surreal status {spec.name}`",
+                )
+            if watch is not None:
+                watch.started(
+                    f"experiment {spec.name!r}: {spec.algo} on {spec.env}, {spec.agents} agents in "
+                    f"{len(plan.pods)} {engine.name} containers ({image}), {spec.steps:,} steps; "
+                    f"files in {exp_dir}"
+                )
+            return Launched(spec.name, "", phase=self._wait(exp_dir, run, watch))
 
     def _wait(self, exp_dir: Path, run: Run, watch: Watcher | None) -> str:
-        """Until the learner reports the run done, a container crash-loops, or Ctrl-C/SIGTERM;
-        then keep the logs and remove the containers. Returns the final phase."""
+        """Until the learner reports the run done, a container crash-loops, the containers or the
+        experiment's folder are removed from elsewhere (`surreal delete`), or Ctrl-C/SIGTERM; then
+        keep the logs and remove the containers. Returns the final phase."""
         phase, problem = "Failed", ""
         try:
-            with _interrupts():
-                while True:
-                    run.check_crash_loops()
-                    metrics = learner_metrics(run.plan)
-                    if watch is not None:
-                        watch.tick(metrics)
-                    if kube_status.phase(run.pods(probe=False), metrics) in ("Succeeded", "Failed"):
-                        phase = kube_status.phase(run.pods(probe=False), metrics)
-                        break
-                    time.sleep(POLL_SECONDS)
+            while True:
+                run.check_crash_loops()
+                pods = run.pods(probe=False)
+                if not exp_dir.exists() or all(_never_seen(p) for p in pods):
+                    phase, problem = "Stopped", "its containers or its folder were removed meanwhile"
+                    break
+                metrics = learner_metrics(run.plan)
+                if watch is not None:
+                    watch.tick(metrics)
+                if (now := kube_status.phase(pods, metrics)) in ("Succeeded", "Failed"):
+                    phase = now
+                    break
+                time.sleep(POLL_SECONDS)
         except KeyboardInterrupt:
             phase = "Stopped"
         except ContainersError as exc:
@@ -144,17 +150,27 @@ class ContainersLauncher(HomeLauncher):
 
     def _finish(self, exp_dir: Path, run: Run, phase: str, problem: str) -> None:
         """Keep every container's log and the components' last state, then remove the containers
-        and the network; the claim stays."""
-        components = kube_status.components(run.pods(probe=False))
-        if phase in ("Succeeded", "Stopped"):
-            components = [dict(c, state=phase) for c in components]
-        (exp_dir / LOG_DIR).mkdir(exist_ok=True)
-        for pod in run.started:
-            (exp_dir / LOG_DIR / f"{pod.name}.log").write_text(run.logs(pod))
-        run.close(keep_volumes=True)
-        record = read_record(exp_dir)
-        record.update(phase=phase, problem=problem, ended_at=time.time(), components=components)
-        write_json_atomic(exp_dir / RECORD, record)
+        and the network (always, and deaf to further signals while it does); the claim stays."""
+        with _shielded():
+            components: list[dict[str, Any]] = []
+            try:
+                if exp_dir.exists():
+                    # actors that `scale` added since the start are in the record's plan
+                    run.started = list(plan_from_dict(read_record(exp_dir)["plan"]).pods)
+                    components = kube_status.components(run.pods(probe=False))
+                    if phase in ("Succeeded", "Stopped"):
+                        components = [dict(c, state=phase) for c in components]
+                    (exp_dir / LOG_DIR).mkdir(exist_ok=True)
+                    for pod in run.started:
+                        (exp_dir / LOG_DIR / f"{pod.name}.log").write_text(run.logs(pod))
+            except (LauncherError, OSError) as exc:
+                problem = problem or f"could not keep the logs: {exc}"
+            finally:
+                run.close(keep_volumes=True)
+            if exp_dir.exists():
+                record = read_record(exp_dir)
+                record.update(phase=phase, problem=problem, ended_at=time.time(), components=components)
+                write_json_atomic(exp_dir / RECORD, record)
 
     # --- observation -----------------------------------------------------------------------
 
@@ -181,7 +197,7 @@ class ContainersLauncher(HomeLauncher):
         if "phase" in record:
             pods = [_pod_view(c["name"], c["role"]) for c in record["components"]]
             pod, _ = kube_status.pick_pod(pods, component, exp_dir.name)
-            return local.tail_log(exp_dir, pod, lines=lines)
+            return tail_log(exp_dir, pod, lines=lines)
         pods = [_pod_view(p.name, p.role) for p in plan.pods]
         pod, _ = kube_status.pick_pod(pods, component, exp_dir.name)
         return _engine_logs(self._engine_of(record), pod, follow=follow, lines=lines)
@@ -208,9 +224,11 @@ class ContainersLauncher(HomeLauncher):
             )
         engine = self._engine_of(record)
         plan = plan_from_dict(record["plan"])
+        if learner_metrics(plan).get("done"):
+            raise LauncherError(f"experiment {name!r} has done its steps; nothing to scale")
         exps.write_scale(claim_dir(plan), agents)
         wait_until(
-            f"the learner of {name!r} to take {agents} agents",
+            f"the learner of {name!r} to take {agents} agents (scale.json holds the count)",
             lambda: learner_metrics(plan).get("agents") == agents or bool(learner_metrics(plan).get("done")),
             SCALE_WAIT_SECONDS,
         )
@@ -220,39 +238,47 @@ class ContainersLauncher(HomeLauncher):
             if obj["kind"] == "Deployment" and obj["metadata"]["name"] == actor:
                 obj["spec"]["replicas"] = agents // per_pod
         actors = [p for p in plan.pods if p.workload == actor]
-        wanted = [
-            p
-            for p in translate(objects, workdir=plan.workdir, run_id=plan.run_id).pods
-            if p.workload == actor
-        ]
-        keep = actors[: len(wanted)]
-        for pod in wanted[len(actors) :]:
-            for host in pod.paths:
-                make_host_path(host)
-            engine("run", "--detach", *pod.args, pod.image, *pod.command)
-            keep.append(pod)
-        gone = actors[len(wanted) :]
-        if gone:
-            engine("rm", "--force", "--time", str(STOP_SECONDS), *(p.name for p in gone), timeout=120)
-        pods = tuple([p for p in plan.pods if p.workload != actor] + keep)
-        record["plan"] = plan_to_dict(Plan(**{**plan.__dict__, "pods": pods}))
-        (exp_dir / OBJECTS).write_text(kube_output.to_yaml(objects))
-        write_json_atomic(exp_dir / RECORD, record)
-        return f"experiment {name!r}: {agents} agents in {len(keep)} actor containers"
+        pods = translate(objects, workdir=plan.workdir, run_id=plan.run_id).pods
+        wanted = [p for p in pods if p.workload == actor]
+        kept, started = list(actors), []
+        try:
+            for pod in wanted[len(actors) :]:
+                for host in pod.paths:
+                    make_host_path(host)
+                engine("run", "--detach", *pod.args, pod.image, *pod.command)
+                started.append(pod)
+            gone = actors[len(wanted) :]
+            if gone:
+                run = Run(plan, engine, started=gone)
+                for pod in gone:  # their logs stay readable, as at the end of a run
+                    (exp_dir / LOG_DIR).mkdir(exist_ok=True)
+                    (exp_dir / LOG_DIR / f"{pod.name}.log").write_text(run.logs(pod))
+                engine("rm", "--force", "--time", str(STOP_SECONDS), *(p.name for p in gone), timeout=120)
+                kept = actors[: len(wanted)]
+        finally:  # whatever was started is recorded, so `delete` and the next scale see it
+            latest = read_record(exp_dir)
+            others = [p for p in plan.pods if p.workload != actor]
+            latest["plan"] = plan_to_dict(dataclasses.replace(plan, pods=tuple(others + kept + started)))
+            write_json_atomic(exp_dir / RECORD, latest)
+            (exp_dir / OBJECTS).write_text(kube_output.to_yaml(objects))
+        return f"experiment {name!r}: {agents} agents in {len(kept) + len(started)} actor containers"
 
     def delete_of(self, exp_dir: Path) -> None:
+        """Remove the run's containers (checked gone), then the folder."""
         record = read_record(exp_dir)
         engine = self._engine_of(record)
         remove_run(engine, plan_from_dict(record["plan"]).run_id)
         _remove_tree(exp_dir, engine)
 
     def _engine_of(self, record: dict[str, Any]) -> Engine:
+        """The engine the run was started on (podman and Docker do not see each other's)."""
         engine = self.engine()
-        if engine.name != record.get("engine"):
-            raise ContainersError(
-                f"the experiment runs on {record.get('engine')}, but {engine.name} is the engine found here"
-            )
-        return engine
+        recorded = record.get("engine")
+        if engine.name == recorded:
+            return engine
+        if recorded in ("podman", "docker") and shutil.which(str(recorded)):
+            return Engine(str(recorded), engine.env)
+        raise ContainersError(f"the experiment runs on {recorded}, which is not installed here")
 
 
 def read_record(exp_dir: Path) -> dict[str, Any]:
@@ -260,9 +286,14 @@ def read_record(exp_dir: Path) -> dict[str, Any]:
         data = json.loads((exp_dir / RECORD).read_text())
     except (OSError, ValueError) as exc:
         raise ContainersError(f"experiment {exp_dir.name!r}: unreadable {RECORD} ({exc})") from None
-    if not isinstance(data, dict) or "plan" not in data:
-        raise ContainersError(f"experiment {exp_dir.name!r}: {RECORD} has no plan")
-    return data
+    try:
+        if not plan_from_dict(data["plan"]).run_id:
+            raise ValueError("an empty run id")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ContainersError(
+            f"experiment {exp_dir.name!r}: {RECORD} is not a plan surreal wrote ({exc!r})"
+        ) from None
+    return dict(data)
 
 
 def claim_dir(plan: Plan) -> Path:
@@ -304,6 +335,27 @@ def _remove_tree(path: Path, engine: Engine) -> None:
     shutil.rmtree(path, ignore_errors=True)
     if path.exists() and engine.name == "podman":
         engine("unshare", "rm", "-rf", str(path), check=False)
+
+
+def _never_seen(pod: dict[str, Any]) -> bool:
+    """A pod whose container the engine does not know (gone, or never started)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+    return bool(((statuses[0].get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating")
+
+
+@contextmanager
+def _shielded() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP are ignored while what was started is being removed: a second
+    Ctrl-C must not leave containers behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 @contextmanager

@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -334,19 +333,25 @@ def make_host_path(host: HostPath) -> None:
             os.chown(host.path, 0, host.gid)
 
 
-def remove_run(engine: Engine, run_id: str | None = None) -> None:
-    """Every container and network of `run_id` (of every run when None)."""
-    label = f"label={RUN_LABEL}={run_id}" if run_id else f"label={RUN_LABEL}"
+def remove_run(engine: Engine, run_id: str) -> None:
+    """Every container and network of run `run_id`; ContainersError if any container is left."""
+    if not run_id:
+        raise ContainersError("no run id: refusing to remove every run's containers")
+    _remove(engine, f"label={RUN_LABEL}={run_id}")
+    left = engine("ps", "-a", "-q", "--filter", f"label={RUN_LABEL}={run_id}", check=False).split()
+    if left:
+        raise ContainersError(
+            f"{len(left)} containers of run {run_id} are still there ({engine.name} rm failed)"
+        )
+
+
+def _remove(engine: Engine, label: str) -> None:
     ids = engine("ps", "-a", "-q", "--filter", label, check=False).split()
     if ids:
         engine("rm", "--force", "--time", "2", *ids, check=False, timeout=180)
     nets = engine("network", "ls", "-q", "--filter", label, check=False).split()
     if nets:
         engine("network", "rm", "--force", *nets, check=False)
-
-
-def new_workdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="surreal-pods-"))
 
 
 def engine_for(workdir: Path) -> Engine:

@@ -54,6 +54,12 @@ class ExperimentError(LauncherError):
     """A lifecycle operation that cannot be done; the message says why."""
 
 
+class CreateRefused(ExperimentError):
+    """A create that cannot be right: the name is taken, a setting is malformed (exit code 2)."""
+
+    exit_code = 2
+
+
 def experiments_root(home: Path) -> Path:
     return home / "experiments"
 
@@ -90,7 +96,7 @@ def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
     try:
         slice_ms_from_env()  # read again by the supervisor; refuse a bad value before creating
     except ValueError as exc:
-        raise ExperimentError(str(exc)) from None
+        raise CreateRefused(str(exc)) from None
     target = Target(
         spec_path=str(final / SPEC_FILE),
         learner_addr=f"127.0.0.1:{free_port()}",
@@ -117,7 +123,7 @@ def create_dir(spec: ExperimentSpec, home: Path, write: Callable[[Path], None]) 
     one name exactly one wins."""
     final = experiment_dir(home, spec.name)
     if final.exists():
-        raise ExperimentError(
+        raise CreateRefused(
             f"experiment {spec.name!r} already exists in {experiments_root(home)} "
             f"(`surreal delete {spec.name}` removes it)"
         )
@@ -130,7 +136,7 @@ def create_dir(spec: ExperimentSpec, home: Path, write: Callable[[Path], None]) 
             # rename(2) onto an existing non-empty directory fails
             os.rename(staging, final)
         except OSError:
-            raise ExperimentError(f"experiment {spec.name!r} already exists") from None
+            raise CreateRefused(f"experiment {spec.name!r} already exists") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -22,6 +22,7 @@ from surreal.orchestrator.launcher import (
     LauncherError,
     Placement,
     UsageError,
+    check_agents,
     check_port_free,
 )
 from surreal.spec import load_yaml_file
@@ -40,8 +41,10 @@ class HomeLauncher(Launcher):
 
     def owner(self, exp_dir: Path) -> HomeLauncher:
         """The launcher of the backend that made the experiment in `exp_dir`."""
-        spec_file = exp_dir / exps.SPEC_FILE
-        backend = str(load_yaml_file(spec_file).get("backend", "local")) if spec_file.exists() else "local"
+        try:
+            backend = str(load_yaml_file(exp_dir / exps.SPEC_FILE).get("backend", "local"))
+        except (OSError, ValueError):  # no or a corrupt spec.yaml: still listed and deletable
+            backend = "containers" if (exp_dir / "containers.json").exists() else "local"
         if backend == self.backend:
             return self
         if backend == "containers":
@@ -67,8 +70,14 @@ class HomeLauncher(Launcher):
     def list_experiments(self) -> list[dict[str, Any]]:
         rows = []
         for exp_dir in local.list_experiment_dirs(self.home):
-            if (exp_dir / exps.SPEC_FILE).exists():
+            if not (exp_dir / exps.SPEC_FILE).exists():
+                continue
+            try:
                 rows.append(self.owner(exp_dir).status_of(exp_dir))
+            except (LauncherError, OSError, ValueError) as exc:  # one bad experiment hides no other
+                unknown = dict.fromkeys(("algo", "env", "agents", "env_steps", "eval_return"))
+                rows.append({**unknown, "name": exp_dir.name, "backend": "?", "phase": "Unknown",
+                             "problem": str(exc)})  # fmt: skip
         return rows
 
     def status(self, name: str) -> dict[str, Any]:
@@ -88,8 +97,7 @@ class HomeLauncher(Launcher):
         return owner.logs_of(exp_dir, component, follow=follow, lines=lines, previous=previous)
 
     def scale(self, name: str, agents: int) -> str:
-        if agents < 1:
-            raise LauncherError(f"--agents must be a positive integer, got {agents}")
+        check_agents(agents)
         exp_dir, owner = self._dir(name)
         return owner.scale_of(exp_dir, agents)
 
@@ -127,6 +135,14 @@ class HomeLauncher(Launcher):
 
     @abstractmethod
     def tb_dir(self, exp_dir: Path) -> Path: ...
+
+
+def tail_log(exp_dir: Path, name: str, *, follow: bool = False, lines: int | None = 100) -> Iterator[str]:
+    """Lines of `exp_dir/logs/NAME.log`; a missing log is one line naming the ones there are."""
+    try:
+        return local.tail_log(exp_dir, name, follow=follow, lines=lines)
+    except FileNotFoundError as exc:
+        raise LauncherError(str(exc)) from None
 
 
 class LocalTensorBoard:

@@ -289,6 +289,10 @@ class KubeLauncher:
             )
         self._exec(learner, namespace, "learner", ["python3", "-c", _WRITE_SCALE, f"{EXP_DIR}/{SCALE_FILE}",
                                                    str(agents)])  # fmt: skip
+        # the root first: a Role without patch on configmaps fails before anything has changed
+        annotation = {"metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(agents)}}}
+        self._call(self.core.patch_namespaced_config_map, kr.object_names(name)["spec"], namespace,
+                   annotation, verb="patch", resource="configmaps", ns=namespace)  # fmt: skip
         deployment = kr.object_names(name)["actor"]
         try:
             self._call(self.apps.patch_namespaced_deployment_scale, deployment, namespace,
@@ -298,9 +302,6 @@ class KubeLauncher:
             if exc.status == 404:
                 raise ExperimentNotFound(f"experiment {name!r} has no actor Deployment") from None
             raise
-        annotation = {"metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(agents)}}}
-        self._call(self.core.patch_namespaced_config_map, kr.object_names(name)["spec"], namespace,
-                   annotation, verb="patch", resource="configmaps", ns=namespace)  # fmt: skip
         return replicas
 
     # --- observation -----------------------------------------------------------------------

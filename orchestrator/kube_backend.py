@@ -17,6 +17,7 @@ from surreal.orchestrator.launcher import (
     Placement,
     UsageError,
     Watcher,
+    check_agents,
     check_port_free,
 )
 from surreal.spec import ExperimentSpec
@@ -92,6 +93,7 @@ class KubeBackend(Launcher):
         return self.kube.logs(name, self.namespace, component, follow=follow, previous=previous, tail=lines)
 
     def scale(self, name: str, agents: int) -> str:
+        check_agents(agents)
         replicas = self.kube.scale(name, self.namespace, agents)
         return f"experiment {name!r}: {agents} agents in {replicas} actor pods"
 

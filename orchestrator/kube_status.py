@@ -141,12 +141,17 @@ def list_row(root: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> dict
         "namespace": root["metadata"].get("namespace"),
         "algo": spec.get("algo"),
         "env": spec.get("env") or "",
-        "agents": int((root["metadata"].get("annotations") or {}).get(AGENTS_ANNOTATION) or 0)
-        or spec.get("agents"),
+        "agents": _scaled(root) or spec.get("agents"),
         "phase": phase(mine),
         "pods": len(mine),
         "managed_by": labels.get("app.kubernetes.io/managed-by"),
     }
+
+
+def _scaled(root: Mapping[str, Any]) -> int | None:
+    """The count `surreal scale` noted on the root (None if none, or not a number)."""
+    value = str((root["metadata"].get("annotations") or {}).get(AGENTS_ANNOTATION) or "")
+    return int(value) if value.isdigit() else None
 
 
 def ready_pod(pods: Sequence[Mapping[str, Any]], role: str) -> str | None:

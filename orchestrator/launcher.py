@@ -141,6 +141,14 @@ class Launcher(ABC):
         """The experiment's TensorBoard scalars as `orchestrator.plot` reads them (a `Run`)."""
 
 
+def check_agents(agents: int) -> None:
+    """The agent counts `scale` accepts: what the learner accepts from scale.json."""
+    from surreal.algorithms.common.scale import MAX_SCALE_AGENTS
+
+    if not 1 <= agents <= MAX_SCALE_AGENTS:
+        raise UsageError(f"--agents must be between 1 and {MAX_SCALE_AGENTS:,}, got {agents}")
+
+
 def check_port_free(port: int, host: str = "127.0.0.1") -> None:
     """Refuse a port that something on this machine already listens on, before starting anything."""
     if not 0 < port < 65536:

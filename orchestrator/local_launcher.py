@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from surreal.orchestrator import experiments as exps
 from surreal.orchestrator import local
 from surreal.orchestrator.components import ACTOR_ROLE
-from surreal.orchestrator.home import HomeLauncher, wait_until
+from surreal.orchestrator.home import HomeLauncher, tail_log, wait_until
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
 from surreal.orchestrator.program import local_split, rescaled
 from surreal.orchestrator.supervisor import TERMINAL_PHASES
@@ -41,7 +42,8 @@ class LocalLauncher(HomeLauncher):
                 pid = exps.run_detached(exp_dir)
             except RuntimeError as exc:
                 exps.delete(self.home, name)
-                raise LauncherError(f"experiment {name!r} could not start: {exc}") from None
+                last = str(exc).strip().splitlines()[-1] if str(exc).strip() else "no output"
+                raise LauncherError(f"experiment {name!r} could not start: {last}") from None
             return Launched(
                 name, f"experiment {name!r} started (supervisor pid {pid}); `surreal status {name}`"
             )
@@ -60,10 +62,7 @@ class LocalLauncher(HomeLauncher):
     def logs_of(
         self, exp_dir: Path, component: str, *, follow: bool, lines: int | None, previous: bool
     ) -> Iterator[str]:
-        try:
-            return local.tail_log(exp_dir, component, follow=follow, lines=lines)
-        except FileNotFoundError as exc:
-            raise LauncherError(str(exc)) from None
+        return tail_log(exp_dir, component, follow=follow, lines=lines)
 
     def scale_of(self, exp_dir: Path, agents: int) -> str:
         """A new actor group in program.json, which the supervisor runs (stopping, starting or
@@ -73,19 +72,26 @@ class LocalLauncher(HomeLauncher):
         phase = local.current_phase(state)
         if phase in TERMINAL_PHASES or not local.is_alive(state):
             raise LauncherError(f"experiment {name!r} is not running (phase {phase}); nothing to scale")
-        program = rescaled(local.load_program(exp_dir), local_split(agents))
+        try:
+            program = rescaled(local.load_program(exp_dir), local_split(agents))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LauncherError(f"experiment {name!r}: its program.json cannot be scaled ({exc})") from None
         exps.write_scale(exp_dir, agents)  # first, so the learner takes the new streams
         local.save_program(program, exp_dir)
+        written = os.stat(exp_dir / local.PROGRAM_FILE).st_mtime_ns
         actors = {c.name for c in program.group(ACTOR_ROLE)}
 
         def running() -> bool:
             st = local.read_state(exp_dir) or {}
             if local.current_phase(st) in TERMINAL_PHASES:
                 return True
+            if st.get("program_mtime_ns") != written:  # the supervisor has not taken it yet
+                return False
             now = {c["name"]: c["state"] for c in st.get("components", []) if c["role"] == ACTOR_ROLE}
             return set(now) == actors and all(s == "Running" for s in now.values())
 
-        wait_until(f"the actors of {name!r} to run as {agents} agents", running, SCALE_WAIT_SECONDS)
+        wait_until(f"the actors of {name!r} to run as {agents} agents (program.json holds them)", running,
+                   SCALE_WAIT_SECONDS)  # fmt: skip
         wait_until(
             f"the learner of {name!r} to report {agents} agents",
             lambda: (

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -204,6 +205,7 @@ class Supervisor:
         self._stop_requests = 0
         self._ran = False
         self._create_time = psutil.Process().create_time()
+        self._pin_actors = pin_actors
         self._cpus = actor_cpus(program, pin_actors)
         # Long time slices for every component (None: SURREAL_SCHED_SLICE_MS or its default).
         request_slice = slice_request(slice_ms_from_env() if slice_ms is None else slice_ms)
@@ -232,6 +234,7 @@ class Supervisor:
             "started_at": self._started_at,
             "ended_at": self._ended_at,
             "max_restarts": self.max_restarts,
+            "program_mtime_ns": self._program_mtime,  # the program.json it runs (`scale` waits on it)
             "components": [child.to_dict() for child in self._children],
         }
 
@@ -374,37 +377,45 @@ class Supervisor:
         return None
 
     def _reload(self) -> None:
-        """Take a program.json that changed since it was last read (see the module docstring)."""
+        """Take a program.json that changed since it was last read (see the module docstring). A
+        program that is unreadable or changes the learner is logged and ignored."""
         path = self.exp_dir / PROGRAM_FILE
         mtime = _mtime(path)
         if mtime is None or mtime == self._program_mtime:
             return
         self._program_mtime = mtime
         try:
-            new = Program.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            new = Program.from_dict(json.loads(_read_small(path)))
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             log.error("ignoring an unreadable %s: %s", path, exc)
             return
+        learners = [c for c in self.program.components if c.role == LEARNER_ROLE]
+        if [c for c in new.components if c.role == LEARNER_ROLE] != learners or any(
+            c.name in {x.name for x in learners} and c.role != LEARNER_ROLE for c in new.components
+        ):
+            log.error("ignoring %s: it changes the learner, which a running experiment keeps", path)
+            return
         old = {child.component.name: child for child in self._children}
+        retiring = {child.component.name: child for child in self._retiring}
         children = []
         for component in new.components:
             child = old.pop(component.name, None)
-            if child is not None and (child.component == component or component.role == LEARNER_ROLE):
-                children.append(child)  # unchanged; a learner is never restarted by a new program
+            if child is not None and child.component == component:
+                children.append(child)  # unchanged (the learner always is)
                 continue
             fresh = _Child(component)
             if child is not None:
                 self._retire(child, "the program changed; restarting with the new command")
-                fresh.replaces = child if child in self._retiring else None
+            # It starts once every older process of its name is gone: the one just retired, or
+            # one retired earlier (a name that comes back within the grace period).
+            previous = child if child in self._retiring else (child.replaces if child else None)
+            fresh.replaces = previous or retiring.get(component.name)
             children.append(fresh)
         for child in old.values():
-            if child.component.role == LEARNER_ROLE:
-                children.append(child)
-            else:
-                self._retire(child, "no longer in the program; stopping (SIGTERM)")
+            self._retire(child, "no longer in the program; stopping (SIGTERM)")
         self.program = new
         self._children = children
-        self._cpus = actor_cpus(new)
+        self._cpus = actor_cpus(new, self._pin_actors)
         for c in new.components:
             self._preexec[c.name] = _child_preexec(self._cpus.get(c.name), self._request_slice)
         self._write_state()
@@ -427,6 +438,9 @@ class Supervisor:
             for waiting in self._children:
                 if waiting.replaces is child:
                     waiting.replaces = None
+            for other in self._retiring:  # a chain of replacements of one name
+                if other.replaces is child:
+                    other.replaces = None
 
     def _shutdown(self, outcome: Phase) -> None:
         """Stop whatever still runs, then record the final phase."""
@@ -492,6 +506,23 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+_MAX_PROGRAM_BYTES = 16 << 20  # a program of 512 actor workers is well under 1 MiB
+
+
+def _read_small(path: Path) -> str:
+    """A regular file's text, refused when it is not one (a FIFO would block) or too large."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = os.read(fd, _MAX_PROGRAM_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_PROGRAM_BYTES:
+        raise ValueError(f"larger than {_MAX_PROGRAM_BYTES} bytes")
+    return data.decode()
 
 
 def _mtime(path: Path) -> int | None:

@@ -119,9 +119,12 @@ def list_cmd(output: str, backend: str, namespace: str, context: str | None) -> 
     if output == "json":
         click.echo(json.dumps(rows, indent=2))
         return
-    table(["NAME", "BACKEND", "ALGO", "ENV", "AGENTS", "PHASE", "STEPS", "EVAL RETURN"],
+    pods = any("pods" in r for r in rows)  # kube rows: pods and who manages the release
+    table(["NAME", "BACKEND", "ALGO", "ENV", "AGENTS", "PHASE", "STEPS", "EVAL RETURN",
+           *(["PODS", "MANAGED BY"] if pods else [])],
           [[r["name"], r.get("backend", backend), r["algo"], r["env"], r["agents"], r["phase"],
-            fmt(r.get("env_steps"), ",d"), fmt(r.get("eval_return"))] for r in rows])  # fmt: skip
+            fmt(r.get("env_steps"), ",d"), fmt(r.get("eval_return")),
+            *([r.get("pods", "-"), r.get("managed_by") or "-"] if pods else [])] for r in rows])  # fmt: skip
 
 
 @cli.command(name="status")

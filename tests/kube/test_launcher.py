@@ -219,7 +219,7 @@ def test_scale_tells_the_learner_first_then_patches_actor_replicas(tmp_path) -> 
     assert k.scale("exp1", "default", 20) == 10
     assert calls == [("exp1-learner-0", "learner")]
     assert json.loads((tmp_path / "scale.json").read_text()) == {"agents": 20}
-    scale, root = api.sent("patch")
+    root, scale = api.sent("patch")
     assert scale.resource == "deployments.apps/scale" and scale.body == {"spec": {"replicas": 10}}
     assert api.objects[("deployments.apps", "default", "exp1-actor")]["spec"]["replicas"] == 10
     assert k.list_experiments("default")[0]["agents"] == 20  # the root carries the new count

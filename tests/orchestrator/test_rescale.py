@@ -99,3 +99,22 @@ def test_an_unreadable_program_is_ignored(tmp_path: Path, caplog: pytest.LogCapt
         (tmp_path / "done").touch()
         thread.join(30)
     assert result == ["Succeeded"]
+
+
+def test_a_program_that_changes_the_learner_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    save_program(program(1), tmp_path)
+    sup = Supervisor(program(1), tmp_path, pin_actors=False)
+    thread, result = start_in_thread(sup)
+    try:
+        before = wait_for(lambda: running(tmp_path, "learner", "actor-0"), what="the program")
+        renamed = Program("exp", (py("learner2", "learner", WAIT_FOR_DONE), *program(1).components[1:]))
+        save_program(renamed, tmp_path)
+        wait_for(lambda: "it changes the learner" in caplog.text, what="the supervisor to refuse it")
+        assert set(by_name(read_state(tmp_path))) == {"learner", "actor-0"}
+        assert running(tmp_path, "learner")["learner"]["pid"] == before["learner"]["pid"]
+    finally:
+        (tmp_path / "done").touch()
+        thread.join(30)
+    assert result == ["Succeeded"]
