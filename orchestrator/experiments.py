@@ -203,10 +203,6 @@ def status(exp_dir: Path) -> dict[str, Any]:
     return out
 
 
-def list_all(home: Path) -> list[dict[str, Any]]:
-    return [status(path) for path in local.list_experiment_dirs(home) if (path / SPEC_FILE).exists()]
-
-
 def delete(home: Path, name: str) -> None:
     path = existing_dir(home, name)
     local.stop_experiment(path)
