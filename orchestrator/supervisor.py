@@ -10,6 +10,9 @@ Outcomes:
 - the "learner" exits 0 -> Succeeded (the others are stopped);
 - a component crashes (non-zero exit or signal) -> restarted after a backoff, up to `max_restarts`
   times; one more crash -> Failed (the others are stopped);
+- a component that exits EXIT_PREEMPTED (143: it was sent SIGTERM from outside, and a learner
+  saved a checkpoint first) -> restarted at once, and it does not count against `max_restarts`
+  (a disruption, as a Job's podFailurePolicy treats it on Kubernetes);
 - a component with restart=False crashes -> that component is Failed; the experiment fails only
   if it is the learner;
 - every component ended on its own -> Succeeded if none failed, else Failed;
@@ -40,6 +43,7 @@ from typing import Any
 
 import psutil
 
+from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE, Component, Program
 from surreal.orchestrator.sched_slice import slice_ms_from_env, slice_request
 
@@ -142,7 +146,8 @@ class _Child:
 
     component: Component
     state: ComponentState = ComponentState.PENDING
-    restarts: int = 0
+    restarts: int = 0  # every restart, disruptions included
+    failures: int = 0  # the restarts that count against max_restarts (crashes)
     proc: subprocess.Popen[bytes] | None = None
     pid: int | None = None
     pid_create_time: float | None = None
@@ -160,6 +165,7 @@ class _Child:
             "index": self.component.index,
             "state": self.state,
             "restarts": self.restarts,
+            "failures": self.failures,
             "pid": self.pid,
             "pid_create_time": self.pid_create_time,
             "exit_code": self.exit_code,  # negative = killed by that signal
@@ -294,7 +300,8 @@ class Supervisor:
                 self._write_state()
                 if not started:
                     return Phase.FAILED
-                self._note(child, f"restarted (restart {child.restarts} of {self.max_restarts})")
+                self._note(child, f"restarted (restart {child.restarts}; {child.failures} failures "
+                           f"of {self.max_restarts} allowed)")  # fmt: skip
         if all(child.state in _ENDED for child in self._children):
             failed = any(child.state is ComponentState.FAILED for child in self._children)
             return Phase.FAILED if failed else Phase.SUCCEEDED
@@ -359,20 +366,28 @@ class Supervisor:
             child.state = ComponentState.FAILED
             self._note(child, f"{why}; restart disabled")
             return Phase.FAILED if is_learner else None
-        if child.restarts >= self.max_restarts:
+        if code == EXIT_PREEMPTED:
+            child.restarts += 1
+            child.state = ComponentState.RESTARTING
+            child.restart_at = time.monotonic()
+            self._note(child, f"{why} (stopped from outside: a disruption, not a failure); "
+                       f"restarting now (restart {child.restarts})")  # fmt: skip
+            return None
+        if child.failures >= self.max_restarts:
             child.state = ComponentState.FAILED
-            self._note(child, f"{why}; giving up after {child.restarts} restarts")
+            self._note(child, f"{why}; giving up after {child.failures} failures")
             return Phase.FAILED
         if time.monotonic() - child.started >= _HEALTHY_SECONDS:
             child.quick_crashes = 0
         delay = min(self.backoff_seconds * 2**child.quick_crashes, _MAX_BACKOFF_SECONDS)
         child.quick_crashes += 1
         child.restarts += 1
+        child.failures += 1
         child.state = ComponentState.RESTARTING
         child.restart_at = time.monotonic() + delay
         self._note(
             child,
-            f"{why}; restarting in {delay:.1f}s (restart {child.restarts} of {self.max_restarts})",
+            f"{why}; restarting in {delay:.1f}s (failure {child.failures} of {self.max_restarts})",
         )
         return None
 

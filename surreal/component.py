@@ -15,6 +15,7 @@ import time
 import zlib
 from pathlib import Path
 
+from surreal.algorithms.common import preemption
 from surreal.algorithms.common.env_ref import import_path_from_environ
 from surreal.algorithms.common.envs import use_resolved
 from surreal.algorithms.common.run import RunContext
@@ -77,8 +78,9 @@ def worker_index(role: str, index: int) -> int:
 
 
 def run_component(role: str, spec_path: Path, index: int) -> int:
-    # A launcher stops components with SIGTERM; turn it into a clean exit so `finally` blocks run.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # A launcher (or a preempted node) stops components with SIGTERM: a clean exit, so `finally`
+    # blocks run; a training learner first finishes its update and saves (preemption.py).
+    signal.signal(signal.SIGTERM, preemption.on_sigterm)
     # stderr is the component's log file (logs/<name>.log locally, `kubectl logs` in a pod).
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

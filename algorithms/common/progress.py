@@ -21,6 +21,7 @@ class LearnerProgress:
     """
 
     counters: Any
+    cfg: Any  # the algorithm's config: checkpoint_every (updates), checkpoint_seconds
     _tb: Scalars | None
 
     @property
@@ -33,6 +34,12 @@ class LearnerProgress:
         self.final_evaluated = False
         self._started = time.monotonic()
         self._rate: deque[tuple[float, int]] = deque(maxlen=64)  # (time, env_steps) samples
+        # The last checkpoint: its version (before a restore's jump), when it was written (wall
+        # clock, so that it survives a restart) and the update count then.
+        self.checkpoint_version: int | None = None
+        self._checkpoint_time: float | None = None
+        self._checkpoint_monotonic = time.monotonic()
+        self._checkpoint_updates = 0
 
     def _note_steps(self) -> None:
         self._rate.append((time.monotonic(), self.counters.env_steps))
@@ -46,6 +53,25 @@ class LearnerProgress:
         if self._tb is not None:
             values = {"mean_return": report.mean_return, "mean_length": report.mean_length}
             self._tb.add("eval", values, report.env_steps)
+
+    def checkpoint_due(self) -> bool:
+        """Every `checkpoint_every` updates, and at least every `checkpoint_seconds`: a learner
+        killed without notice (SIGKILL, a lost node) loses at most that much. The count bound also
+        bounds the versions published after the last checkpoint (a restore jumps past them)."""
+        c, cfg = self.counters, self.cfg
+        return (
+            c.updates - self._checkpoint_updates >= cfg.checkpoint_every
+            or time.monotonic() - self._checkpoint_monotonic >= cfg.checkpoint_seconds
+        )
+
+    def _note_checkpoint(self, version: int, wall_time: float) -> None:
+        self.checkpoint_version = version
+        self._checkpoint_time = wall_time
+        self._checkpoint_monotonic = time.monotonic()
+        self._checkpoint_updates = self.counters.updates
+
+    def checkpoint_age_seconds(self) -> float | None:
+        return None if self._checkpoint_time is None else max(0.0, time.time() - self._checkpoint_time)
 
     def steps_per_second(self) -> float:
         if len(self._rate) < 2:
@@ -75,5 +101,7 @@ class LearnerProgress:
             "elapsed_seconds": self.elapsed_seconds(),
             "dropped_fragments": dropped,
             "connected_actors": connected_actors,
+            "checkpoint_version": self.checkpoint_version,
+            "checkpoint_age_seconds": self.checkpoint_age_seconds(),
             "done": self.done and self.final_evaluated,
         }

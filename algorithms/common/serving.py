@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from surreal.algorithms.common import preemption
 from surreal.algorithms.common.checkpoint import write_json
 from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import Policy, evaluate
@@ -65,7 +66,7 @@ class LearnerCore(Protocol):
     def ready(self) -> bool: ...  # an update is due
     def update(self) -> Any: ...  # one update; bumps the version
     def new_version(self) -> None: ...  # bump the version without an update
-    def save(self) -> None: ...  # checkpoint
+    def save(self, *, clean: bool = False) -> None: ...  # checkpoint
     def params(self) -> Params: ...
     def record_eval(self, report: EvalReport) -> None: ...
     def status(self, connected_actors: int = 0) -> dict[str, Any]: ...
@@ -121,17 +122,20 @@ class ServingLoop:
         self.server.start()
         self._status_at = 0.0
 
-    def train(self) -> None:
+    def train(self) -> bool:
         """Fragments in, updates, parameters out, status about once a second, until the core is
-        done; then announce `done` under a new version (unless the last update did) and save."""
+        done; then announce `done` under a new version (unless the last update did) and save.
+        False if SIGTERM came first (preemption): the version the core has is saved, cleanly."""
         core, server = self.core, self.server
         server.publish(params := core.params())
         while not core.done:
+            if preemption.requested():
+                return self._preempted()
             fragment = server.next_fragment(timeout=0.25)
             if fragment is not None:
                 self.take(fragment)
             if core.ready():
-                while core.ready():  # one message may complete several updates (ES bursts)
+                while core.ready() and not preemption.requested():  # ES bursts: several updates
                     core.update()
                 server.publish(params := core.params())
             server.release()
@@ -143,13 +147,27 @@ class ServingLoop:
             core.new_version()
             server.publish(core.params())
         server.release()
-        core.save()
+        core.save(clean=True)
+        return True
+
+    def _preempted(self) -> bool:
+        """Stop taking experience, save the published version, and report the last status."""
+        log.info("SIGTERM: saving version %d before exiting", self.core.params().version)
+        started = time.monotonic()
+        self.core.save(clean=True)
+        self.write_status()
+        log.info("checkpoint written in %.2f s; exiting %d", time.monotonic() - started,
+                 preemption.EXIT_PREEMPTED)  # fmt: skip
+        return False
 
     def run(self, ctx: RunContext, *, final_eval_timeout: float, eval_episodes: int,
             policy_for: Callable[[Params], Policy]) -> int:  # fmt: skip
-        """train(), then `finish`; the server is stopped and the core closed however it ends."""
+        """train(), then `finish`; the server is stopped and the core closed however it ends.
+        Returns 0, or EXIT_PREEMPTED when SIGTERM stopped the training (after a checkpoint)."""
         try:
-            self.train()
+            with preemption.graceful():
+                if not self.train():
+                    return preemption.EXIT_PREEMPTED
             return finish(self, ctx, final_eval_timeout=final_eval_timeout,
                           eval_episodes=eval_episodes, policy_for=policy_for)  # fmt: skip
         finally:

@@ -42,7 +42,8 @@ class ESConfig:
     credits_per_worker: int = 4  # result batches a worker may have in flight (backpressure window)
 
     # --- bookkeeping ---
-    checkpoint_every: int = 20  # updates between checkpoints (and one at the end)
+    checkpoint_every: int = 20  # updates between checkpoints (and one at the end, and on SIGTERM)
+    checkpoint_seconds: float = 60.0  # and at least this often: what a SIGKILL can lose at most
     eval_interval: int = 100_000  # env steps between evaluations (the final policy always)
     eval_episodes: int = 10  # deterministic episodes per evaluation
     final_eval_timeout: float = 600.0  # seconds the master waits for the final evaluation
@@ -54,6 +55,7 @@ class ESConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"es.{name} must be an integer >= 1, got {value!r}")
+        _check(self.checkpoint_seconds > 0, "checkpoint_seconds", "must be > 0", self.checkpoint_seconds)
         _check(self.policy in POLICIES, "policy", f"must be one of {', '.join(POLICIES)}", self.policy)
         _check(
             self.activation in ACTIVATIONS,

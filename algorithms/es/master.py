@@ -254,7 +254,7 @@ class ESMaster(LearnerProgress):
         }
         self.staleness.append(stats["staleness"])
         self._log_update(stats)
-        if c.updates % cfg.checkpoint_every == 0:
+        if self.checkpoint_due():
             self.save()
         return stats
 
@@ -302,11 +302,13 @@ class ESMaster(LearnerProgress):
         self._tb.add("progress", progress, c.env_steps)
         self._tb.add("results_rejected", dict(self.handout.rejected), c.env_steps)
 
-    def save(self) -> None:
-        """Checkpoint parameters, Adam state, normalization, counters and ledger totals."""
+    def save(self, *, clean: bool = False) -> None:
+        """Checkpoint parameters, Adam state, normalization, counters and ledger totals. `clean`:
+        no later version is published by this process (see PPOLearner.save)."""
         if self._ckpt_dir is None:
             return
         counters = dataclasses.replace(self.counters, elapsed_seconds=self.elapsed_seconds())
+        saved_at = time.time()
         arrays = {"theta": self.theta, "adam_m": self._adam_m, "adam_v": self._adam_v,
                   "agents": np.array(sorted(self.agents), np.int64),
                   **self.obs_rms.to_arrays("obs")}  # fmt: skip
@@ -316,11 +318,14 @@ class ESMaster(LearnerProgress):
             "rejected": dict(self.handout.rejected),
             "train_returns": list(self.train_returns),
             "eval": [self.eval_return, self.best_eval_return],
+            "clean": clean,
+            "saved_at": saved_at,
         }
         save_checkpoint(state, self._ckpt_dir)
-        log.info("checkpoint: %d env steps, %d updates, train return %s, eval return %s",
-                 counters.env_steps, counters.updates, self.status()["train_return"],
-                 self.eval_return)  # fmt: skip
+        self._note_checkpoint(counters.version, saved_at)
+        log.info("checkpoint: version %d, %d env steps, %d updates, train return %s, eval return %s%s",
+                 counters.version, counters.env_steps, counters.updates, self.status()["train_return"],
+                 self.eval_return, " (clean)" if clean else "")  # fmt: skip
 
     def _restore(self) -> None:
         assert self._ckpt_dir is not None
@@ -336,10 +341,13 @@ class ESMaster(LearnerProgress):
         self.handout.rejected.update(state["rejected"])
         self.train_returns.extend(state["train_returns"])
         self.eval_return, self.best_eval_return = state["eval"]
-        # Versions published after this checkpoint died with the old process, and workers may
-        # still hold them: jump past every version that can have existed, so that their results
-        # are rejected (unknown version) and a version number keeps naming one set of weights.
-        self.counters.version += self.cfg.checkpoint_every
+        self._note_checkpoint(self.counters.version, float(state.get("saved_at", time.time())))
+        if not state.get("clean"):
+            # Versions published after this checkpoint died with the old process, and workers
+            # may still hold them: jump past every version that can have existed, so that their
+            # results are rejected (unknown version) and a version number keeps naming one set of
+            # weights. A clean checkpoint was the last version its process published.
+            self.counters.version += self.cfg.checkpoint_every
         log.info("resumed from checkpoint: %s", self.counters)
 
     def close(self) -> None:

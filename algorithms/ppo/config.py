@@ -53,7 +53,8 @@ class PPOConfig:
     ortho_init: bool = True  # orthogonal init (gain sqrt(2), 0.01 policy head, 1 value head)
 
     # --- bookkeeping ---
-    checkpoint_every: int = 50  # updates between checkpoints (and one at the end)
+    checkpoint_every: int = 50  # updates between checkpoints (and one at the end, and on SIGTERM)
+    checkpoint_seconds: float = 60.0  # and at least this often: what a SIGKILL can lose at most
     eval_interval: int = 50_000  # env steps between evaluations (the final policy always)
     eval_episodes: int = 10  # episodes per evaluation
     eval_deterministic: bool = True  # evaluate the policy's mode; False: its samples (an Atari
@@ -76,6 +77,7 @@ class PPOConfig:
             self.minibatch_size <= self.steps_per_update,
             "minibatch_size", "must be <= steps_per_update", self.minibatch_size,
         )  # fmt: skip
+        _check(self.checkpoint_seconds > 0, "checkpoint_seconds", "must be > 0", self.checkpoint_seconds)
         _check(self.learning_rate > 0, "learning_rate", "must be > 0", self.learning_rate)
         _check(self.adam_eps > 0, "adam_eps", "must be > 0", self.adam_eps)
         _check(0 < self.gamma <= 1, "gamma", "must be in (0, 1]", self.gamma)

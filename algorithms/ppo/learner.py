@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -170,7 +171,7 @@ class PPOLearner(LearnerProgress):
             explained_variance=_explained_variance(data["values"], data["returns"]),
         )
         self._log_update(stats)
-        if c.updates % cfg.checkpoint_every == 0:
+        if self.checkpoint_due():
             self.save()
         return stats
 
@@ -326,11 +327,14 @@ class PPOLearner(LearnerProgress):
         self._tb.add("progress", progress, step)
         self._tb.add("rejected_fragments", c.rejected, step)
 
-    def save(self) -> None:
-        """Checkpoint model, optimizer, normalization statistics and counters (atomically)."""
+    def save(self, *, clean: bool = False) -> None:
+        """Checkpoint model, optimizer, normalization statistics and counters (atomically).
+        `clean`: this process publishes no version after this one (it is stopping), so a restore
+        resumes at exactly this version instead of jumping past versions that may have existed."""
         if self._ckpt_dir is None:
             return
         counters = dataclasses.replace(self.counters, elapsed_seconds=self.elapsed_seconds())
+        saved_at = time.time()
         state = {
             "model": self.net.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -341,11 +345,15 @@ class PPOLearner(LearnerProgress):
             "counters": dataclasses.asdict(counters),
             "train_returns": list(self.train_returns),
             "eval": [self.eval_return, self.best_eval_return],
+            "clean": clean,
+            "saved_at": saved_at,
         }
         save_checkpoint(state, self._ckpt_dir)
+        self._note_checkpoint(counters.version, saved_at)
         log.info(
-            "checkpoint: %d env steps, %d updates, train return %s, eval return %s",
-            counters.env_steps, counters.updates, self.status()["train_return"], self.eval_return,
+            "checkpoint: version %d, %d env steps, %d updates, train return %s, eval return %s%s",
+            counters.version, counters.env_steps, counters.updates, self.status()["train_return"],
+            self.eval_return, " (clean)" if clean else "",
         )  # fmt: skip
 
     def _restore(self) -> None:
@@ -362,11 +370,15 @@ class PPOLearner(LearnerProgress):
         self.counters = Counters(**{k: v for k, v in state["counters"].items() if k in known})
         self.train_returns.extend(state["train_returns"])
         self.eval_return, self.best_eval_return = state["eval"]
-        # Versions published after this checkpoint died with the old process, and actors may
-        # still hold them. Jumping past every version that can have existed keeps "same version
-        # number" meaning "same weights" (parameter refresh answers "unchanged" by version).
-        self.counters.version += self.cfg.checkpoint_every + 1  # + the final "done" bump
-        log.info("resumed from checkpoint: %s", self.counters)
+        self._note_checkpoint(self.counters.version, float(state.get("saved_at", time.time())))
+        if not state.get("clean"):
+            # Versions published after this checkpoint died with the old process, and actors may
+            # still hold them. Jumping past every version that can have existed keeps "same
+            # version number" meaning "same weights" (parameter refresh answers "unchanged" by
+            # version). A clean checkpoint was the last version its process published.
+            self.counters.version += self.cfg.checkpoint_every + 1  # + the final "done" bump
+        log.info("resumed from checkpoint (%s): %s", "clean" if state.get("clean") else "jumped",
+                 self.counters)  # fmt: skip
 
     def close(self) -> None:
         self._rejections.flush(force=True)

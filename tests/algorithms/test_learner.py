@@ -171,6 +171,45 @@ def test_checkpoint_resume_restores_counters_weights_and_statistics(tmp_path):
     resumed.close()
 
 
+def test_a_clean_checkpoint_resumes_at_exactly_its_version(tmp_path):
+    """What a learner saves on SIGTERM: nothing was published after it, so the restarted learner
+    serves the same version number with the same weights (0 updates lost, no jump)."""
+    learner, actor = make(exp_dir=tmp_path)
+    for _ in range(6):
+        learner.add_fragment(fragment(actor))
+        if learner.ready():
+            learner.update()
+    assert learner.counters.updates == 3
+    learner.save(clean=True)
+    learner.close()
+    saved = learner.params()
+    resumed = PPOLearner(CFG, spaces_for(ENV), 10_000, seed=99, exp_dir=tmp_path)
+    assert (resumed.counters.version, resumed.counters.updates) == (saved.version, 3)
+    assert resumed.checkpoint_version == saved.version
+    for k, w in resumed.params().weights.items():
+        np.testing.assert_array_equal(w, saved.weights[k])
+    assert 0.0 <= resumed.status()["checkpoint_age_seconds"] < 60.0
+    resumed.close()
+
+
+def test_checkpoints_also_come_by_time(tmp_path, monkeypatch):
+    """checkpoint_seconds bounds what a SIGKILL loses, however rare the count-based ones are."""
+    clock = [1000.0]
+    monkeypatch.setattr("surreal.algorithms.common.progress.time.monotonic", lambda: clock[0])
+    cfg = dataclasses.replace(CFG, checkpoint_every=1000, checkpoint_seconds=30.0)
+    learner, actor = make(exp_dir=tmp_path, cfg=cfg)
+    assert learner.status()["checkpoint_version"] is None
+    for minutes in range(4):
+        learner.add_fragment(fragment(actor))
+        learner.add_fragment(fragment(actor))
+        clock[0] += 31.0 if minutes >= 2 else 1.0
+        learner.update()
+    # updates 1 and 2 came within 30 s of the start; 3 and 4 each 31 s after the last checkpoint
+    assert learner.checkpoint_version == 4
+    assert torch.load(tmp_path / "checkpoints" / "latest.pt")["counters"]["updates"] == 4
+    learner.close()
+
+
 def test_periodic_checkpoints_are_written(tmp_path):
     learner, actor = make(exp_dir=tmp_path)
     for _ in range(4):
@@ -189,7 +228,8 @@ def test_status_has_the_contract_fields():
     assert set(status) == {
         "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
         "best_eval_return", "steps_per_second", "elapsed_seconds", "dropped_fragments",
-        "connected_actors", "done", "rejected_fragments", "skipped_updates",
+        "connected_actors", "done", "rejected_fragments", "skipped_updates", "checkpoint_version",
+        "checkpoint_age_seconds",
     }  # fmt: skip
     assert status["env_steps"] == 32 and status["connected_actors"] == 3
     json.dumps(status)

@@ -102,7 +102,7 @@ def test_crash_is_restarted_counted_and_logged(tmp_path: Path) -> None:
     assert (learner["state"], learner["restarts"], learner["exit_code"]) == ("Succeeded", 1, 0)
     log = (tmp_path / "logs" / "learner.log").read_text()
     assert log.count("hello from the learner") == 2
-    assert "exit code 3; restarting" in log and "restarted (restart 1 of 5)" in log
+    assert "exit code 3; restarting" in log and "restarted (restart 1; 1 failures of 5 allowed)" in log
     assert ticks
 
 
@@ -142,7 +142,7 @@ def test_component_that_always_crashes_fails_the_experiment(tmp_path: Path) -> N
     assert comps["actor-0"]["exit_code"] == 2
     assert comps["learner"]["state"] == "Stopped"
     assert gone(comps["learner"]["pid"])
-    assert "giving up after 2 restarts" in (tmp_path / "logs" / "actor-0.log").read_text()
+    assert "giving up after 2 failures" in (tmp_path / "logs" / "actor-0.log").read_text()
 
 
 def test_learner_success_stops_the_others_even_stubborn_ones(tmp_path: Path) -> None:

@@ -1,0 +1,50 @@
+"""A learner that is told to stop (SIGTERM: a preempted node, a drain, `kubectl delete pod`, the
+local supervisor) writes a checkpoint of the version it has before it exits.
+
+The component entry point routes SIGTERM here. While a learner trains (`graceful()`), the signal
+only sets a flag: the learner finishes the update it is in, saves, and exits EXIT_PREEMPTED, which
+the Job's podFailurePolicy and the local supervisor take as "restart me, not a failure". Outside
+`graceful()` (a worker, or a learner before or after training) the signal exits at once, as it
+always did.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# 128 + SIGTERM, what a process killed by the signal reports: the pod's exit code after a clean stop.
+EXIT_PREEMPTED = 143
+
+_requested = threading.Event()
+_graceful = threading.Event()
+
+
+def on_sigterm(*_: object) -> None:
+    """The SIGTERM handler of every component (installed by surreal.component)."""
+    _requested.set()
+    if not _graceful.is_set():
+        sys.exit(EXIT_PREEMPTED)
+
+
+def requested() -> bool:
+    """A stop was asked for: save and leave."""
+    return _requested.is_set()
+
+
+@contextmanager
+def graceful() -> Iterator[None]:
+    """Within: SIGTERM sets the flag and nothing else. A signal that came before is honoured at
+    once by the caller's first look at `requested()`."""
+    _graceful.set()
+    try:
+        yield
+    finally:
+        _graceful.clear()
+
+
+def reset() -> None:
+    """Forget a request (tests that run several learners in one process)."""
+    _requested.clear()
