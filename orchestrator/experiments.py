@@ -46,7 +46,7 @@ ES_METRICS = (
 # Passed through when the learner reports them: what it dropped or refused, and why.
 EXTRA_METRICS = (
     "dropped_fragments", "connected_actors", "rejected_fragments", "skipped_updates",
-    "wire_rejections", *ES_METRICS,
+    "wire_rejections", "checkpoint_version", "checkpoint_age_seconds", *ES_METRICS,
 )  # fmt: skip
 
 

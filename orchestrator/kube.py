@@ -64,7 +64,9 @@ _KINDS = {
     "Secret": ("core", "secret", "secrets"),
     "Service": ("core", "service", "services"),
     "NetworkPolicy": ("net", "network_policy", "networkpolicies.networking.k8s.io"),
-    "StatefulSet": ("apps", "stateful_set", "statefulsets.apps"),
+    "PersistentVolumeClaim": ("core", "persistent_volume_claim", "persistentvolumeclaims"),
+    "PodDisruptionBudget": ("policy", "pod_disruption_budget", "poddisruptionbudgets.policy"),
+    "Job": ("batch", "job", "jobs.batch"),
     "Deployment": ("apps", "deployment", "deployments.apps"),
 }
 
@@ -130,6 +132,8 @@ class KubeLauncher:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
         self.server = api_client.configuration.host
         self.context = context
@@ -273,8 +277,9 @@ class KubeLauncher:
 
     def scale(self, name: str, namespace: str, agents: int) -> int:
         """Run `agents` logical agents: the learner takes the count first (scale.json on its claim,
-        written in its container), then the actor Deployment gets the replicas and the root the
-        count (for `list`). Returns the replicas."""
+        written in its container), then the root gets the count (for `list`) and the actors'
+        Indexed Job its completions and parallelism, together (an elastic Indexed Job: pods of
+        the indexes dropped are stopped, new indexes start). Returns the actor pods."""
         per_pod = int(self.spec_of(name, namespace).get("agents_per_pod", 1))
         if agents < 1 or agents % per_pod:
             raise KubeError(
@@ -293,14 +298,14 @@ class KubeLauncher:
         annotation = {"metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(agents)}}}
         self._call(self.core.patch_namespaced_config_map, kr.object_names(name)["spec"], namespace,
                    annotation, verb="patch", resource="configmaps", ns=namespace)  # fmt: skip
-        deployment = kr.object_names(name)["actor"]
+        job = kr.object_names(name)["actor"]
         try:
-            self._call(self.apps.patch_namespaced_deployment_scale, deployment, namespace,
-                       {"spec": {"replicas": replicas}}, verb="patch",
-                       resource="deployments.apps/scale", ns=namespace)  # fmt: skip
+            self._call(self.batch.patch_namespaced_job, job, namespace,
+                       {"spec": {"completions": replicas, "parallelism": replicas}}, verb="patch",
+                       resource="jobs.batch", ns=namespace)  # fmt: skip
         except ApiException as exc:
             if exc.status == 404:
-                raise ExperimentNotFound(f"experiment {name!r} has no actor Deployment") from None
+                raise ExperimentNotFound(f"experiment {name!r} has no actor Job") from None
             raise
         return replicas
 
@@ -315,23 +320,31 @@ class KubeLauncher:
                             verb="list", resource="pods", ns=namespace)  # fmt: skip
         return list(result.get("items") or [])
 
+    def jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        result = self._call(self.batch.list_namespaced_job, namespace, label_selector=selector,
+                            verb="list", resource="jobs.batch", ns=namespace)  # fmt: skip
+        return list(result.get("items") or [])
+
     def list_experiments(self, namespace: str) -> list[dict[str, Any]]:
         """One row per experiment in `namespace`: name, algo, env, agents, phase, managed_by."""
         roots = self._call(self.core.list_namespaced_config_map, namespace,
                            label_selector="app.kubernetes.io/name=surreal,surreal.io/component=spec",
                            verb="list", resource="configmaps", ns=namespace)  # fmt: skip
         pods = self.pods(namespace, "app.kubernetes.io/name=surreal")
-        return [ks.list_row(root, pods) for root in roots.get("items") or []]
+        jobs = self.jobs(namespace, "app.kubernetes.io/name=surreal")
+        return [ks.list_row(root, pods, jobs) for root in roots.get("items") or []]
 
     def status(self, name: str, namespace: str, *, learner: bool = True) -> dict[str, Any]:
-        """The contract's status object; metrics come from the learner over a port-forward."""
+        """The contract's status object: metrics from the learner over a port-forward while it
+        runs, from its termination message once it ended; the phase from its Job."""
         spec = self.spec_of(name, namespace)
         pods = self.pods(namespace, f"surreal.io/experiment={name}")
+        jobs = self.jobs(namespace, f"surreal.io/experiment={name}")
         metrics: dict[str, Any] = {}
         problem = "not asked"
         if learner:
             metrics, problem = self.learner_status(name, namespace, pods)
-        return ks.status(spec, pods, metrics, problem)
+        return ks.status(spec, pods, metrics, problem, jobs=jobs)
 
     def learner_status(self, name: str, ns: str, pods: list[dict[str, Any]]) -> tuple[dict, str]:
         """(the learner's Status RPC answer, "") or ({}, why not)."""
@@ -381,13 +394,19 @@ class KubeLauncher:
         return PortForward(self._dial(pod, namespace, TB_PORT), local_port)
 
     def tb_archive(self, name: str, namespace: str) -> bytes:
-        """The learner's TensorBoard event files, as a tar archive of its `tb/` folder: read in
-        the learner container, where they are written (with either storage), as `kubectl cp` does."""
+        """The learner's TensorBoard event files, as a tar archive of its `tb/` folder, as
+        `kubectl cp` reads it: in the learner container while it runs (with either storage), in
+        the TensorBoard pod, which mounts the same claim, once the run has ended."""
         self._root(name, namespace)
-        pod = ks.ready_pod(self.pods(namespace, f"surreal.io/experiment={name}"), "learner")
-        if pod is None:
-            raise KubeError(f"experiment {name!r}: its learner pod is not ready to read the events from")
-        return self._exec(pod, namespace, "learner", ["tar", "cf", "-", "-C", EXP_DIR, "tb"])
+        pods = self.pods(namespace, f"surreal.io/experiment={name}")
+        for role in ("learner", "tensorboard"):
+            pod = ks.ready_pod(pods, role)
+            if pod is not None:
+                return self._exec(pod, namespace, role, ["tar", "cf", "-", "-C", EXP_DIR, "tb"])
+        raise KubeError(
+            f"experiment {name!r}: neither its learner nor its TensorBoard pod is ready to read the "
+            "events from"
+        )
 
 
 def api_error(exc: ApiException, action: str) -> KubeError:

@@ -6,7 +6,7 @@ choice made here, and tests/kube compare the two object by object.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from surreal.orchestrator.components import Component
@@ -18,6 +18,8 @@ SPEC_PATH = f"{SPEC_DIR}/spec.yaml"
 TOKEN_DIR = "/var/run/secrets/surreal"
 TOKEN_PATH = f"{TOKEN_DIR}/token"
 EXP_DIR = "/var/lib/surreal"
+# The kubelet's file for a container's termination message (what kubectl shows once it ended).
+TERMINATION_LOG = "/dev/termination-log"
 TB_PORT = 6006
 # The image's non-root user (Dockerfile: useradd --uid 10001).
 RUN_AS = 10001
@@ -93,16 +95,15 @@ def grpc_probes(port: int) -> dict[str, Any]:
     }
 
 
-def component_volumes(names: Mapping[str, str], exp_dir_volume: dict[str, Any] | None) -> list:
-    """Volumes of a component pod. `exp_dir_volume` None: the exp dir comes from a claim template."""
+def component_volumes(names: Mapping[str, str], exp_dir_volume: dict[str, Any]) -> list:
+    """Volumes of a component pod; `exp_dir_volume` is its exp dir (a claim, or an emptyDir)."""
     volumes: list[dict[str, Any]] = [
         {"name": "spec", "configMap": {"name": names["spec"]}},
         {"name": "token", "secret": {"secretName": names["token"], "defaultMode": 0o440}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
     ]
-    if exp_dir_volume is not None:
-        volumes.append({"name": "data", **exp_dir_volume})
+    volumes.append({"name": "data", **exp_dir_volume})
     return volumes
 
 
@@ -121,10 +122,8 @@ def component_container(
     image: str,
     pull_policy: str,
     resources: Mapping[str, Mapping[str, str]],
-    extra_env: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The container that runs `component.argv` with exactly `component.env`."""
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(component.env.items())]
     container: dict[str, Any] = {
         "name": component.role,
         "image": image,
@@ -132,7 +131,7 @@ def component_container(
         # command + args = the argv, whatever ENTRYPOINT the image has (e.g. a CUDA base's).
         "command": list(component.argv[:1]),
         "args": list(component.argv[1:]),
-        "env": [*env, *(dict(e) for e in extra_env)],
+        "env": [{"name": k, "value": v} for k, v in sorted(component.env.items())],
     }
     if component.port is not None:
         container["ports"] = [{"name": "grpc", "containerPort": component.port, "protocol": "TCP"}]
@@ -140,6 +139,10 @@ def component_container(
     container["resources"] = {kind: dict(v) for kind, v in resources.items()}
     container["securityContext"] = container_security()
     container["volumeMounts"] = component_mounts()
+    # A learner's final status is written there (surreal.component); a crash writes nothing, and
+    # then the message is the log's tail, which names the error: `kubectl get pod -o jsonpath`.
+    container["terminationMessagePath"] = TERMINATION_LOG
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return container
 
 

@@ -2,10 +2,20 @@
 
 `render(spec, placement, token=...)` turns `make_program(spec)` into plain dicts (the API's JSON):
 ConfigMap (the spec; the root that owns every other object once applied), Secret (the token),
-NetworkPolicy, learner Service + StatefulSet, actor Deployment, evaluator Deployment, TensorBoard
-Service + Deployment. Every container runs its component's argv with exactly its env, so a pod
-cannot tell it is not a local subprocess. `surreal create --backend kube --dry-run -o yaml` prints
-them (kube_output), the kube launcher applies them, and helm/surreal renders the same objects.
+NetworkPolicy, the learner's PersistentVolumeClaim, Service, PodDisruptionBudget and Job, the
+actors' Indexed Job, the evaluator's Job, TensorBoard Service + Deployment. Every container runs
+its component's argv with exactly its env, so a pod cannot tell it is not a local subprocess.
+`surreal create --backend kube --dry-run -o yaml` prints them (kube_output), the kube launcher
+applies them, and helm/surreal renders the same objects.
+
+An experiment is batch work (docs/decisions.md, "Run-to-completion objects"): learner, actors and
+evaluator are batch/v1 Jobs whose pods exit when the run is done, so the Jobs complete and free
+their nodes and GPUs. The learner's Job fails the experiment after LEARNER_RETRIES crashes;
+disruptions (a drained or preempted node, a SIGTERM the learner answered with a checkpoint) do not
+count (podFailurePolicy); a PodDisruptionBudget keeps voluntary evictions off the running learner.
+Actors are one Indexed Job (each pod's index is its worker index; `scale` patches completions and
+parallelism together); an actor that crashes is replaced, up to ACTOR_RETRIES per index; workers
+whose learner is gone for good exit EXIT_LEARNER_GONE, which fails their Job at once.
 """
 
 from __future__ import annotations
@@ -16,10 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.orchestrator import kube_pods as pods
 from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.kube_pods import Placement
-from surreal.orchestrator.program import ENV_POD_NAME, LEARNER_PORT, Target, make_program, pod_split
+from surreal.orchestrator.program import LEARNER_PORT, Target, make_program, pod_split
 from surreal.spec import ExperimentSpec
 
 __all__ = [
@@ -40,6 +52,16 @@ MANAGED_BY = "surreal"
 ROLES = ("learner", "actor", "evaluator", "tensorboard")
 # TensorBoard is not a program component (it runs no surreal code), so its size is set here.
 TENSORBOARD_RESOURCES = {"cpu": "250m", "memory": "512Mi"}
+# Crashes a learner Job retries before the experiment fails (the local supervisor's max_restarts);
+# each actor index and the evaluator get as many. Disruptions do not count (podFailurePolicy).
+LEARNER_RETRIES = 5
+ACTOR_RETRIES = 5
+EVALUATOR_RETRIES = 5
+# SIGTERM -> SIGKILL for a learner pod: it finishes the update it is in, then writes its checkpoint
+# (docs/kubernetes.md, "Preemption": both measured for the largest presets, with a wide margin).
+LEARNER_GRACE_SECONDS = 60
+# Kueue's label: the LocalQueue that admits the experiment's Jobs (`--queue`).
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 class RenderError(ValueError):
@@ -81,7 +103,7 @@ def object_names(name: str) -> dict[str, str]:
         "actor": f"{name}-actor",
         "evaluator": f"{name}-evaluator",
         "tensorboard": f"{name}-tensorboard",
-        "claim": f"data-{name}-learner-0",  # the StatefulSet's claim for its pod 0
+        "claim": f"{name}-data",  # the learner's checkpoints, status and events
     }
 
 
@@ -118,7 +140,7 @@ def kube_target(spec: ExperimentSpec) -> Target:
         exp_dir=pods.EXP_DIR,
         command=("surreal",),
         token_file=pods.TOKEN_PATH,  # the mounted Secret, as locally: never in argv or env
-        linger=True,
+        termination_log=pods.TERMINATION_LOG,
     )
 
 
@@ -159,16 +181,18 @@ def render(
     ctx = _Ctx(spec, settings, placement)
     actors = [c for c in program.components if c.role == "actor"]
     _check_actors_alike(actors)
-    objects = [
-        ctx.config_map(),
-        ctx.secret(token),
-        ctx.network_policy(),
+    pvc = settings.storage == "pvc"
+    objects = [ctx.config_map(), ctx.secret(token), ctx.network_policy()]
+    if pvc:
+        objects.append(ctx.claim())
+    objects += [
         ctx.service("learner", LEARNER_PORT, "grpc"),
-        ctx.learner(program.component("learner")),
-        ctx.deployment(actors[0], len(actors)),
-        ctx.deployment(program.component("evaluator"), 1),
+        ctx.disruption_budget(),
+        ctx.job(program.component("learner"), 1),
+        ctx.job(actors[0], len(actors)),
+        ctx.job(program.component("evaluator"), 1),
     ]
-    if settings.storage == "pvc":  # TensorBoard reads the learner's claim
+    if pvc:  # TensorBoard reads the learner's claim
         objects += [ctx.service("tensorboard", pods.TB_PORT, "http"), ctx.tensorboard()]
     return objects
 
@@ -255,47 +279,61 @@ class _Ctx:
         base = self.settings.resources.get(component.role) or pods.default_resources(component)
         return pods.with_gpu(base, self.gpus(component.role))
 
-    def pod_template(self, component: Component, exp_dir_volume: dict | None) -> dict[str, Any]:
-        extra_env = []
-        if component.role == "actor":
-            pod_name = {"fieldRef": {"fieldPath": "metadata.name"}}
-            extra_env.append({"name": ENV_POD_NAME, "valueFrom": pod_name})
+    def pod_template(self, component: Component) -> dict[str, Any]:
         container = pods.component_container(
-            component,
-            self.spec.image,
-            self.settings.image_pull_policy,
-            self.resources(component),
-            extra_env,
+            component, self.spec.image, self.settings.image_pull_policy, self.resources(component)
         )
-        volumes = pods.component_volumes(self.names, exp_dir_volume)
-        return {
-            "metadata": {"labels": labels(self.spec.name, component.role)},
-            "spec": pods.pod_spec([container], volumes, self.placement_of(component.role)),
-        }
+        if component.role == "learner":
+            data = (
+                {"persistentVolumeClaim": {"claimName": self.names["claim"]}}
+                if self.settings.storage == "pvc"
+                else {"emptyDir": {}}
+            )
+        else:  # actors and the evaluator keep nothing: their exp dir is scratch space
+            data = {"emptyDir": {}}
+        spec = pods.pod_spec(
+            [container], pods.component_volumes(self.names, data), self.placement_of(component.role)
+        )
+        # A Job's pod is never restarted in place: a crash is a failed pod that the Job replaces
+        # (or not: podFailurePolicy, which needs Never), and a pod that exits 0 is done.
+        spec["restartPolicy"] = "Never"
+        if component.role == "learner":
+            spec["terminationGracePeriodSeconds"] = LEARNER_GRACE_SECONDS
+        return {"metadata": {"labels": labels(self.spec.name, component.role)}, "spec": spec}
 
-    def learner(self, component: Component) -> dict[str, Any]:
-        pvc = self.settings.storage == "pvc"
+    def job(self, component: Component, pods_wanted: int) -> dict[str, Any]:
+        """The Job of one role: `pods_wanted` indexed pods that each run to completion."""
+        role = component.role
+        ignored: list[dict[str, Any]] = [
+            # A drained, preempted or evicted node: not the pod's fault.
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            # Stopped from outside, with a learner's checkpoint written first (preemption.py).
+            {"action": "Ignore",
+             "onExitCodes": {"containerName": role, "operator": "In", "values": [EXIT_PREEMPTED]}},
+        ]  # fmt: skip
+        if role != "learner":  # its learner is gone for good: retrying cannot help
+            ignored.append({"action": "FailJob",
+                            "onExitCodes": {"containerName": role, "operator": "In",
+                                            "values": [EXIT_LEARNER_GONE]}})  # fmt: skip
         spec: dict[str, Any] = {
-            "replicas": 1,
-            "serviceName": self.names["learner"],
-            "selector": {"matchLabels": selector(self.spec.name, "learner")},
-            "template": self.pod_template(component, None if pvc else {"emptyDir": {}}),
+            "completionMode": "Indexed",
+            "completions": pods_wanted,
+            "parallelism": pods_wanted,
         }
-        if pvc:
-            spec["volumeClaimTemplates"] = [self.claim_template()]
-            # Deleting the experiment deletes its checkpoints too; scaling never happens.
-            spec["persistentVolumeClaimRetentionPolicy"] = {
-                "whenDeleted": "Delete",
-                "whenScaled": "Retain",
-            }
-        return {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": self.meta(self.names["learner"], "learner"),
-            "spec": spec,
-        }
+        if role == "actor":
+            spec["backoffLimitPerIndex"] = ACTOR_RETRIES  # one crashing actor fails no other
+        else:
+            spec["backoffLimit"] = LEARNER_RETRIES if role == "learner" else EVALUATOR_RETRIES
+        spec["podFailurePolicy"] = {"rules": ignored}
+        meta = self.meta(self.names[role], role)
+        if self.spec.queue:
+            # Kueue admits the Job (and unsuspends it) when its queue has quota for it.
+            meta["labels"][QUEUE_LABEL] = self.spec.queue
+            spec["suspend"] = True
+        spec["template"] = self.pod_template(component)
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
-    def claim_template(self) -> dict[str, Any]:
+    def claim(self) -> dict[str, Any]:
         claim: dict[str, Any] = {
             "accessModes": ["ReadWriteOnce"],
             "resources": {"requests": {"storage": self.settings.storage_size}},
@@ -303,21 +341,24 @@ class _Ctx:
         if self.settings.storage_class:
             claim["storageClassName"] = self.settings.storage_class
         return {
-            "metadata": {"name": "data", "labels": labels(self.spec.name, "learner")},
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": self.meta(self.names["claim"], "learner"),
             "spec": claim,
         }
 
-    def deployment(self, component: Component, replicas: int) -> dict[str, Any]:
-        role = component.role
+    def disruption_budget(self) -> dict[str, Any]:
+        """No voluntary eviction (a drain, an autoscaler's scale-down) of a running, ready learner:
+        it would cost the update in flight and a restart. A learner that is not ready (starting,
+        stuck) may be evicted, so it never blocks a drain for nothing."""
         return {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": self.meta(self.names[role], role),
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": self.meta(self.names["learner"], "learner"),
             "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": selector(self.spec.name, role)},
-                # Actors and the evaluator keep nothing: their exp dir is scratch space.
-                "template": self.pod_template(component, {"emptyDir": {}}),
+                "minAvailable": 1,
+                "selector": {"matchLabels": selector(self.spec.name, "learner")},
+                "unhealthyPodEvictionPolicy": "AlwaysAllow",
             },
         }
 

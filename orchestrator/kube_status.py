@@ -4,6 +4,7 @@ API's JSON (dicts), so it is tested with hand-written pods.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -63,28 +64,102 @@ def _exited_cleanly(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def phase(pods: Sequence[Mapping[str, Any]], metrics: Mapping[str, Any] | None = None) -> str:
-    """Pending, Running, Succeeded (the learner reports the run done — it then serves status until
-    deleted — or its container exited 0) or Failed (the learner is stuck)."""
+def condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The Job's condition `kind` (Complete, Failed, Suspended, ...) when it is True."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def job_state(job: Mapping[str, Any]) -> str:
+    """Complete, Failed, Suspended (queued: Kueue has not admitted it, or took it back) or Active."""
+    if condition(job, "Complete") or condition(job, "SuccessCriteriaMet"):
+        return "Complete"
+    if condition(job, "Failed") or condition(job, "FailureTarget"):
+        return "Failed"
+    if (job.get("spec") or {}).get("suspend"):
+        return "Suspended"
+    return "Active"
+
+
+def jobs_summary(jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per Job: what `kubectl get jobs` shows, and why a failed one failed."""
+    rows = []
+    for job in sorted(jobs, key=lambda j: _order(role_of(j))):
+        st, spec = job.get("status") or {}, job.get("spec") or {}
+        row: dict[str, Any] = {
+            "name": job["metadata"]["name"],
+            "role": role_of(job),
+            "state": job_state(job),
+            "completions": f"{st.get('succeeded') or 0}/{spec.get('completions', 1)}",
+            "active": st.get("active") or 0,
+            "failed": st.get("failed") or 0,  # crashed pods; disruptions are not counted
+        }
+        failed = condition(job, "Failed") or condition(job, "FailureTarget")
+        if failed:
+            row["reason"] = f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")
+        rows.append(row)
+    return rows
+
+
+def final_metrics(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What an ended learner left as its termination message (surreal.component): the final
+    status of a run whose learner pod is gone. The last Succeeded one, else the newest."""
+    found: list[tuple[bool, str, dict[str, Any]]] = []
+    for pod in pods:
+        if role_of(pod) != "learner":
+            continue
+        term = (_container(pod).get("state") or {}).get("terminated") or {}
+        try:
+            message = json.loads(term.get("message") or "")
+        except ValueError:
+            continue
+        if isinstance(message, dict):
+            found.append((message.get("phase") == "Succeeded", str(term.get("finishedAt") or ""), message))
+    return max(found, key=lambda f: f[:2])[2] if found else {}
+
+
+def phase(
+    pods: Sequence[Mapping[str, Any]],
+    metrics: Mapping[str, Any] | None = None,
+    jobs: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """Pending (also: queued), Running, Succeeded (the learner's Job completed, the learner
+    reports the run done, or its container exited 0) or Failed (its Job failed: past its retries,
+    or its workers' learner gone; or the learner is stuck)."""
     metrics = metrics or {}
+    learner_job = next((j for j in jobs if role_of(j) == "learner"), None)
+    if learner_job is not None:
+        state = job_state(learner_job)
+        if state == "Complete":
+            return "Succeeded"
+        if state == "Failed":
+            return "Failed"
+        if state == "Suspended":
+            return "Pending"
+    if any(job_state(j) == "Failed" for j in jobs):  # e.g. the actors' learner was gone for good
+        return "Failed"
     learners = [p for p in pods if role_of(p) == "learner"]
+    if metrics.get("done"):
+        return "Succeeded"
     if not learners:
         return "Pending"
-    learner = learners[0]
-    if metrics.get("done") or _exited_cleanly(learner):
+    if any(_exited_cleanly(p) for p in learners):
         return "Succeeded"
+    live = [p for p in learners if "terminated" not in (_container(p).get("state") or {})]
+    learner = live[0] if live else learners[0]
     if pod_state(learner) in STUCK:
         return "Failed"
     return "Running" if is_ready(learner) else "Pending"
 
 
-def _sorted(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    def key(p: Mapping[str, Any]) -> tuple[int, str]:
-        role = role_of(p)
-        order = ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER)
-        return order, p["metadata"]["name"]
+def _order(role: str) -> int:
+    return ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER)
 
-    return sorted(pods, key=key)
+
+def _sorted(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return sorted(pods, key=lambda p: (_order(role_of(p)), p["metadata"]["name"]))
 
 
 def components(pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -106,9 +181,12 @@ def status(
     metrics: Mapping[str, Any],
     learner_problem: str = "",
     backend: str = "kube",
+    jobs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The contract's status object (docs: ARCHITECTURE §6) for the pods of an experiment (on
-    Kubernetes, or run as containers)."""
+    """The contract's status object (docs: ARCHITECTURE §6) for the pods and Jobs of an
+    experiment (on Kubernetes, or run as containers). Without the learner's answer (its pod has
+    ended), the metrics are its termination message's."""
+    metrics = metrics or final_metrics(pods)
     actors = [p for p in pods if role_of(p) == "actor"]
     out: dict[str, Any] = {
         "name": spec.get("name"),
@@ -118,7 +196,7 @@ def status(
         "namespace": spec.get("namespace"),
         "agents": metrics.get("agents") or spec.get("agents"),  # the learner follows `scale`
         "target_steps": spec.get("steps"),
-        "phase": phase(pods, metrics),
+        "phase": phase(pods, metrics, jobs),
     }
     for key in METRIC_FIELDS:
         out[key] = metrics.get(key)
@@ -128,21 +206,31 @@ def status(
     out["learner_status"] = learner_problem or "ok"
     out["actor_pods"] = {"ready": sum(is_ready(p) for p in actors), "total": len(actors)}
     out["components"] = components(pods)
+    if jobs:
+        out["jobs"] = jobs_summary(jobs)
+        problems = [f"{j['name']}: {j['reason']}" for j in out["jobs"] if j.get("reason")]
+        if problems:
+            out["problem"] = "; ".join(problems)
+        if any(j["state"] == "Suspended" for j in out["jobs"]):
+            out["queued"] = spec.get("queue") or True  # waiting for admission (Kueue)
     return out
 
 
-def list_row(root: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def list_row(
+    root: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], jobs: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     spec = yaml.safe_load((root.get("data") or {}).get("spec.yaml") or "") or {}
     labels = root["metadata"].get("labels") or {}
     name = labels.get("surreal.io/experiment") or spec.get("name")
     mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("surreal.io/experiment") == name]
+    my_jobs = [j for j in jobs if (j["metadata"].get("labels") or {}).get("surreal.io/experiment") == name]
     return {
         "name": name,
         "namespace": root["metadata"].get("namespace"),
         "algo": spec.get("algo"),
         "env": spec.get("env") or "",
         "agents": _scaled(root) or spec.get("agents"),
-        "phase": phase(mine),
+        "phase": phase(mine, final_metrics(mine), my_jobs),
         "pods": len(mine),
         "managed_by": labels.get("app.kubernetes.io/managed-by"),
     }

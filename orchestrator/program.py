@@ -26,8 +26,11 @@ ENV_TOKEN = "SURREAL_TOKEN"
 ENV_TOKEN_FILE = "SURREAL_TOKEN_FILE"
 ENV_EXP_DIR = "SURREAL_EXP_DIR"
 ENV_AGENTS_IN_WORKER = "SURREAL_AGENTS_IN_WORKER"
-ENV_LINGER = "SURREAL_LINGER"  # "1": a finished component idles until stopped (pods; see component.py)
-ENV_POD_NAME = "SURREAL_POD_NAME"  # set in Kubernetes pods (downward API); see surreal.component
+# An Indexed Job gives each of its pods its index in this variable (Kubernetes sets it; the
+# containers backend too): actor pods take it as their worker index (surreal.component).
+ENV_JOB_INDEX = "JOB_COMPLETION_INDEX"
+# Where a finished learner writes its final status: the container's termination message in a pod.
+ENV_TERMINATION_LOG = "SURREAL_TERMINATION_LOG"
 ENV_IMPORT_PATH = IMPORT_PATH_VAR  # folders a component imports a user's environment module from
 
 LEARNER_PORT = 6000  # in a pod; locally a free port is chosen at create time
@@ -46,9 +49,8 @@ class Target:
     # Locally: where the creating shell imported from (its PYTHONPATH, then its working directory),
     # so components find a user's environment module as `surreal create` did. In a pod: the image.
     import_path: tuple[str, ...] = ()
-    # Pods: Kubernetes restarts a container that exits, even with code 0 (StatefulSets and
-    # Deployments have restartPolicy Always), so a finished component idles until deleted.
-    linger: bool = False
+    # Pods: the file the learner's final status goes to (its container's termination message).
+    termination_log: str | None = None
 
 
 def local_split(agents: int, cpus: int | None = None) -> list[int]:
@@ -71,8 +73,6 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
         common[ENV_TOKEN_FILE] = target.token_file
     if target.import_path:
         common[ENV_IMPORT_PATH] = os.pathsep.join(target.import_path)
-    if target.linger:
-        common[ENV_LINGER] = "1"
 
     def component(role: str, index: int = 0, **extra: object) -> Component:
         name = role if role in ("learner", "evaluator") else f"{role}-{index}"
@@ -82,7 +82,10 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
         return Component(name=name, role=role, argv=argv, env=env, index=index, **extra)  # type: ignore[arg-type]
 
     port = int(target.learner_addr.rsplit(":", 1)[1])
-    learner = component("learner", env={ENV_BIND_HOST: target.bind_host}, cpu=1.0, memory_mb=2048, port=port)
+    learner_env = {ENV_BIND_HOST: target.bind_host}
+    if target.termination_log:
+        learner_env[ENV_TERMINATION_LOG] = target.termination_log
+    learner = component("learner", env=learner_env, cpu=1.0, memory_mb=2048, port=port)
     evaluator = component("evaluator", cpu=0.5, memory_mb=1024)
     template = component("actor", 0, cpu=1.0, memory_mb=1024)
     return Program(experiment=spec.name, components=(learner, *actor_group(template, split), evaluator))

@@ -6,13 +6,13 @@ Service's DNS name in a cluster), so a component cannot tell which backend runs 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-import zlib
 from pathlib import Path
 
 from surreal.algorithms.common import preemption
@@ -62,19 +62,50 @@ def build_context(spec: ExperimentSpec, index: int) -> RunContext:
         index=index,
         agents_in_worker=int(os.environ.get(prog.ENV_AGENTS_IN_WORKER, "1")),
         bind_all=bind_host == "0.0.0.0",
-        linger=os.environ.get(prog.ENV_LINGER) == "1",
         env_kwargs=dict(spec.env_kwargs),
     )
 
 
 def worker_index(role: str, index: int) -> int:
-    """Actor pods of a Kubernetes Deployment have no ordinal and all start with `--index 0`; a
-    stable hash of the pod's unique name (SURREAL_POD_NAME) gives each its own index, hence its
-    own seeds and worker id. Everywhere else the launcher's index stands."""
-    pod = os.environ.get(prog.ENV_POD_NAME)
-    if role != "actor" or not pod:
+    """Actor pods of an Indexed Job share one template that says `--index 0`; each gets its
+    completion index from the Job (JOB_COMPLETION_INDEX), hence its own seeds and worker id, and
+    a replacement pod the index of the one it replaces, as a restarted local process keeps its
+    own. Everywhere else the launcher's index stands."""
+    job_index = os.environ.get(prog.ENV_JOB_INDEX)
+    if role != "actor" or not job_index:
         return index
-    return zlib.crc32(pod.encode()) & 0x7FFFFFFF
+    try:
+        return int(job_index)
+    except ValueError:
+        raise ComponentError(f"{prog.ENV_JOB_INDEX}={job_index!r} is not an integer") from None
+
+
+# What a finished learner leaves as its container's termination message (at most 4096 bytes are
+# kept): enough for `kubectl get pod -o jsonpath` and `surreal status` once the pod is gone.
+FINAL_FIELDS = (
+    "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
+    "best_eval_return", "elapsed_seconds", "checkpoint_version", "agents",
+)  # fmt: skip
+
+
+def write_termination_message(exp_dir: Path, code: int) -> None:
+    """The learner's last status.json, cut to FINAL_FIELDS, into SURREAL_TERMINATION_LOG (the
+    pod's /dev/termination-log), with how it ended: Succeeded, or Preempted (it saved and will be
+    replaced). A crash writes nothing here: the pod's terminationMessagePolicy then falls back to
+    the log's tail, which names the error."""
+    path = os.environ.get(prog.ENV_TERMINATION_LOG)
+    if not path or code not in (0, preemption.EXIT_PREEMPTED):
+        return
+    try:
+        status = json.loads((exp_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        status = {}
+    message = {"phase": "Succeeded" if code == 0 else "Preempted", "exit_code": code}
+    message.update({k: status.get(k) for k in FINAL_FIELDS if k in status})
+    try:
+        Path(path).write_text(json.dumps(message, separators=(",", ":"))[:4096])
+    except OSError as exc:
+        logging.getLogger(__name__).warning("cannot write the termination message to %s: %s", path, exc)
 
 
 def run_component(role: str, spec_path: Path, index: int) -> int:
@@ -102,8 +133,8 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     code = 1
     try:
         code = int(main(spec.config, ctx))
-        if code == 0 and ctx.linger:
-            linger(role)
+        if role == "learner":
+            write_termination_message(ctx.exp_dir, code)
     finally:
         exit_within(EXIT_SECONDS, code)
     return code
@@ -122,9 +153,3 @@ def exit_within(seconds: float, code: int) -> None:
 
     threading.Thread(target=force, name="surreal-exit-watchdog", daemon=True).start()
 
-
-def linger(role: str) -> None:
-    """Idle until SIGTERM: in a pod, a container that exits 0 would be restarted and run again."""
-    logging.getLogger(__name__).info("%s finished; idling until the experiment is deleted", role)
-    while True:
-        signal.pause()

@@ -43,6 +43,7 @@ TOP_LEVEL_KEYS = (
     "namespace",
     "image",
     "gpu",
+    "queue",
     "env_kwargs",
 )
 ENV_KWARGS = "env_kwargs"
@@ -79,6 +80,8 @@ class ExperimentSpec:
     """Kubernetes only: container image of every component."""
     gpu: int = 0
     """GPUs for the learner (placed on the GPU node pool when > 0)."""
+    queue: str = ""
+    """Kubernetes only: the Kueue LocalQueue that admits the experiment's Jobs ("" for none)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment's constructor (`--set env_kwargs.KEY=VALUE`, or a
     mapping in the YAML file); values are YAML scalars, lists or mappings."""
@@ -380,6 +383,13 @@ def _validate(spec: ExperimentSpec) -> None:
         raise SpecError(f"agents_per_pod must be a positive integer, got {spec.agents_per_pod}")
     if spec.gpu < 0:
         raise SpecError(f"gpu must be >= 0, got {spec.gpu}")
+    if spec.queue and (len(spec.queue) > 63 or not NAME_RE.match(spec.queue)):
+        raise SpecError(
+            f"invalid queue {spec.queue!r}: a Kueue LocalQueue's name, a DNS-1123 label of at most 63 "
+            "characters (lower-case letters, digits and '-')"
+        )
+    if spec.queue and spec.backend != "kube":
+        raise SpecError(f"queue {spec.queue!r}: queues are Kueue's, on a cluster (use --backend kube)")
 
 
 def _check_resolved_matches(resolved: ResolvedEnv, env: EnvRef) -> None:

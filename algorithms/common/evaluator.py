@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from surreal.algorithms.common.envs import EnvBatch
+from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.protocol.client import LearnerClient, ProtocolError
 from surreal.protocol.types import EvalReport, Params
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 
 Policy = Callable[[np.ndarray], np.ndarray]  # raw observations [N, D] -> actions [N, ...]
 PolicyFactory = Callable[[Params], Policy]
-GIVE_UP_SECONDS = 900.0  # an evaluator that cannot reach the learner this long exits 1
+GIVE_UP_SECONDS = 900.0  # an evaluator that cannot reach the learner this long exits EXIT_LEARNER_GONE
 
 
 class EvalSettings(Protocol):
@@ -99,7 +100,7 @@ def run_evaluator(
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > GIVE_UP_SECONDS:
                     log.error("learner unreachable, giving up: %s", e)
-                    return 1
+                    return EXIT_LEARNER_GONE
                 time.sleep(2.0)
                 continue
             latest = params or latest

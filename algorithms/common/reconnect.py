@@ -10,7 +10,10 @@ from surreal.protocol.client import ExperienceStream, LearnerClient, ProtocolErr
 
 log = logging.getLogger(__name__)
 
-GIVE_UP_SECONDS = 900.0  # a worker that cannot reach the learner this long exits 1
+GIVE_UP_SECONDS = 900.0  # a worker that cannot reach the learner this long exits EXIT_LEARNER_GONE
+# The exit code of a worker or evaluator whose learner is gone for good (EX_UNAVAILABLE): the
+# Jobs' podFailurePolicy fails the experiment's workers on it instead of retrying them.
+EXIT_LEARNER_GONE = 69
 FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 0.5, 10.0
 
 
@@ -27,7 +30,8 @@ def work_connected(
 
     A lost connection (learner restart, network) is retried with exponential backoff; whatever was
     in flight is lost, which the algorithms here do not miss. After `give_up_seconds` of failures
-    in a row this returns 1, so a worker whose learner is gone for good ends instead of hanging.
+    in a row this returns EXIT_LEARNER_GONE, so a worker whose learner is gone for good ends
+    instead of hanging.
     """
     backoff, failing_since = FIRST_BACKOFF_SECONDS, None  # monotonic time of the first failure
     while True:
@@ -46,7 +50,7 @@ def work_connected(
             down = time.monotonic() - failing_since
             if down > give_up_seconds:
                 log.error("%s unreachable for %.0fs, giving up: %s", peer, down, e)
-                return 1
+                return EXIT_LEARNER_GONE
             log.warning("%s connection lost (%s); retrying in %.1fs", peer, e, backoff)
             time.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)

@@ -27,7 +27,6 @@ class RunContext:
     agents_in_worker: int = 1  # logical agents this worker hosts
     bind_all: bool = False  # learner listens on 0.0.0.0 (in a cluster) instead of the addr's host
     has_evaluator: bool = True  # False: the learner evaluates the final policy itself
-    linger: bool = False  # when done, keep serving until stopped (a pod that exits is restarted)
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)  # the env constructor's kwargs
 
     @property

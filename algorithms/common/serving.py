@@ -4,7 +4,7 @@ A learner core (PPOLearner, ESMaster) trains; `ServingLoop` carries what both se
 (evaluation reports in, status.json and the Status RPC out about once a second, the agent count
 that `surreal scale` writes into scale.json in), and `finish` is the common end: wait for the
 evaluator's report on the final version (or evaluate it here), serve until the workers have hung
-up, and on Kubernetes keep serving status until the pod goes.
+up; then the process exits 0 (on Kubernetes its Job completes and frees what it held).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -256,7 +255,7 @@ def finish(
     policy_for: Callable[[Params], Policy],
 ) -> int:
     """End a trained run: the final evaluation (from the evaluator, or here if none arrives),
-    the last status, workers released; then, in a pod, serve status until deleted. Returns 0."""
+    the last status, workers released. Returns 0."""
     core = loop.core
     loop.await_final_eval(final_eval_timeout if ctx.has_evaluator else 0.0)
     if not core.final_evaluated:
@@ -270,8 +269,4 @@ def finish(
         core.record_eval(result.report(params.version, extras_env_steps(params.extras)))
     loop.write_status()
     loop.release_workers(timeout=15.0)
-    if ctx.linger:
-        # Keep answering status, health and the final parameters until the pod is deleted.
-        log.info("run complete; serving status until stopped")
-        threading.Event().wait()
     return 0

@@ -55,6 +55,7 @@ def cli() -> None:
 @click.option("--namespace", help="Kubernetes namespace (default: default).")
 @click.option("--image", help="Container image (containers, kube; default surreal:local).")
 @click.option("--gpu", type=int, help="GPUs for the learner.")
+@click.option("--queue", help="Kueue LocalQueue that admits the experiment's Jobs (kube).")
 @click.option("--context", help="kubeconfig context (kube backend).")
 @click.option(
     "--pools",
@@ -80,13 +81,15 @@ def create(
     namespace: str | None,
     image: str | None,
     gpu: int | None,
+    queue: str | None,
     context: str | None,
     pools_file: Path | None,
     provider: str | None,
 ) -> None:
     """Create experiment NAME and run it (in the foreground unless --detach; kube: on the cluster)."""
     flags = {"algo": algo, "env": env_id, "agents": agents, "steps": steps, "seed": seed,
-             "backend": backend, "namespace": namespace, "image": image, "gpu": gpu}  # fmt: skip
+             "backend": backend, "namespace": namespace, "image": image, "gpu": gpu,
+             "queue": queue}  # fmt: skip
     # A user's environment module imports from where this shell stands, as components will.
     extend_import_path(exps.user_import_path())
     try:

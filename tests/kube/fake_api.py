@@ -3,7 +3,7 @@
 `fake_client()` returns a real `kubernetes.client.ApiClient` whose `rest_client` is a `FakeApi`:
 the generated API classes serialize and deserialize for real, and the fake stores objects, answers
 404/409, lists by label, cascades deletes through ownerReferences (like the garbage collector),
-scales Deployments, serves pod logs, and records every request as (verb, resource) pairs for the
+takes merge patches (a Job's parallelism, the root's annotations), serves pod logs, and records every request as (verb, resource) pairs for the
 RBAC test. Failures are injected per (verb, resource).
 """
 
@@ -125,15 +125,8 @@ class FakeApi:
         if verb == "delete":
             self._cascade(key)
             return _ok({"kind": "Status", "apiVersion": "v1", "status": "Success"})
-        if verb == "patch" and sub == "scale":
-            self.objects[key]["spec"]["replicas"] = body["spec"]["replicas"]
-            meta = {"name": name, "namespace": ns}
-            return _ok({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": meta,
-                        "spec": body["spec"]})  # fmt: skip
-        if verb == "patch" and sub is None and set(body) == {"metadata"}:  # a merge patch of metadata
-            meta = self.objects[key]["metadata"]
-            for field, values in body["metadata"].items():
-                meta[field] = {**(meta.get(field) or {}), **values}
+        if verb == "patch" and sub is None and set(body) <= {"metadata", "spec"}:  # a merge patch
+            _merge(self.objects[key], body)
             return _ok(self.objects[key])
         return Response(405, {"kind": "Status", "message": f"fake: {verb} {resource}/{sub}"})
 
@@ -166,6 +159,17 @@ class FakeApi:
             refs = obj["metadata"].get("ownerReferences") or []
             if other in self.objects and any(r["uid"] == uid for r in refs):
                 self._cascade(other)
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386, as the API server applies a merge patch (None deletes a key)."""
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            _merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
 
 
 def _ok(body: Any) -> Response:

@@ -60,7 +60,8 @@ def test_create_sends_the_rendered_objects_root_first_then_owned_by_it() -> None
                        "uid": root_uid, "blockOwnerDeletion": True}  # fmt: skip
         assert body == obj  # nothing lost or added on the way through the client's models
     assert [o["kind"] for o in created.objects] == [o["kind"] for o in expected]
-    assert api.names("deployments.apps") == ["exp1-actor", "exp1-evaluator", "exp1-tensorboard"]
+    assert api.names("jobs.batch") == ["exp1-actor", "exp1-evaluator", "exp1-learner"]
+    assert api.names("deployments.apps") == ["exp1-tensorboard"]
 
 
 def test_create_generates_a_token_when_none_is_given() -> None:
@@ -73,7 +74,7 @@ def test_create_generates_a_token_when_none_is_given() -> None:
 @pytest.mark.parametrize(
     ("verb", "resource", "status", "error", "message"),
     [
-        ("create", "deployments.apps", 500, KubeError, "cannot create deployments.apps: 500"),
+        ("create", "jobs.batch", 500, KubeError, "cannot create jobs.batch: 500"),
         ("create", "networkpolicies.networking.k8s.io", 403, Forbidden,
          "may not create networkpolicies.networking.k8s.io in namespace 'default' (RBAC"),
         ("create", "services", 409, ExperimentExists, "Service 'exp1-learner' already exists"),
@@ -92,9 +93,9 @@ def test_a_create_that_fails_midway_leaves_nothing(verb, resource, status, error
 
 def test_a_failed_rollback_does_not_hide_the_first_error() -> None:
     api = FakeApi()
-    api.fail[("create", "statefulsets.apps")] = 403
+    api.fail[("create", "jobs.batch")] = 403
     api.fail[("delete", "configmaps")] = 500
-    with pytest.raises(Forbidden, match="may not create statefulsets.apps"):
+    with pytest.raises(Forbidden, match="may not create jobs.batch"):
         launcher(api).create(make_spec())
 
 
@@ -132,7 +133,7 @@ def test_a_remote_cluster_needs_an_image() -> None:
         remote.create(make_spec())
     assert api.requests == []
     remote.create(make_spec(image="ghcr.io/me/surreal:0.1"))
-    assert api.names("statefulsets.apps") == ["exp1-learner"]
+    assert api.names("jobs.batch") == ["exp1-actor", "exp1-evaluator", "exp1-learner"]
 
 
 @pytest.mark.parametrize(
@@ -200,7 +201,7 @@ def running() -> tuple[FakeApi, KubeLauncher]:
     return api, k
 
 
-def test_scale_tells_the_learner_first_then_patches_actor_replicas(tmp_path) -> None:
+def test_scale_tells_the_learner_first_then_patches_the_actor_job(tmp_path) -> None:
     api, calls = FakeApi(), []
 
     def exec_(pod_name: str, ns: str, container: str, argv) -> bytes:
@@ -220,8 +221,10 @@ def test_scale_tells_the_learner_first_then_patches_actor_replicas(tmp_path) -> 
     assert calls == [("exp1-learner-0", "learner")]
     assert json.loads((tmp_path / "scale.json").read_text()) == {"agents": 20}
     root, scale = api.sent("patch")
-    assert scale.resource == "deployments.apps/scale" and scale.body == {"spec": {"replicas": 10}}
-    assert api.objects[("deployments.apps", "default", "exp1-actor")]["spec"]["replicas"] == 10
+    # An elastic Indexed Job: completions and parallelism change together, in one patch.
+    assert scale.resource == "jobs.batch" and scale.body == {"spec": {"completions": 10, "parallelism": 10}}
+    job = api.objects[("jobs.batch", "default", "exp1-actor")]["spec"]
+    assert job["completions"] == job["parallelism"] == 10
     assert k.list_experiments("default")[0]["agents"] == 20  # the root carries the new count
     with pytest.raises(KubeError, match=r"positive multiple of agents_per_pod \(2\), got 7"):
         k.scale("exp1", "default", 7)

@@ -16,7 +16,7 @@ def pod_specs(*args: str) -> dict[str, dict]:
     assert result.exit_code == 0, result.output
     out = {}
     for obj in yaml.safe_load_all(result.output):
-        if obj and obj["kind"] in ("StatefulSet", "Deployment"):
+        if obj and obj["kind"] in ("Job", "Deployment"):
             out[obj["metadata"]["labels"]["surreal.io/component"]] = obj["spec"]["template"]["spec"]
     return out
 

@@ -91,12 +91,25 @@ def test_the_archive_is_the_learner_tb_folder(cluster, volume: Path) -> None:
     ]
 
 
+def test_a_finished_runs_events_are_read_where_tensorboard_mounts_the_claim(cluster, volume: Path) -> None:
+    api, launcher, calls = cluster
+    tensorboard = learner_pod()
+    tensorboard["metadata"].update(name="exp1-tensorboard-abc")
+    tensorboard["metadata"]["labels"]["surreal.io/component"] = "tensorboard"
+    tensorboard["status"]["containerStatuses"][0]["name"] = "tensorboard"
+    api.add("pods", tensorboard)
+    api.add("pods", learner_pod(ready=False))  # the learner's pod has ended
+    run = plot.read_archive(launcher.tb_archive("exp1", "default"), "exp1")
+    assert calls == [("exp1-tensorboard-abc", "default", "tensorboard", TAR)]
+    assert run == plot.read_events(volume / "tb", "exp1")
+
+
 def test_no_experiment_no_ready_learner_or_a_failed_tar_is_a_kube_error(cluster, volume: Path) -> None:
     api, launcher, calls = cluster
     with pytest.raises(ExperimentNotFound, match="no experiment 'nope' in namespace 'default'"):
         launcher.tb_archive("nope", "default")
     api.add("pods", learner_pod(ready=False))
-    with pytest.raises(KubeError, match="its learner pod is not ready"):
+    with pytest.raises(KubeError, match="neither its learner nor its TensorBoard pod is ready"):
         launcher.tb_archive("exp1", "default")
     assert calls == []
     api.add("pods", learner_pod())
@@ -128,7 +141,7 @@ def test_the_command_draws_a_kube_experiment(cluster, tmp_path: Path, monkeypatc
     assert result.exit_code == 1 and not out.exists()
     assert (
         result.stderr.strip()
-        == "surreal: error: experiment 'exp1': its learner pod is not ready to read the events from"
+        == "surreal: error: experiment 'exp1': neither its learner nor its TensorBoard pod is ready to read the events from"
     )
     api.add("pods", learner_pod())
     result = CliRunner().invoke(cli, ["plot", "exp1", "--backend", "kube", "-o", str(out), "--x", "steps"])

@@ -10,6 +10,9 @@ import pytest
 import yaml
 from kube_support import KUBE_VERSIONS, make_spec
 
+from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
+from surreal.component import ComponentError, worker_index
 from surreal.orchestrator import kube_output as ko
 from surreal.orchestrator import kube_render as kr
 from surreal.orchestrator.kube_pods import Placement
@@ -51,7 +54,7 @@ def test_every_object_validates_strictly_against_kubernetes_1_29_to_1_33(objects
 
 
 def test_strict_validation_can_fail() -> None:
-    obj = kr.render(make_spec(), token="t")[4]
+    obj = by_kind_name(kr.render(make_spec(), token="t"))[("Job", "exp1-learner")]
     obj["spec"]["template"]["spec"]["containers"][0]["cpuLimit"] = "1"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(obj, "1.33", strict=True)
@@ -62,10 +65,12 @@ def test_the_kinds_and_names_of_an_experiment(objects_512) -> None:
         ("ConfigMap", "exp1-spec"),
         ("Secret", "exp1-token"),
         ("NetworkPolicy", "exp1-learner"),
+        ("PersistentVolumeClaim", "exp1-data"),
         ("Service", "exp1-learner"),
-        ("StatefulSet", "exp1-learner"),
-        ("Deployment", "exp1-actor"),
-        ("Deployment", "exp1-evaluator"),
+        ("PodDisruptionBudget", "exp1-learner"),
+        ("Job", "exp1-learner"),
+        ("Job", "exp1-actor"),
+        ("Job", "exp1-evaluator"),
         ("Service", "exp1-tensorboard"),
         ("Deployment", "exp1-tensorboard"),
     ]
@@ -81,8 +86,10 @@ def test_every_object_and_pod_template_carries_the_labels(objects_512) -> None:
         assert obj["metadata"]["namespace"] == "default"
     for obj, template in pod_templates(objects_512):
         assert template["metadata"]["labels"] == obj["metadata"]["labels"]
-        # Selectors match the template, or the API server rejects the workload.
-        assert obj["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+        # Selectors match the template, or the API server rejects the workload (a Job's selector
+        # is the API server's own).
+        if obj["kind"] != "Job":
+            assert obj["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
 
 
 def test_every_container_has_requests_limits_and_the_security_settings(objects_512) -> None:
@@ -103,16 +110,17 @@ def test_every_container_has_requests_limits_and_the_security_settings(objects_5
 
 
 def test_actor_capacity_equals_the_agents(objects_512) -> None:
-    actors = by_kind_name(objects_512)[("Deployment", "exp1-actor")]
+    actors = by_kind_name(objects_512)[("Job", "exp1-actor")]
     env = {e["name"]: e.get("value") for e in actors["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert actors["spec"]["replicas"] * int(env["SURREAL_AGENTS_IN_WORKER"]) == 512
+    assert actors["spec"]["parallelism"] * int(env["SURREAL_AGENTS_IN_WORKER"]) == 512
 
 
 @pytest.mark.parametrize(("agents", "per_pod", "replicas"), [(512, 1, 512), (512, 8, 64), (12, 4, 3)])
 def test_actor_replicas_pack_agents_per_pod(agents: int, per_pod: int, replicas: int) -> None:
     objects = kr.render(make_spec(agents=agents, agents_per_pod=per_pod), token="t")
-    actors = by_kind_name(objects)[("Deployment", "exp1-actor")]
-    assert actors["spec"]["replicas"] == replicas
+    actors = by_kind_name(objects)[("Job", "exp1-actor")]
+    # Every index runs at once (an elastic Indexed Job: scale patches both together).
+    assert actors["spec"]["parallelism"] == actors["spec"]["completions"] == replicas
     env = actors["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "SURREAL_AGENTS_IN_WORKER", "value": str(per_pod)} in env
 
@@ -129,25 +137,76 @@ def test_containers_run_exactly_the_program_argv_and_env() -> None:
     objects = by_kind_name(kr.render(spec, token="t"))
     program = kr.kube_program(spec)
     for kind, name, component in [
-        ("StatefulSet", "exp1-learner", "learner"),
-        ("Deployment", "exp1-actor", "actor-0"),
-        ("Deployment", "exp1-evaluator", "evaluator"),
+        ("Job", "exp1-learner", "learner"),
+        ("Job", "exp1-actor", "actor-0"),
+        ("Job", "exp1-evaluator", "evaluator"),
     ]:
         c = program.component(component)
         container = objects[(kind, name)]["spec"]["template"]["spec"]["containers"][0]
         assert [*container["command"], *container["args"]] == list(c.argv)
-        plain = {e["name"]: e["value"] for e in container["env"] if "value" in e}
-        assert plain == dict(c.env)
+        assert {e["name"]: e["value"] for e in container["env"]} == dict(c.env)
     # The learner's address is its Service, in the pods' own namespace; the token is a file.
     assert program.component("learner").env["SURREAL_LEARNER_ADDR"] == "exp1-learner:6000"
     assert "SURREAL_TOKEN" not in program.component("actor-0").env
 
 
-def test_actor_pods_get_their_pod_name_for_a_distinct_worker_index() -> None:
-    actors = by_kind_name(kr.render(make_spec(), token="t"))[("Deployment", "exp1-actor")]
-    env = actors["spec"]["template"]["spec"]["containers"][0]["env"]
-    pod_name = {"name": "SURREAL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
-    assert pod_name in env
+def test_actor_pods_take_their_worker_index_from_the_indexed_job(monkeypatch) -> None:
+    actors = by_kind_name(kr.render(make_spec(), token="t"))[("Job", "exp1-actor")]
+    assert actors["spec"]["completionMode"] == "Indexed"
+    monkeypatch.setenv("JOB_COMPLETION_INDEX", "17")  # what Kubernetes sets in pod 17
+    assert worker_index("actor", 0) == 17 and worker_index("learner", 0) == 0
+    monkeypatch.setenv("JOB_COMPLETION_INDEX", "x")
+    with pytest.raises(ComponentError, match="JOB_COMPLETION_INDEX"):
+        worker_index("actor", 0)
+
+
+@pytest.mark.parametrize("role", ["learner", "actor", "evaluator"])
+def test_every_component_runs_to_completion_and_disruptions_are_not_failures(role: str) -> None:
+    job = by_kind_name(kr.render(make_spec(), token="t"))[("Job", f"exp1-{role}")]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"  # no container of a finished run is restarted
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {
+        "action": "Ignore",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    }
+    assert rules[1]["action"] == "Ignore" and rules[1]["onExitCodes"]["values"] == [EXIT_PREEMPTED]
+    container = pod["containers"][0]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    if role == "learner":
+        assert job["spec"]["backoffLimit"] == kr.LEARNER_RETRIES and len(rules) == 2
+        assert pod["terminationGracePeriodSeconds"] == kr.LEARNER_GRACE_SECONDS
+        assert {"name": "SURREAL_TERMINATION_LOG", "value": "/dev/termination-log"} in container["env"]
+    else:  # a worker whose learner is gone for good fails its Job instead of retrying
+        assert rules[2] == {"action": "FailJob", "onExitCodes": {
+            "containerName": role, "operator": "In", "values": [EXIT_LEARNER_GONE]}}  # fmt: skip
+    if role == "actor":  # one crashing actor spends its own retries, fails nothing else
+        assert job["spec"]["backoffLimitPerIndex"] == kr.ACTOR_RETRIES and "backoffLimit" not in job["spec"]
+
+
+def test_a_budget_keeps_voluntary_evictions_off_the_running_learner() -> None:
+    pdb = by_kind_name(kr.render(make_spec(), token="t"))[("PodDisruptionBudget", "exp1-learner")]
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == {
+        "surreal.io/experiment": "exp1",
+        "surreal.io/component": "learner",
+    }
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"  # a stuck learner never blocks a drain
+
+
+def test_a_queue_labels_and_suspends_every_job_for_kueue() -> None:
+    objects = kr.render(make_spec(queue="team-a"), token="t")
+    jobs = [o for o in objects if o["kind"] == "Job"]
+    assert len(jobs) == 3
+    for job in jobs:
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+        assert job["spec"]["suspend"] is True
+    assert all("kueue" not in str(o["metadata"]) for o in objects if o["kind"] != "Job")
+    plain = [o for o in kr.render(make_spec(), token="t") if o["kind"] == "Job"]
+    assert all("suspend" not in j["spec"] and "kueue" not in str(j) for j in plain)
+    for version in KUBE_VERSIONS:
+        for obj in jobs:
+            kubernetes_validate.validate(obj, version, strict=True)
 
 
 def test_the_spec_config_map_is_the_spec_with_backend_and_image_filled() -> None:
@@ -168,7 +227,7 @@ def test_the_token_is_a_secret_and_required() -> None:
 
 def test_learner_probes_use_grpc_health_and_the_service_names_the_port() -> None:
     objects = by_kind_name(kr.render(make_spec(), token="t"))
-    container = objects[("StatefulSet", "exp1-learner")]["spec"]["template"]["spec"]["containers"][0]
+    container = objects[("Job", "exp1-learner")]["spec"]["template"]["spec"]["containers"][0]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"] == {"port": 6000}
     service = objects[("Service", "exp1-learner")]
@@ -191,7 +250,7 @@ def test_only_the_experiments_pods_reach_the_learner() -> None:
 
 def test_shm_is_memory_and_the_exp_dir_is_writable_scratch_for_actors() -> None:
     objects = by_kind_name(kr.render(make_spec(), token="t"))
-    pod = objects[("Deployment", "exp1-actor")]["spec"]["template"]["spec"]
+    pod = objects[("Job", "exp1-actor")]["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
     assert volumes["data"] == {"name": "data", "emptyDir": {}}
@@ -199,14 +258,17 @@ def test_shm_is_memory_and_the_exp_dir_is_writable_scratch_for_actors() -> None:
 
 def test_learner_keeps_checkpoints_on_a_claim_that_tensorboard_reads() -> None:
     objects = by_kind_name(kr.render(make_spec(), token="t"))
-    learner = objects[("StatefulSet", "exp1-learner")]["spec"]
-    assert learner["replicas"] == 1 and learner["serviceName"] == "exp1-learner"
-    [claim] = learner["volumeClaimTemplates"]
-    assert claim["metadata"]["name"] == "data"
-    assert learner["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    learner = objects[("Job", "exp1-learner")]["spec"]
+    assert learner["completions"] == learner["parallelism"] == 1
+    volumes = {v["name"]: v for v in learner["template"]["spec"]["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "exp1-data"}
+    # The claim is its own object, owned by the root: a restarted learner pod finds its
+    # checkpoints, a finished run keeps them for TensorBoard, `delete` removes them.
+    claim = objects[("PersistentVolumeClaim", "exp1-data")]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     tb = objects[("Deployment", "exp1-tensorboard")]["spec"]["template"]["spec"]
     volume = {v["name"]: v for v in tb["volumes"]}["data"]["persistentVolumeClaim"]
-    assert volume == {"claimName": "data-exp1-learner-0", "readOnly": True}
+    assert volume == {"claimName": "exp1-data", "readOnly": True}
     [term] = tb["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["labelSelector"]["matchLabels"]["surreal.io/component"] == "learner"
 
@@ -214,10 +276,9 @@ def test_learner_keeps_checkpoints_on_a_claim_that_tensorboard_reads() -> None:
 def test_empty_dir_storage_has_no_claim_and_no_tensorboard() -> None:
     settings = kr.RenderSettings(storage="emptyDir")
     objects = by_kind_name(kr.render(make_spec(), token="t", settings=settings))
-    learner = objects[("StatefulSet", "exp1-learner")]["spec"]
-    assert "volumeClaimTemplates" not in learner
+    learner = objects[("Job", "exp1-learner")]["spec"]
     assert {"name": "data", "emptyDir": {}} in learner["template"]["spec"]["volumes"]
-    assert not [k for k in objects if k[1] == "exp1-tensorboard"]
+    assert not [k for k in objects if k[1] == "exp1-tensorboard" or k[0] == "PersistentVolumeClaim"]
 
 
 def test_gpus_and_placement_reach_the_learner_and_its_tensorboard() -> None:
@@ -227,11 +288,11 @@ def test_gpus_and_placement_reach_the_learner_and_its_tensorboard() -> None:
         "actor": Placement({"surreal.io/pool": "cpu"}),
     }
     objects = by_kind_name(kr.render(make_spec(gpu=2), placement, token="t"))
-    learner = objects[("StatefulSet", "exp1-learner")]["spec"]["template"]["spec"]
+    learner = objects[("Job", "exp1-learner")]["spec"]["template"]["spec"]
     resources = learner["containers"][0]["resources"]
     assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == "2"
     assert learner["nodeSelector"] == {"surreal.io/pool": "gpu"} and learner["tolerations"] == [taint]
-    actor = objects[("Deployment", "exp1-actor")]["spec"]["template"]["spec"]
+    actor = objects[("Job", "exp1-actor")]["spec"]["template"]["spec"]
     assert actor["nodeSelector"] == {"surreal.io/pool": "cpu"} and "tolerations" not in actor
     assert "nvidia.com/gpu" not in actor["containers"][0]["resources"]["limits"]
     tb = objects[("Deployment", "exp1-tensorboard")]["spec"]["template"]["spec"]
@@ -256,7 +317,7 @@ def test_resource_overrides_replace_a_roles_sizes() -> None:
     big = {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}
     settings = kr.RenderSettings(resources={"learner": big})
     objects = by_kind_name(kr.render(make_spec(), token="t", settings=settings))
-    learner = objects[("StatefulSet", "exp1-learner")]["spec"]["template"]["spec"]["containers"][0]
+    learner = objects[("Job", "exp1-learner")]["spec"]["template"]["spec"]["containers"][0]
     assert learner["resources"] == big
 
 
@@ -271,9 +332,11 @@ def test_the_longest_experiment_name_keeps_every_derived_name_valid() -> None:
     objects = kr.render(make_spec(name), token="t")
     for obj in objects:
         kubernetes_validate.validate(obj, "1.33", strict=True)
-    learner = by_kind_name(objects)[("StatefulSet", f"{name}-learner")]
-    # The StatefulSet's pods get the label controller-revision-hash: NAME-<10 chars>, at most 63.
-    assert len(learner["metadata"]["name"]) + 11 <= 63
+    # An Indexed Job's pod has the hostname JOB-INDEX, at most 63 characters: the longest job
+    # name with the largest index a Job may have (completions up to 100,000).
+    for obj in objects:
+        if obj["kind"] == "Job":
+            assert len(obj["metadata"]["name"]) + len("-99999") <= 63
 
 
 def test_dry_run_outputs() -> None:
