@@ -152,4 +152,3 @@ def exit_within(seconds: float, code: int) -> None:
         os._exit(code)
 
     threading.Thread(target=force, name="surreal-exit-watchdog", daemon=True).start()
-

@@ -3,7 +3,8 @@
 `fake_client()` returns a real `kubernetes.client.ApiClient` whose `rest_client` is a `FakeApi`:
 the generated API classes serialize and deserialize for real, and the fake stores objects, answers
 404/409, lists by label, cascades deletes through ownerReferences (like the garbage collector),
-takes merge patches (a Job's parallelism, the root's annotations), serves pod logs, and records every request as (verb, resource) pairs for the
+takes merge patches (a Job's parallelism, the root's annotations), serves pod logs, and records
+every request as (verb, resource) pairs for the
 RBAC test. Failures are injected per (verb, resource).
 """
 

@@ -141,7 +141,8 @@ def test_the_command_draws_a_kube_experiment(cluster, tmp_path: Path, monkeypatc
     assert result.exit_code == 1 and not out.exists()
     assert (
         result.stderr.strip()
-        == "surreal: error: experiment 'exp1': neither its learner nor its TensorBoard pod is ready to read the events from"
+        == "surreal: error: experiment 'exp1': neither its learner nor its TensorBoard pod is ready to "
+        "read the events from"
     )
     api.add("pods", learner_pod())
     result = CliRunner().invoke(cli, ["plot", "exp1", "--backend", "kube", "-o", str(out), "--x", "steps"])
