@@ -109,6 +109,8 @@ def helm_values(
         "namespace": spec.namespace,
         "image": spec.image,
         "imagePullPolicy": settings.image_pull_policy,
+        # Written only when set, so that values files of specs without a queue stay as they were.
+        **({"queue": spec.queue} if spec.queue else {}),
         "config": data[spec.algo],
         **({RESOLVED: data[RESOLVED]} if _helm_readable(data.get(RESOLVED)) else {}),
         "storage": {

@@ -16,6 +16,8 @@ import yaml
 from kube_support import CHART, make_spec
 
 from surreal.algorithms.common import envs
+from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.algorithms.es import presets as es_presets
 from surreal.algorithms.ppo import presets as ppo_presets
 from surreal.orchestrator import kube_output as ko
@@ -83,7 +85,6 @@ def _metadatas(obj: dict[str, Any]) -> list[dict[str, Any]]:
     spec = obj.get("spec", {})
     if "template" in spec:
         found.append(spec["template"]["metadata"])
-    found += [claim["metadata"] for claim in spec.get("volumeClaimTemplates", [])]
     return found
 
 
@@ -129,6 +130,7 @@ CASES = {
     ),
     "claim of a storage class": (dict(), None, kr.RenderSettings(storage_class="fast", storage_size="9Gi")),
     "environment kwargs": (dict(env="Pendulum-v1", overrides={"env_kwargs.g": "9.81"}), None, None),
+    "a Kueue queue": (dict(agents=4, queue="team-a"), None, None),
 }  # fmt: skip
 
 
@@ -144,6 +146,37 @@ def test_chart_renders_the_cli_objects_for_the_same_values(case: str, tmp_path: 
     assert_same(cli, render_chart(helm.values_from_yaml(printed), namespace="elsewhere"), tmp_path)
 
 
+def jobs_by_role(objects: list[dict]) -> dict[str, dict]:
+    return {o["metadata"]["labels"]["surreal.io/component"]: o for o in objects if o["kind"] == "Job"}
+
+
+def test_the_chart_has_the_renderers_retries_grace_period_exit_codes_and_queue_label() -> None:
+    # Each is written once in templates/_helpers.tpl: a change to kube_render.py must go there too.
+    jobs = jobs_by_role(render_chart({"queue": "team-a"}))
+    assert sorted(jobs) == ["actor", "evaluator", "learner"]
+    assert jobs["learner"]["spec"]["backoffLimit"] == kr.LEARNER_RETRIES
+    assert jobs["actor"]["spec"]["backoffLimitPerIndex"] == kr.ACTOR_RETRIES
+    assert jobs["evaluator"]["spec"]["backoffLimit"] == kr.EVALUATOR_RETRIES
+    learner_pod = jobs["learner"]["spec"]["template"]["spec"]
+    assert learner_pod["terminationGracePeriodSeconds"] == kr.LEARNER_GRACE_SECONDS
+    for role, job in jobs.items():
+        assert job["metadata"]["labels"][kr.QUEUE_LABEL] == "team-a" and job["spec"]["suspend"] is True
+        codes = {
+            rule["action"]: rule["onExitCodes"]["values"]
+            for rule in job["spec"]["podFailurePolicy"]["rules"]
+            if "onExitCodes" in rule
+        }
+        assert codes["Ignore"] == [EXIT_PREEMPTED]
+        assert codes.get("FailJob") == (None if role == "learner" else [EXIT_LEARNER_GONE])
+        if role != "learner":
+            assert "terminationGracePeriodSeconds" not in job["spec"]["template"]["spec"]
+
+
+def test_without_a_queue_the_jobs_start_at_once() -> None:
+    for job in jobs_by_role(render_chart({})).values():
+        assert kr.QUEUE_LABEL not in job["metadata"]["labels"] and "suspend" not in job["spec"]
+
+
 def test_every_algorithm_renders_the_same(algo: str, tmp_path: Path) -> None:
     spec = make_spec(algo=algo, agents=512)
     chart = render_chart(ko.helm_values(spec))
@@ -157,6 +190,10 @@ def test_helm_install_with_set_algo_and_agents_deploys_what_the_cli_creates(tmp_
     assert_same(cli, chart, tmp_path, cli_values=False)
     for obj in chart:
         kubernetes_validate.validate(obj, "1.33", strict=True)
+    # --set queue=team-a: the CLI's --queue.
+    chart = render_chart(helm.parse_set_string("algo=ppo,agents=512,queue=team-a"))
+    cli = kr.render(make_spec(algo="ppo", agents=512, queue="team-a"), token="t" * 43)
+    assert_same(cli, chart, tmp_path, cli_values=False)
 
 
 def test_the_chart_writes_a_partial_spec_that_components_resolve(tmp_path: Path) -> None:
@@ -204,7 +241,7 @@ def chart_config_map(objects: list[dict]) -> dict:
 
 
 def test_helm_lint_passes_strictly() -> None:
-    for values in (None, {"algo": "ppo", "agents": 512}, ko.helm_values(make_spec(gpu=1))):
+    for values in (None, {"algo": "ppo", "agents": 512}, ko.helm_values(make_spec(gpu=1, queue="team-a"))):
         report = helm.lint(CHART, values, strict=True)
         assert report["errors"] == [], report
         assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
@@ -213,6 +250,8 @@ def test_helm_lint_passes_strictly() -> None:
 def test_values_schema_rejects_bad_values() -> None:
     with helm.Chart.load(CHART) as chart:
         chart.validate_schema(chart.values)
+        chart.validate_schema(chart.merge_values({"queue": "team-a"}))
+        chart.validate_schema(chart.merge_values({"queue": "q" * 63}))
         for bad in (
             {"agents": 0},
             {"agents": "many"},
@@ -220,6 +259,11 @@ def test_values_schema_rejects_bad_values() -> None:
             {"agent": 3},
             {"resolved": {"obs_dim": 4}},
             {"resolved": {"envs": "CartPole-v1"}},
+            {"queue": "Team_A"},
+            {"queue": "1team"},
+            {"queue": "team-"},
+            {"queue": "q" * 64},
+            {"queue": 5},
         ):
             with pytest.raises(helm.HelmValuesError):
                 chart.validate_schema(chart.merge_values(bad))

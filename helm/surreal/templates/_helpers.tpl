@@ -3,6 +3,23 @@ Every choice here mirrors orchestrator/kube_render.py and kube_pods.py; tests/ku
 compares the two renderings object by object.
 */}}
 
+{{/*
+Constants of orchestrator/kube_render.py, each defined once here; tests/kube/test_chart.py ties
+each to its Python name, so a change on one side only fails the tests.
+*/}}
+{{/* LEARNER_RETRIES, ACTOR_RETRIES (per index), EVALUATOR_RETRIES: crashes before a Job fails. */}}
+{{- define "surreal.learnerRetries" -}}5{{- end -}}
+{{- define "surreal.actorRetries" -}}5{{- end -}}
+{{- define "surreal.evaluatorRetries" -}}5{{- end -}}
+{{/* LEARNER_GRACE_SECONDS: SIGTERM -> SIGKILL of a learner pod (it writes a checkpoint). */}}
+{{- define "surreal.learnerGraceSeconds" -}}60{{- end -}}
+{{/* EXIT_PREEMPTED: stopped from outside, a learner's checkpoint written (not a failure). */}}
+{{- define "surreal.exitPreempted" -}}143{{- end -}}
+{{/* EXIT_LEARNER_GONE: a worker whose learner is gone for good (fails its Job at once). */}}
+{{- define "surreal.exitLearnerGone" -}}69{{- end -}}
+{{/* QUEUE_LABEL: Kueue's label naming the LocalQueue that admits a Job. */}}
+{{- define "surreal.queueLabel" -}}kueue.x-k8s.io/queue-name{{- end -}}
+
 {{/* The experiment name: the release name, checked as surreal checks experiment names. */}}
 {{- define "surreal.name" -}}
 {{- $n := .Release.Name -}}
@@ -101,28 +118,31 @@ tolerations:
 {{- end }}
 {{- end -}}
 
-{{/* The container of a component; (dict "root" $ "role" ROLE "env" EXTRA-ENV-YAML "tail" EXTRA-ENV-YAML). */}}
+{{/* The container of a component; (dict "root" $ "role" ROLE). Its env, sorted by name as the
+CLI writes it, is exactly the component's (orchestrator/program.py). */}}
 {{- define "surreal.container" -}}
 {{- $name := include "surreal.name" .root -}}
+{{- $env := dict
+  "SURREAL_EXP_DIR" "/var/lib/surreal"
+  "SURREAL_LEARNER_ADDR" (printf "%s-learner:6000" $name)
+  "SURREAL_TOKEN_FILE" "/var/run/secrets/surreal/token"
+-}}
+{{- if eq .role "learner" -}}
+{{- $_ := set $env "SURREAL_BIND_HOST" "0.0.0.0" -}}
+{{- $_ := set $env "SURREAL_TERMINATION_LOG" "/dev/termination-log" -}}
+{{- else if eq .role "actor" -}}
+{{- $_ := set $env "SURREAL_AGENTS_IN_WORKER" (toString (int .root.Values.agentsPerPod)) -}}
+{{- end -}}
 - name: {{ .role }}
   image: {{ .root.Values.image }}
   imagePullPolicy: {{ .root.Values.imagePullPolicy }}
   command: [surreal]
+  {{- /* Every actor pod runs worker 0's argv: its worker index is its Job completion index. */}}
   args: [component, {{ .role }}, --spec, /etc/surreal/spec.yaml, --index, "0"]
   env:
-    {{- with .env }}
-    {{- . | nindent 4 }}
-    {{- end }}
-    - name: SURREAL_EXP_DIR
-      value: /var/lib/surreal
-    - name: SURREAL_LEARNER_ADDR
-      value: {{ printf "%s-learner:6000" $name }}
-    - name: SURREAL_LINGER
-      value: "1"
-    - name: SURREAL_TOKEN_FILE
-      value: /var/run/secrets/surreal/token
-    {{- with .tail }}
-    {{- . | nindent 4 }}
+    {{- range $key := keys $env | sortAlpha }}
+    - name: {{ $key }}
+      value: {{ index $env $key | quote }}
     {{- end }}
   {{- if eq .role "learner" }}
   ports:
@@ -155,9 +175,15 @@ tolerations:
     - {name: tmp, mountPath: /tmp}
     - {name: shm, mountPath: /dev/shm}
     - {name: data, mountPath: /var/lib/surreal}
+  # The learner writes its final status there; without one (a crash), the message is the log's
+  # tail, which names the error.
+  terminationMessagePath: /dev/termination-log
+  terminationMessagePolicy: FallbackToLogsOnError
 {{- end -}}
 
-{{/* Volumes of a component pod; (dict "root" $ "scratch" BOOL): scratch adds an emptyDir exp dir. */}}
+{{/* Volumes of a component pod; (dict "root" $ "role" ROLE). The exp dir ("data") is the
+learner's claim with storage.type=pvc; otherwise, and for actors and the evaluator, which keep
+nothing, scratch space. */}}
 {{- define "surreal.volumes" -}}
 {{- $name := include "surreal.name" .root -}}
 - name: spec
@@ -173,8 +199,81 @@ tolerations:
   emptyDir:
     medium: Memory
     sizeLimit: 256Mi
-{{- if .scratch }}
 - name: data
+  {{- if and (eq .role "learner") (eq .root.Values.storage.type "pvc") }}
+  persistentVolumeClaim:
+    claimName: {{ $name }}-data
+  {{- else }}
   emptyDir: {}
-{{- end }}
+  {{- end }}
+{{- end -}}
+
+{{/*
+The Job of a role: PODS indexed pods that each run to completion; (dict "root" $ "role" ROLE
+"pods" PODS). A crash is a failed pod that the Job replaces, up to the role's retries (per index
+for actors, so one crashing actor fails no other); disruptions (a drained or preempted node, a
+SIGTERM answered with a checkpoint) do not count, and a worker whose learner is gone for good
+fails its Job at once. With a queue, Kueue admits the Job and unsuspends it.
+*/}}
+{{- define "surreal.job" -}}
+{{- $name := include "surreal.name" .root -}}
+{{- $role := .role -}}
+{{- $queue := .root.Values.queue -}}
+apiVersion: batch/v1
+kind: Job
+metadata:
+  {{- include "surreal.metadata" (dict "root" .root "component" $role "name" (printf "%s-%s" $name $role)) | nindent 2 }}
+    {{- with $queue }}{{/* one more label: labels are surreal.metadata's last key */}}
+    {{ include "surreal.queueLabel" $ }}: {{ . | quote }}
+    {{- end }}
+spec:
+  completionMode: Indexed
+  completions: {{ .pods }}
+  parallelism: {{ .pods }}
+  {{- if eq $role "actor" }}
+  backoffLimitPerIndex: {{ include "surreal.actorRetries" . }}
+  {{- else if eq $role "learner" }}
+  backoffLimit: {{ include "surreal.learnerRetries" . }}
+  {{- else }}
+  backoffLimit: {{ include "surreal.evaluatorRetries" . }}
+  {{- end }}
+  podFailurePolicy:
+    rules:
+      # A drained, preempted or evicted node: not the pod's fault.
+      - action: Ignore
+        onPodConditions:
+          - {type: DisruptionTarget, status: "True"}
+      # Stopped from outside, with a learner's checkpoint written first.
+      - action: Ignore
+        onExitCodes:
+          containerName: {{ $role }}
+          operator: In
+          values: [{{ include "surreal.exitPreempted" . }}]
+      {{- if ne $role "learner" }}
+      # Its learner is gone for good: retrying cannot help.
+      - action: FailJob
+        onExitCodes:
+          containerName: {{ $role }}
+          operator: In
+          values: [{{ include "surreal.exitLearnerGone" . }}]
+      {{- end }}
+  {{- if $queue }}
+  suspend: true
+  {{- end }}
+  template:
+    metadata:
+      labels:
+        {{- include "surreal.labels" (dict "root" .root "component" $role) | nindent 8 }}
+    spec:
+      {{- include "surreal.podCommon" (dict "root" .root "placement" (index .root.Values $role)) | nindent 6 }}
+      # A Job's pod is never restarted in place (podFailurePolicy needs Never); one that exits 0
+      # is done.
+      restartPolicy: Never
+      {{- if eq $role "learner" }}
+      terminationGracePeriodSeconds: {{ include "surreal.learnerGraceSeconds" . }}
+      {{- end }}
+      containers:
+        {{- include "surreal.container" (dict "root" .root "role" $role) | nindent 8 }}
+      volumes:
+        {{- include "surreal.volumes" (dict "root" .root "role" $role) | nindent 8 }}
 {{- end -}}
