@@ -47,6 +47,7 @@ bench: install
 	$(BIN)/python benchmarks/es_throughput.py
 	$(BIN)/python benchmarks/learner_ceiling.py
 	$(BIN)/python benchmarks/learner_update.py
+	$(BIN)/python benchmarks/checkpoint_write.py
 
 clean:
 	rm -rf $(VENV) .surreal .pytest_cache .ruff_cache .mypy_cache

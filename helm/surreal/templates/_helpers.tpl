@@ -12,7 +12,7 @@ each to its Python name, so a change on one side only fails the tests.
 {{- define "surreal.actorRetries" -}}5{{- end -}}
 {{- define "surreal.evaluatorRetries" -}}5{{- end -}}
 {{/* LEARNER_GRACE_SECONDS: SIGTERM -> SIGKILL of a learner pod (it writes a checkpoint). */}}
-{{- define "surreal.learnerGraceSeconds" -}}60{{- end -}}
+{{- define "surreal.learnerGraceSeconds" -}}30{{- end -}}
 {{/* EXIT_PREEMPTED: stopped from outside, a learner's checkpoint written (not a failure). */}}
 {{- define "surreal.exitPreempted" -}}143{{- end -}}
 {{/* EXIT_LEARNER_GONE: a worker whose learner is gone for good (fails its Job at once). */}}
