@@ -269,4 +269,6 @@ def finish(
         core.record_eval(result.report(params.version, extras_env_steps(params.extras)))
     loop.write_status()
     loop.release_workers(timeout=15.0)
+    log.info("run complete: version %d evaluated, %d workers still connected; exiting",
+             core.params().version, loop.server.stats.get("connected_streams", 0))  # fmt: skip
     return 0

@@ -68,6 +68,33 @@ def test_lifecycle_on_a_real_cluster(cluster: KubeLauncher, experiment: str) -> 
         cluster.create(make_spec(name, namespace=NAMESPACE, image=kr.DEFAULT_IMAGE))
 
 
+def test_a_run_completes_frees_its_pods_and_survives_a_learner_eviction(cluster: KubeLauncher) -> None:
+    """The learner's pod deleted mid-run (SIGTERM, as a drain or preemption does): it saves, its
+    Job replaces it without counting a failure; at the end every Job completes, no learner, actor
+    or evaluator pod runs, and status still has the final numbers (the termination message)."""
+    name = f"e2e-{secrets.token_hex(3)}"
+    spec = make_spec(name, agents=2, steps=60_000, namespace=NAMESPACE,
+                     image=os.environ.get("SURREAL_E2E_IMAGE", kr.DEFAULT_IMAGE))  # fmt: skip
+    cluster.create(spec)
+    try:
+        wait_for("updates", lambda: (cluster.status(name, NAMESPACE)["updates"] or 0) > 5)
+        [pod] = [p["metadata"]["name"] for p in cluster.pods(NAMESPACE, f"surreal.io/experiment={name},"
+                 "surreal.io/component=learner")]  # fmt: skip
+        cluster.core.delete_namespaced_pod(pod, NAMESPACE)
+        wait_for(
+            "the run to end", lambda: cluster.status(name, NAMESPACE)["phase"] in ("Succeeded", "Failed")
+        )
+        st = cluster.status(name, NAMESPACE)
+        assert st["phase"] == "Succeeded" and st["env_steps"] >= 60_000 and st["eval_return"] is not None, st
+        jobs = {j["role"]: j for j in st["jobs"]}
+        assert {j["state"] for j in jobs.values()} == {"Complete"} and jobs["learner"]["failed"] == 0, jobs
+        wait_for("every Job pod to end", lambda: not [
+            c for c in cluster.status(name, NAMESPACE, learner=False)["components"]
+            if c["role"] != "tensorboard" and c["state"] in ("Running", "Starting")])  # fmt: skip
+    finally:
+        cluster.delete(name, NAMESPACE)
+
+
 def test_missing_namespace_on_a_real_cluster(cluster: KubeLauncher) -> None:
     spec = make_spec("e2e-nons", namespace=f"surreal-missing-{secrets.token_hex(3)}", image="x")
     with pytest.raises(NamespaceMissing):
