@@ -2,23 +2,28 @@
 podman (or Docker where a daemon answers), no cluster needed, with the local backend's commands.
 
 The experiment lives in `$SURREAL_HOME/experiments/NAME/` like a local one: spec.yaml, objects.yaml
-(0600: the Secret's token is in it), containers.json (the engine, the plan that was started and,
-once the run ended, its final phase and components), volumes/ (the learner's claim: status.json,
-checkpoints, TensorBoard events), and logs/ (every container's log, kept when the run ends).
+(0600: the Secret's token is in it; `scale` patches the actors' Job there, as kubectl would),
+containers.json (the engine, the plan, every pod started, the Jobs' state and, once the run ended,
+its final phase and components), volumes/ (the learner's claim: status.json, checkpoints,
+TensorBoard events), and logs/ (every container's log, kept when the run ends).
 
-A foreground `create` waits for the learner to report the run done, keeps the logs, and removes the
-containers and their network (on Ctrl-C or SIGTERM too, then the phase is Stopped); the claim stays,
-so `status`, `logs`, `tensorboard` and `plot` work after the end. A detached run keeps its
-containers until `surreal delete`, as pods on a cluster do today.
+One controller runs the experiment's Jobs (`control`): the foreground `create` itself, or for
+`--detach` a process of its own (logs/controller.log). It replaces failed pods as the Job
+controller would, takes scales, and ends the run when the learner's Job has completed or failed:
+it waits for the workers' pods to end by themselves, keeps the logs, and removes the containers
+and their network (on Ctrl-C or SIGTERM too, then the phase is Stopped); the claim stays, so
+`status`, `logs`, `tensorboard` and `plot` work after the end.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +35,7 @@ import yaml
 
 from surreal.orchestrator import experiments as exps
 from surreal.orchestrator import kube_output, kube_render, kube_status
+from surreal.orchestrator.containers_jobs import JobController
 from surreal.orchestrator.containers_plan import (
     ContainersError,
     Plan,
@@ -38,7 +44,7 @@ from surreal.orchestrator.containers_plan import (
     plan_to_dict,
     translate,
 )
-from surreal.orchestrator.containers_run import Engine, Run, engine_for, make_host_path, remove_run
+from surreal.orchestrator.containers_run import Engine, Run, claim_dir, engine_for, remove_run
 from surreal.orchestrator.home import HomeLauncher, tail_log, wait_until
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
 from surreal.orchestrator.supervisor import LOG_DIR, write_json_atomic
@@ -46,9 +52,12 @@ from surreal.spec import ExperimentSpec, load_yaml_file
 
 RECORD = "containers.json"
 OBJECTS = "objects.yaml"
+CONTROLLER_LOG = "controller"  # logs/controller.log: a detached run's controller
 POLL_SECONDS = 1.0  # each look at the containers is a `podman inspect`
-STOP_SECONDS = 10  # SIGTERM -> SIGKILL when containers are removed (`rm --time`)
 SCALE_WAIT_SECONDS = 60.0
+# Once the learner's Job has completed, its workers see `done` and exit on their own; a pod still
+# running this long after is stopped (and named in the record's "stopped_at_end").
+END_WAIT_SECONDS = 60.0
 
 
 class ContainersLauncher(HomeLauncher):
@@ -89,8 +98,7 @@ class ContainersLauncher(HomeLauncher):
         plan = translate(objects, workdir=exps.experiment_dir(self.home, spec.name))
 
         def write(staging: Path) -> None:
-            (staging / OBJECTS).touch(mode=0o600)
-            (staging / OBJECTS).write_text(kube_output.to_yaml(objects))
+            write_private(staging / OBJECTS, kube_output.to_yaml(objects))
             write_json_atomic(staging / RECORD, {"engine": engine.name, "plan": plan_to_dict(plan)})
 
         exp_dir = exps.create_dir(spec, self.home, write)
@@ -98,6 +106,9 @@ class ContainersLauncher(HomeLauncher):
         with _interrupts():  # from here on SIGTERM and SIGHUP end the wait as Ctrl-C does
             try:
                 run.start()
+                save_run(exp_dir, run)
+                if detach:
+                    spawn_controller(exp_dir)
             except BaseException:
                 with _shielded():
                     run.close()
@@ -115,62 +126,7 @@ class ContainersLauncher(HomeLauncher):
                     f"{len(plan.pods)} {engine.name} containers ({image}), {spec.steps:,} steps; "
                     f"files in {exp_dir}"
                 )
-            return Launched(spec.name, "", phase=self._wait(exp_dir, run, watch))
-
-    def _wait(self, exp_dir: Path, run: Run, watch: Watcher | None) -> str:
-        """Until the learner reports the run done, a container crash-loops, the containers or the
-        experiment's folder are removed from elsewhere (`surreal delete`), or Ctrl-C/SIGTERM; then
-        keep the logs and remove the containers. Returns the final phase."""
-        phase, problem = "Failed", ""
-        try:
-            while True:
-                run.check_crash_loops()
-                pods = run.pods(probe=False)
-                if not exp_dir.exists() or all(_never_seen(p) for p in pods):
-                    phase, problem = "Stopped", "its containers or its folder were removed meanwhile"
-                    break
-                metrics = learner_metrics(run.plan)
-                if watch is not None:
-                    watch.tick(metrics)
-                if (now := kube_status.phase(pods, metrics)) in ("Succeeded", "Failed"):
-                    phase = now
-                    break
-                time.sleep(POLL_SECONDS)
-        except KeyboardInterrupt:
-            phase = "Stopped"
-        except ContainersError as exc:
-            problem = str(exc)
-        finally:
-            self._finish(exp_dir, run, phase, problem)
-        if problem:
-            raise ContainersError(
-                f"{problem} (the containers are removed; `surreal logs {exp_dir.name} POD`)"
-            )
-        return phase
-
-    def _finish(self, exp_dir: Path, run: Run, phase: str, problem: str) -> None:
-        """Keep every container's log and the components' last state, then remove the containers
-        and the network (always, and deaf to further signals while it does); the claim stays."""
-        with _shielded():
-            components: list[dict[str, Any]] = []
-            try:
-                if exp_dir.exists():
-                    # actors that `scale` added since the start are in the record's plan
-                    run.started = list(plan_from_dict(read_record(exp_dir)["plan"]).pods)
-                    components = kube_status.components(run.pods(probe=False))
-                    if phase in ("Succeeded", "Stopped"):
-                        components = [dict(c, state=phase) for c in components]
-                    (exp_dir / LOG_DIR).mkdir(exist_ok=True)
-                    for pod in run.started:
-                        (exp_dir / LOG_DIR / f"{pod.name}.log").write_text(run.logs(pod))
-            except (LauncherError, OSError) as exc:
-                problem = problem or f"could not keep the logs: {exc}"
-            finally:
-                run.close(keep_volumes=True)
-            if exp_dir.exists():
-                record = read_record(exp_dir)
-                record.update(phase=phase, problem=problem, ended_at=time.time(), components=components)
-                write_json_atomic(exp_dir / RECORD, record)
+            return Launched(spec.name, "", phase=control(exp_dir, run, watch))
 
     # --- observation -----------------------------------------------------------------------
 
@@ -181,13 +137,15 @@ class ContainersLauncher(HomeLauncher):
         metrics = learner_metrics(plan)
         if "phase" in record:  # ended: what was kept
             out = kube_status.status(spec, [], metrics, backend=self.backend)
-            out.update(phase=record["phase"], components=record["components"])
+            out.update(
+                phase=record["phase"], components=record["components"], jobs=record.get("job_rows", [])
+            )
             out.pop("actor_pods", None)
             if record.get("problem"):
                 out["problem"] = record["problem"]
             return out
-        pods = Run(plan, self._engine_of(record), started=plan.pods).pods(probe=False)
-        return kube_status.status(spec, pods, metrics, backend=self.backend)
+        run = load_run(exp_dir, record, self._engine_of(record))
+        return kube_status.status(spec, run.pods(probe=False), metrics, backend=self.backend, jobs=run.jobs())
 
     def logs_of(
         self, exp_dir: Path, component: str, *, follow: bool, lines: int | None, previous: bool
@@ -198,7 +156,8 @@ class ContainersLauncher(HomeLauncher):
             pods = [_pod_view(c["name"], c["role"]) for c in record["components"]]
             pod, _ = kube_status.pick_pod(pods, component, exp_dir.name)
             return tail_log(exp_dir, pod, lines=lines)
-        pods = [_pod_view(p.name, p.role) for p in plan.pods]
+        # the newest pod of each index first: `logs NAME learner` is the learner that runs now
+        pods = [_pod_view(p.name, p.role) for p in reversed(plan.pods)]
         pod, _ = kube_status.pick_pod(pods, component, exp_dir.name)
         return _engine_logs(self._engine_of(record), pod, follow=follow, lines=lines)
 
@@ -208,8 +167,9 @@ class ContainersLauncher(HomeLauncher):
     # --- change -----------------------------------------------------------------------------
 
     def scale_of(self, exp_dir: Path, agents: int) -> str:
-        """The learner takes the count first (scale.json on its claim), then actor containers are
-        started, or the newest ones stopped (SIGTERM, then SIGKILL after STOP_SECONDS)."""
+        """The learner takes the count first (scale.json on its claim); then the actors' Job gets
+        its completions and parallelism in objects.yaml, as `kubectl patch` would, and the run's
+        controller starts the new indexes or stops the dropped ones."""
         name = exp_dir.name
         record = read_record(exp_dir)
         if "phase" in record:
@@ -222,7 +182,6 @@ class ContainersLauncher(HomeLauncher):
             raise LauncherError(
                 f"--agents must be a positive multiple of agents_per_pod ({per_pod}), got {agents}"
             )
-        engine = self._engine_of(record)
         plan = plan_from_dict(record["plan"])
         if learner_metrics(plan).get("done"):
             raise LauncherError(f"experiment {name!r} has done its steps; nothing to scale")
@@ -232,41 +191,30 @@ class ContainersLauncher(HomeLauncher):
             lambda: learner_metrics(plan).get("agents") == agents or bool(learner_metrics(plan).get("done")),
             SCALE_WAIT_SECONDS,
         )
-        objects = [o for o in yaml.safe_load_all((exp_dir / OBJECTS).read_text()) if o]
+        pods = agents // per_pod
         actor = kube_render.object_names(name)["actor"]
+        objects = [o for o in yaml.safe_load_all((exp_dir / OBJECTS).read_text()) if o]
         for obj in objects:
-            if obj["kind"] == "Deployment" and obj["metadata"]["name"] == actor:
-                obj["spec"]["replicas"] = agents // per_pod
-        actors = [p for p in plan.pods if p.workload == actor]
-        pods = translate(objects, workdir=plan.workdir, run_id=plan.run_id).pods
-        wanted = [p for p in pods if p.workload == actor]
-        kept, started = list(actors), []
-        try:
-            for pod in wanted[len(actors) :]:
-                for host in pod.paths:
-                    make_host_path(host)
-                engine("run", "--detach", *pod.args, pod.image, *pod.command)
-                started.append(pod)
-            gone = actors[len(wanted) :]
-            if gone:
-                run = Run(plan, engine, started=gone)
-                for pod in gone:  # their logs stay readable, as at the end of a run
-                    (exp_dir / LOG_DIR).mkdir(exist_ok=True)
-                    (exp_dir / LOG_DIR / f"{pod.name}.log").write_text(run.logs(pod))
-                engine("rm", "--force", "--time", str(STOP_SECONDS), *(p.name for p in gone), timeout=120)
-                kept = actors[: len(wanted)]
-        finally:  # whatever was started is recorded, so `delete` and the next scale see it
+            if obj["kind"] == "Job" and obj["metadata"]["name"] == actor:
+                obj["spec"]["completions"] = obj["spec"]["parallelism"] = pods
+        write_private(exp_dir / OBJECTS, kube_output.to_yaml(objects))
+
+        def taken() -> bool:
             latest = read_record(exp_dir)
-            others = [p for p in plan.pods if p.workload != actor]
-            latest["plan"] = plan_to_dict(dataclasses.replace(plan, pods=tuple(others + kept + started)))
-            write_json_atomic(exp_dir / RECORD, latest)
-            (exp_dir / OBJECTS).write_text(kube_output.to_yaml(objects))
-        return f"experiment {name!r}: {agents} agents in {len(kept) + len(started)} actor containers"
+            if "phase" in latest:
+                return True
+            jobs = {j["job"]: j for j in latest.get("jobs") or []}
+            return int(jobs.get(actor, {}).get("completions", -1)) == pods
+
+        wait_until(f"the controller of {name!r} to run {pods} actor pods", taken, SCALE_WAIT_SECONDS)
+        return f"experiment {name!r}: {agents} agents in {pods} actor containers"
 
     def delete_of(self, exp_dir: Path) -> None:
-        """Remove the run's containers (checked gone), then the folder."""
+        """Stop the run's controller (it removes what it started), remove whatever is left (checked
+        gone), then the folder."""
         record = read_record(exp_dir)
         engine = self._engine_of(record)
+        stop_controller(record)
         remove_run(engine, plan_from_dict(record["plan"]).run_id)
         _remove_tree(exp_dir, engine)
 
@@ -296,14 +244,178 @@ def read_record(exp_dir: Path) -> dict[str, Any]:
     return dict(data)
 
 
-def claim_dir(plan: Plan) -> Path:
-    """The learner's claim on this machine (what the StatefulSet's volumeClaimTemplate becomes)."""
-    return plan.workdir / "volumes" / kube_render.object_names(plan.experiment)["claim"]
-
-
 def learner_metrics(plan: Plan) -> dict[str, Any]:
     """What the learner writes into its claim about once a second (status.json)."""
     return exps.read_metrics(claim_dir(plan))
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace `path` atomically with a file only its owner reads (the objects hold the token)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.touch(mode=0o600)
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# --- the controller -------------------------------------------------------------------------------
+
+
+def save_run(exp_dir: Path, run: Run) -> None:
+    """The run as its controller knows it: every pod started, the Jobs' state, the pods decided on."""
+    record = read_record(exp_dir)
+    record["plan"] = plan_to_dict(dataclasses.replace(run.plan, pods=tuple(run.started)))
+    record.update(jobs=run.controller.to_list(), handled=sorted(run.handled))
+    write_json_atomic(exp_dir / RECORD, record)
+
+
+def load_run(exp_dir: Path, record: dict[str, Any], engine: Engine) -> Run:
+    plan = plan_from_dict(record["plan"])
+    controller = JobController(plan.jobs, record.get("jobs"))
+    return Run(plan, engine, started=plan.pods, controller=controller, handled=record.get("handled") or ())
+
+
+def spawn_controller(exp_dir: Path) -> None:
+    """A detached run's controller: `python -m surreal.orchestrator.containers_control EXP_DIR`, in
+    a session of its own. It writes its pid into the record (so `delete` can stop it): this waits
+    for that, and fails with the log's last line if it exits first."""
+    (exp_dir / LOG_DIR).mkdir(exist_ok=True)
+    with open(exp_dir / LOG_DIR / f"{CONTROLLER_LOG}.log", "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "surreal.orchestrator.containers_control", str(exp_dir)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+    deadline = time.monotonic() + 60.0
+    while read_record(exp_dir).get("controller_pid") != proc.pid:
+        if proc.returncode is not None or time.monotonic() > deadline:
+            tail = [line for line in tail_log(exp_dir, CONTROLLER_LOG, lines=5) if line.strip()]
+            raise ContainersError(f"the run's controller did not start: {tail[-1] if tail else 'no output'}")
+        time.sleep(0.1)
+
+
+def stop_controller(record: dict[str, Any], timeout: float = 120.0) -> None:
+    """SIGTERM a detached run's controller and wait until it has removed its containers."""
+    pid = record.get("controller_pid")
+    if not pid or "phase" in record:
+        return
+    try:
+        os.kill(int(pid), signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+
+
+def control(exp_dir: Path, run: Run, watch: Watcher | None) -> str:
+    """Run the experiment's Jobs until the learner's Job has completed or failed, a container of
+    a Deployment crash-loops, the containers or the experiment's folder are removed from elsewhere
+    (`surreal delete`), or Ctrl-C/SIGTERM; then `_finish`. Returns the final phase."""
+    phase, problem = "Failed", ""
+    objects_seen = _mtime(exp_dir / OBJECTS)
+    try:
+        while True:
+            run.check_crash_loops()
+            scaled = (mtime := _mtime(exp_dir / OBJECTS)) != objects_seen
+            if scaled:
+                objects_seen = mtime
+                _take_scale(exp_dir, run)
+            if run.reconcile() or scaled:
+                save_run(exp_dir, run)
+            pods = run.pods(probe=False)
+            if not exp_dir.exists() or all(_never_seen(p) for p in pods):
+                phase, problem = "Stopped", "its containers or its folder were removed meanwhile"
+                break
+            metrics = learner_metrics(run.plan)
+            if watch is not None:
+                watch.tick(metrics)
+            jobs = run.jobs()
+            learner_job = next(
+                j for j in jobs if j["metadata"]["labels"]["surreal.io/component"] == "learner"
+            )
+            if kube_status.job_state(learner_job) in ("Complete", "Failed"):
+                phase = kube_status.phase(pods, metrics, jobs)
+                problem = run.job_failure("learner")
+                break
+            if problem := run.job_failure():  # the actors' or evaluator's: the run cannot go on
+                phase = "Failed"
+                break
+            time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+        phase = "Stopped"
+    except ContainersError as exc:
+        problem = str(exc)
+    finally:
+        _finish(exp_dir, run, phase, problem)
+    if problem:
+        raise ContainersError(f"{problem} (the containers are removed; `surreal logs {exp_dir.name} POD`)")
+    return phase
+
+
+def _take_scale(exp_dir: Path, run: Run) -> None:
+    """objects.yaml changed (`surreal scale`): the Jobs' completions as it now says."""
+    try:
+        objects = [o for o in yaml.safe_load_all((exp_dir / OBJECTS).read_text()) if o]
+    except (OSError, yaml.YAMLError):
+        return
+    for obj in objects:
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "Job" and name in run.controller.jobs:
+            wanted = int(obj["spec"]["completions"])
+            if wanted != run.controller.state(name).completions:
+                run.controller.scale(name, wanted)
+
+
+def _finish(exp_dir: Path, run: Run, phase: str, problem: str) -> None:
+    """After a run that ended by itself, give the workers' pods END_WAIT_SECONDS to end on their
+    own; stop what still runs within its grace period; keep every container's log and the pods'
+    and Jobs' last state; then remove the containers and the network (always, and deaf to further
+    signals while it does). The claim stays."""
+    with _shielded():
+        components: list[dict[str, Any]] = []
+        job_rows: list[dict[str, Any]] = []
+        stopped: list[str] = []
+        try:
+            if exp_dir.exists():
+                deadline = time.monotonic() + (END_WAIT_SECONDS if phase == "Succeeded" else 0.0)
+                while _running_job_pods(run) and time.monotonic() < deadline:
+                    run.reconcile()
+                    time.sleep(POLL_SECONDS)
+                stopped = [p.name for p in _running_job_pods(run)]
+                for pod in _running_job_pods(run):
+                    run.stop_pod(pod)
+                run.reconcile()
+                save_run(exp_dir, run)
+                components = kube_status.components(run.pods(probe=False))
+                job_rows = kube_status.jobs_summary(run.jobs())
+                (exp_dir / LOG_DIR).mkdir(exist_ok=True)
+                for pod in run.started:
+                    (exp_dir / LOG_DIR / f"{pod.name}.log").write_text(run.logs(pod))
+        except (LauncherError, OSError) as exc:
+            problem = problem or f"could not keep the logs: {exc}"
+        finally:
+            run.close(keep_volumes=True)
+        if exp_dir.exists():
+            record = read_record(exp_dir)
+            record.update(phase=phase, problem=problem, ended_at=time.time(), components=components,
+                          job_rows=job_rows, stopped_at_end=stopped)  # fmt: skip
+            write_json_atomic(exp_dir / RECORD, record)
+
+
+def _running_job_pods(run: Run) -> list[PodRun]:
+    infos = {c["Name"]: c for c in run.engine.inspect(p.name for p in run.started if run.is_job_pod(p))}
+    return [p for p in run.started if (infos.get(p.name) or {}).get("State", {}).get("Running")]
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 def _pod_view(name: str, role: str) -> dict[str, Any]:
@@ -377,4 +489,12 @@ def _interrupts() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-__all__ = ["ContainersLauncher", "PodRun", "claim_dir", "learner_metrics", "read_record"]
+__all__ = [
+    "ContainersLauncher",
+    "PodRun",
+    "claim_dir",
+    "control",
+    "learner_metrics",
+    "load_run",
+    "read_record",
+]

@@ -1,14 +1,16 @@
 """An experiment's rendered Kubernetes objects as the containers a cluster would run. Pure.
 
 `translate(objects)` turns every pod the objects describe into one `podman run` (or `docker run`)
-that carries the pod's argv, env (the downward API's pod name included), volumes (ConfigMap,
-Secret, emptyDir, the StatefulSet's claim), securityContext, CPU and memory limits and restart
-policy, on a private network where the learner's Service name resolves. `containers_run` starts
-the plan; the containers backend (`containers_launcher`) is built on both.
+that carries the pod's argv, env (the downward API's pod name and an Indexed Job's
+JOB_COMPLETION_INDEX included), volumes (ConfigMap, Secret, emptyDir, claims), securityContext, CPU
+and memory limits, restart policy and termination message file, on a private network where the
+learner's Service name resolves. A Job's failure policy becomes a `JobRun` that the run's job
+controller (`containers_jobs`) applies; `job_pod` makes the replacement of a failed pod.
+`containers_run` starts the plan; the containers backend (`containers_launcher`) is built on both.
 
 Why not `podman kube play`: podman 4.3 plays Pods, Deployments and PersistentVolumeClaims only: no
-StatefulSet, Secret or Service, and a Deployment gets one replica whatever it asks. The translation
-below is small, every mapping has a test (tests/containers/test_translate.py), and what it refuses
+Job, Secret or Service, and a Deployment gets one replica whatever it asks. The translation below
+is small, every mapping has a test (tests/containers/test_translate.py), and what it refuses
 (several containers in one pod, GPUs, env sources other than values and the pod's own fields) it
 refuses by name.
 """
@@ -31,9 +33,12 @@ from surreal.orchestrator.launcher import LauncherError
 
 RUN_LABEL = "surreal.e2e.run"
 POD_LABEL = "surreal.e2e.pod"
-WORKLOADS = ("StatefulSet", "Deployment")
-# Objects that have nothing to run here; what they promise is kept another way (see `translate`).
-PASSIVE = ("ConfigMap", "Secret", "Service", "NetworkPolicy")
+WORKLOADS = ("Job", "Deployment")
+# Objects that have nothing to run here; what they promise is kept another way (see `translate`):
+# a claim is a folder that outlives the pods; one node has nothing to drain.
+PASSIVE = ("ConfigMap", "Secret", "Service", "NetworkPolicy", "PersistentVolumeClaim", "PodDisruptionBudget")
+JOB_INDEX_ENV = "JOB_COMPLETION_INDEX"
+DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets none
 
 
 class ContainersError(LauncherError):
@@ -65,6 +70,22 @@ class PodRun:
     command: tuple[str, ...]  # after the image (the entrypoint is in args)
     probes: Mapping[str, Any]
     paths: tuple[HostPath, ...]
+    index: int = 0  # a Job's completion index (a Deployment's replica number)
+    grace_seconds: int = DEFAULT_GRACE_SECONDS  # SIGTERM -> SIGKILL when it is stopped
+    termination_log: str = ""  # the host file of its termination message ("" for none)
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """What the Job controller needs of a Job: how many indexes, and its failure policy."""
+
+    name: str
+    role: str
+    completions: int
+    backoff_limit: int | None  # failed pods of the whole Job before it fails
+    backoff_per_index: int | None  # failed pods of one index before that index fails
+    ignore_exit_codes: tuple[int, ...]  # podFailurePolicy Ignore: replaced, not counted
+    fail_exit_codes: tuple[int, ...]  # podFailurePolicy FailJob: the Job fails at once
 
 
 @dataclass(frozen=True)
@@ -75,6 +96,9 @@ class Plan:
     spec: Mapping[str, Any]
     pods: tuple[PodRun, ...]
     workdir: Path
+    jobs: tuple[JobRun, ...] = ()
+    # The objects translated (replacement pods and `scale` translate them again).
+    objects: tuple[Mapping[str, Any], ...] = ()
 
 
 def load_objects(text: str) -> list[dict[str, Any]]:
@@ -111,12 +135,38 @@ def quantity_cpus(value: str) -> str:
 
 
 def pod_name(workload: Mapping[str, Any], ordinal: int, rng: Callable[[int], str]) -> str:
-    """StatefulSet pods are NAME-0, NAME-1...; Deployment pods NAME-<template hash>-<5 random>."""
+    """Indexed Job pods are NAME-INDEX-<5 random>; Deployment pods NAME-<template hash>-<5 random>."""
     name = workload["metadata"]["name"]
-    if workload["kind"] == "StatefulSet":
-        return f"{name}-{ordinal}"
+    if workload["kind"] == "Job":
+        return f"{name}-{ordinal}-{rng(5)}"
     template = json.dumps(workload["spec"]["template"], sort_keys=True).encode()
     return f"{name}-{hashlib.sha256(template).hexdigest()[:10]}-{rng(5)}"
+
+
+def job_run(job: Mapping[str, Any]) -> JobRun:
+    """A Job's completions and failure policy; refuses what the job controller here cannot do."""
+    spec, name = job["spec"], job["metadata"]["name"]
+    if spec.get("completionMode") != "Indexed" or spec.get("parallelism", 1) != spec.get("completions", 1):
+        raise ContainersError(f"Job {name}: only Indexed Jobs that run every index at once are supported")
+    ignore: list[int] = []
+    fail: list[int] = []
+    for rule in (spec.get("podFailurePolicy") or {}).get("rules") or []:
+        codes = rule.get("onExitCodes")
+        if codes is None:
+            continue  # pod conditions (DisruptionTarget): no node here is drained or preempted
+        if codes.get("operator") != "In" or rule["action"] not in ("Ignore", "FailJob"):
+            raise ContainersError(f"Job {name}: podFailurePolicy rule {rule} is not supported")
+        (ignore if rule["action"] == "Ignore" else fail).extend(int(c) for c in codes["values"])
+    per_index = spec.get("backoffLimitPerIndex")
+    return JobRun(
+        name=name,
+        role=str((job["metadata"].get("labels") or {}).get("surreal.io/component", "")),
+        completions=int(spec.get("completions", 1)),
+        backoff_limit=None if per_index is not None else int(spec.get("backoffLimit", 6)),
+        backoff_per_index=None if per_index is None else int(per_index),
+        ignore_exit_codes=tuple(ignore),
+        fail_exit_codes=tuple(fail),
+    )
 
 
 def _random_suffix(n: int) -> str:
@@ -190,13 +240,11 @@ def volume_flags(
     container: Mapping[str, Any],
     *,
     objects: Mapping[tuple[str, str], Mapping[str, Any]],
-    claims: Mapping[str, str],
     poddir: Path,
     voldir: Path,
 ) -> tuple[list[str], list[HostPath]]:
-    """Every volumeMount, from the pod's volumes. `claims` maps a volume name to its claim's name
-    (a StatefulSet's claim template); claims live in `voldir` and outlive the pod, everything else
-    lives in `poddir` and dies with it."""
+    """Every volumeMount, from the pod's volumes. Claims live in `voldir` and outlive the pod,
+    everything else lives in `poddir` and dies with it."""
     fs_group = int((pod_spec.get("securityContext") or {}).get("fsGroup") or 0)
     volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
     flags: list[str] = []
@@ -205,8 +253,8 @@ def volume_flags(
         name, target = mount["name"], mount["mountPath"]
         ro = bool(mount.get("readOnly"))
         vol = volumes.get(name, {})
-        if name in claims or "persistentVolumeClaim" in vol:
-            claim = claims.get(name) or vol["persistentVolumeClaim"]["claimName"]
+        if "persistentVolumeClaim" in vol:
+            claim = vol["persistentVolumeClaim"]["claimName"]
             ro = ro or bool((vol.get("persistentVolumeClaim") or {}).get("readOnly"))
             # fsGroup: the volume's group is the pod's, setgid, group-writable.
             paths.append(HostPath(voldir / claim, 0o2775, fs_group))
@@ -254,7 +302,6 @@ def translate(
     kept by the network itself, which holds this experiment's pods and nothing else; node
     selectors, tolerations and affinity have one node to choose from."""
     run_id = run_id or _random_suffix(8)
-    by_key = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     for obj in objects:
         if obj["kind"] not in (*WORKLOADS, *PASSIVE):
             raise ContainersError(f"{obj['kind']} {obj['metadata']['name']}: kind is not supported")
@@ -264,76 +311,15 @@ def translate(
     if config is None:
         raise ContainersError("no ConfigMap holding spec.yaml: these are not a surreal experiment's objects")
     spec = yaml.safe_load(config["data"]["spec.yaml"])
-    services = [o for o in objects if o["kind"] == "Service"]
     pods: list[PodRun] = []
+    jobs: list[JobRun] = []
     for work in (o for o in objects if o["kind"] in WORKLOADS):
-        template, namespace = work["spec"]["template"], work["metadata"].get("namespace", "default")
-        pod_labels = template["metadata"].get("labels") or {}
-        selector = work["spec"]["selector"]["matchLabels"]
-        if any(pod_labels.get(k) != v for k, v in selector.items()):
-            raise ContainersError(
-                f"{work['kind']} {work['metadata']['name']}: selector does not match its template"
-            )
-        pod_spec = template["spec"]
-        containers = pod_spec["containers"]
-        if len(containers) != 1 or pod_spec.get("initContainers"):
-            raise ContainersError(f"{work['metadata']['name']}: only pods of one container are supported")
-        container = containers[0]
-        policy = pod_spec.get("restartPolicy", "Always")
-        aliases = [
-            s["metadata"]["name"]
-            for s in services
-            if all(pod_labels.get(k) == v for k, v in (s["spec"].get("selector") or {}).items())
-        ]
-        for ordinal in range(int(work["spec"].get("replicas", 1))):
-            name = pod_name(work, ordinal, rng)
-            poddir = workdir / "pods" / name
-            claims = {
-                t["metadata"]["name"]: f"{t['metadata']['name']}-{work['metadata']['name']}-{ordinal}"
-                for t in work["spec"].get("volumeClaimTemplates") or []
-            }
-            vflags, paths = volume_flags(
-                pod_spec, container, objects=by_key, claims=claims, poddir=poddir, voldir=workdir / "volumes"
-            )
-            command = list(container.get("command") or [])
-            args = list(container.get("args") or [])
-            labels = {**pod_labels, RUN_LABEL: run_id, POD_LABEL: name}
-            flags = [
-                "--name",
-                name,
-                "--hostname",
-                name,
-                "--network",
-                f"surreal-{run_id}",
-                *(x for alias in aliases for x in ("--network-alias", alias)),
-                *(x for k, v in sorted(labels.items()) for x in ("--label", f"{k}={v}")),
-                "--restart",
-                {"Always": "always", "OnFailure": "on-failure", "Never": "no"}[policy],
-                *security_flags(pod_spec, container),
-                *resource_flags(container),
-                *env_flags(container, name, namespace),
-                *vflags,
-            ]
-            if command:
-                flags += ["--entrypoint", command[0]]
-            probes = {
-                k: container[k] for k in ("startupProbe", "readinessProbe", "livenessProbe") if k in container
-            }
-            pods.append(
-                PodRun(
-                    name=name,
-                    role=str(pod_labels.get("surreal.io/component", "")),
-                    workload=work["metadata"]["name"],
-                    image=container["image"],
-                    args=tuple(flags),
-                    command=tuple([*command[1:], *args]),
-                    probes={
-                        **probes,
-                        "_ports": {p.get("name"): p["containerPort"] for p in container.get("ports") or []},
-                    },
-                    paths=tuple(paths),
-                )
-            )
+        if work["kind"] == "Job":
+            jobs.append(job_run(work))
+            count = jobs[-1].completions
+        else:
+            count = int(work["spec"].get("replicas", 1))
+        pods += [_pod(objects, work, i, workdir=workdir, run_id=run_id, rng=rng) for i in range(count)]
     return Plan(
         run_id=run_id,
         network=f"surreal-{run_id}",
@@ -341,6 +327,87 @@ def translate(
         spec=spec,
         pods=tuple(pods),
         workdir=workdir,
+        jobs=tuple(jobs),
+        objects=tuple(objects),
+    )
+
+
+def job_pod(plan: Plan, job: str, index: int, rng: Callable[[int], str] = _random_suffix) -> PodRun:
+    """A new pod for index `index` of Job `job` (a failed one's replacement, or a new index)."""
+    work = next((o for o in plan.objects if o["kind"] == "Job" and o["metadata"]["name"] == job), None)
+    if work is None:
+        raise ContainersError(f"no Job {job} among the run's objects")
+    return _pod(plan.objects, work, index, workdir=plan.workdir, run_id=plan.run_id, rng=rng)
+
+
+def _pod(
+    objects: Sequence[Mapping[str, Any]],
+    work: Mapping[str, Any],
+    index: int,
+    *,
+    workdir: Path,
+    run_id: str,
+    rng: Callable[[int], str],
+) -> PodRun:
+    by_key = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    template, namespace = work["spec"]["template"], work["metadata"].get("namespace", "default")
+    pod_labels = template["metadata"].get("labels") or {}
+    selector = (work["spec"].get("selector") or {}).get("matchLabels") or {}  # a Job's is the API's
+    if any(pod_labels.get(k) != v for k, v in selector.items()):
+        where = f"{work['kind']} {work['metadata']['name']}"
+        raise ContainersError(f"{where}: selector does not match its template")
+    pod_spec = template["spec"]
+    containers = pod_spec["containers"]
+    if len(containers) != 1 or pod_spec.get("initContainers"):
+        raise ContainersError(f"{work['metadata']['name']}: only pods of one container are supported")
+    container = containers[0]
+    policy = pod_spec.get("restartPolicy", "Always")
+    aliases = [
+        s["metadata"]["name"]
+        for s in objects
+        if s["kind"] == "Service"
+        and all(pod_labels.get(k) == v for k, v in (s["spec"].get("selector") or {}).items())
+    ]
+    name = pod_name(work, index, rng)
+    poddir = workdir / "pods" / name
+    vflags, paths = volume_flags(
+        pod_spec, container, objects=by_key, poddir=poddir, voldir=workdir / "volumes"
+    )
+    command = list(container.get("command") or [])
+    labels = {**pod_labels, RUN_LABEL: run_id, POD_LABEL: name}
+    flags = [
+        "--name", name, "--hostname", name, "--network", f"surreal-{run_id}",
+        *(x for alias in aliases for x in ("--network-alias", alias)),
+        *(x for k, v in sorted(labels.items()) for x in ("--label", f"{k}={v}")),
+        "--restart", {"Always": "always", "OnFailure": "on-failure", "Never": "no"}[policy],
+        *security_flags(pod_spec, container),
+        *resource_flags(container),
+        *env_flags(container, name, namespace),
+        *vflags,
+    ]  # fmt: skip
+    if work["kind"] == "Job":  # what the Job controller gives each pod of an Indexed Job
+        flags += ["--env", f"{JOB_INDEX_ENV}={index}"]
+    termination_log = ""
+    if container.get("terminationMessagePath"):
+        # The kubelet's file for the termination message: a host file the harness reads back.
+        termination_log = str(poddir / "termination-log")
+        paths.append(HostPath(poddir, 0o666, files={"termination-log": ""}))
+        flags += ["--volume", f"{termination_log}:{container['terminationMessagePath']}:rw"]
+    if command:
+        flags += ["--entrypoint", command[0]]
+    probes = {k: container[k] for k in ("startupProbe", "readinessProbe", "livenessProbe") if k in container}
+    return PodRun(
+        name=name,
+        role=str(pod_labels.get("surreal.io/component", "")),
+        workload=work["metadata"]["name"],
+        image=container["image"],
+        args=tuple(flags),
+        command=tuple([*command[1:], *(container.get("args") or [])]),
+        probes={**probes, "_ports": {p.get("name"): p["containerPort"] for p in container.get("ports", [])}},
+        paths=tuple(paths),
+        index=index,
+        grace_seconds=int(pod_spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)),
+        termination_log=termination_log,
     )
 
 
@@ -354,10 +421,15 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     return data
 
 
+def pod_from_dict(p: Mapping[str, Any]) -> PodRun:
+    paths = tuple(HostPath(**{**h, "path": Path(h["path"])}) for h in p["paths"])
+    return PodRun(**{**p, "args": tuple(p["args"]), "command": tuple(p["command"]), "paths": paths})
+
+
 def plan_from_dict(data: Mapping[str, Any]) -> Plan:
-    pods = tuple(
-        PodRun(**{**p, "args": tuple(p["args"]), "command": tuple(p["command"]),
-                  "paths": tuple(HostPath(**{**h, "path": Path(h["path"])}) for h in p["paths"])})
-        for p in data["pods"]
-    )  # fmt: skip
-    return Plan(**{**data, "pods": pods, "workdir": Path(data["workdir"])})
+    jobs = tuple(JobRun(**{**j, "ignore_exit_codes": tuple(j["ignore_exit_codes"]),
+                           "fail_exit_codes": tuple(j["fail_exit_codes"])})
+                 for j in data.get("jobs") or ())  # fmt: skip
+    pods = tuple(pod_from_dict(p) for p in data["pods"])
+    objects = tuple(data.get("objects") or ())
+    return Plan(**{**data, "pods": pods, "jobs": jobs, "objects": objects, "workdir": Path(data["workdir"])})

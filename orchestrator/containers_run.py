@@ -1,5 +1,7 @@
 """The container engine (podman, or Docker where a daemon answers) and a running plan: start its
-containers, watch them as the Kubernetes API would show their pods, remove everything it made.
+containers, run its Jobs as the Job controller would (`reconcile`: a failed pod is replaced or
+fails its Job, containers_jobs), watch them as the Kubernetes API would show their pods and Jobs,
+stop them within their grace period, remove everything it made.
 
 podman runs with settings of its own (CONTAINERS_CONF, so nothing of the machine's changes): runc
 where it is installed, the cgroupfs manager and no default ulimits (see `containers_conf`).
@@ -17,7 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from surreal.orchestrator.containers_plan import RUN_LABEL, ContainersError, HostPath, Plan, PodRun
+from surreal.orchestrator.containers_jobs import Action, JobController
+from surreal.orchestrator.containers_plan import RUN_LABEL, ContainersError, HostPath, Plan, PodRun, job_pod
 
 # A pod whose container restarted this often without ever being ready is in CrashLoopBackOff.
 CRASH_LOOP_RESTARTS = 2
@@ -109,10 +112,20 @@ class Run:
     SIGTERM). `pods()` reports them as the API would, so kube_status can read them as `surreal
     status` does."""
 
-    def __init__(self, plan: Plan, engine: Engine, started: Iterable[PodRun] = ()) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        engine: Engine,
+        started: Iterable[PodRun] = (),
+        controller: JobController | None = None,
+        handled: Iterable[str] = (),
+    ) -> None:
         self.plan = plan
         self.engine = engine
         self.started: list[PodRun] = list(started)  # a run started earlier: its pods, to watch
+        self.controller = controller or JobController(plan.jobs)
+        self.handled: set[str] = set(handled)  # ended Job pods the controller has decided on
+        self._due: list[tuple[float, str, int]] = []  # (monotonic time, job, index) to replace
         self._closed = False
 
     # lifecycle
@@ -149,10 +162,108 @@ class Run:
             for host in pod.paths:
                 make_host_path(host)
         engine("network", "create", "--internal", "--label", f"{RUN_LABEL}={plan.run_id}", plan.network)
-        # The learner first, as a StatefulSet's pod usually is; the rest retry until it serves.
+        # The learner first; the rest retry until it serves.
         for pod in sorted(plan.pods, key=lambda p: p.workload != f"{plan.experiment}-learner"):
-            engine("run", "--detach", *pod.args, pod.image, *pod.command)
-            self.started.append(pod)
+            self.start_pod(pod)
+
+    def start_pod(self, pod: PodRun) -> None:
+        for host in pod.paths:
+            make_host_path(host)
+        self.engine("run", "--detach", *pod.args, pod.image, *pod.command)
+        self.started.append(pod)
+
+    def stop_pod(self, pod: PodRun) -> None:
+        """SIGTERM, then SIGKILL after the pod's terminationGracePeriodSeconds (as the kubelet)."""
+        self.engine("stop", "--time", str(pod.grace_seconds), pod.name, check=False,
+                     timeout=pod.grace_seconds + 60)  # fmt: skip
+
+    def retire_pod(self, pod: PodRun) -> None:
+        """A pod of an index that a scale dropped: stopped within its grace period, its log kept in
+        the run's logs/ folder, the container removed (the Job controller deletes such pods)."""
+        self.stop_pod(pod)
+        logs = self.plan.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / f"{pod.name}.log").write_text(self.logs(pod))
+        self.engine("rm", "--force", pod.name, check=False)
+        self.handled.add(pod.name)
+        self.started.remove(pod)
+
+    # the Job controller
+
+    def is_job_pod(self, pod: PodRun) -> bool:
+        return pod.workload in self.controller.jobs
+
+    def reconcile(self) -> bool:
+        """What the Job controller does, once: decide on every Job pod that ended, start the
+        replacements that are due and the indexes a scale added, stop the pods of a failed Job
+        and of dropped indexes. True if a pod was started or a Job's state changed."""
+        changed = False
+        running: dict[tuple[str, int], PodRun] = {}
+        infos = {c["Name"]: c for c in self.engine.inspect(p.name for p in self.started if self.is_job_pod(p)
+                                                             and p.name not in self.handled)}  # fmt: skip
+        for pod in [p for p in self.started if self.is_job_pod(p) and p.name not in self.handled]:
+            state = (infos.get(pod.name) or {}).get("State") or {}
+            if state.get("Running") or state.get("Status") not in ("exited", "stopped"):
+                running[(pod.workload, pod.index)] = pod
+                continue
+            self.handled.add(pod.name)
+            changed = True
+            decision = self.controller.exited(
+                pod.workload, pod.name, pod.index, int(state.get("ExitCode") or 0)
+            )
+            if decision.action is Action.REPLACE:
+                self._due.append((time.monotonic() + decision.delay, pod.workload, pod.index))
+            elif decision.action is Action.FAIL_JOB:
+                for other in [p for p in self.started if p.workload == pod.workload and p is not pod]:
+                    self.stop_pod(other)
+        for name, job in self.controller.jobs.items():
+            if job.ended:
+                continue
+            for (work, index), pod in running.items():  # indexes a scale dropped
+                if work == name and index >= job.completions:
+                    self.retire_pod(pod)
+                    changed = True
+            known = {p.index for p in self.started if p.workload == name}
+            for index in range(job.completions):  # indexes a scale added
+                if index not in known:
+                    self.start_pod(job_pod(self.plan, name, index))
+                    changed = True
+        now = time.monotonic()
+        for due in sorted(d for d in self._due if d[0] <= now):
+            self._due.remove(due)
+            _, name, index = due
+            job = self.controller.state(name)
+            if not job.ended and index < job.completions and (name, index) not in running:
+                self.start_pod(job_pod(self.plan, name, index))
+                changed = True
+        return changed
+
+    def job_failure(self, role: str | None = None) -> str:
+        """One line for a failed Job (of `role`, or any): its reason, and its last pod's last words."""
+        for name, job in self.controller.jobs.items():
+            if job.condition != "Failed" or (role is not None and job.job.role != role):
+                continue
+            pods = [p for p in self.started if p.workload == name]
+            tail = [line for line in self.logs(pods[-1]).splitlines() if line.strip()] if pods else []
+            return (f"Job {name} failed ({job.reason}: {job.message}); its last pod "
+                    f"{pods[-1].name if pods else '?'} said: {tail[-1] if tail else 'nothing'}")  # fmt: skip
+        return ""
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """The Jobs as the API shows them."""
+        active: dict[str, int] = {}
+        for pod in self.started:
+            if self.is_job_pod(pod) and pod.name not in self.handled:
+                active[pod.workload] = active.get(pod.workload, 0) + 1
+        return self.controller.as_api(active)
+
+    def current(self, pod: PodRun) -> PodRun:
+        """The newest pod of `pod`'s Job index (itself, unless it was replaced)."""
+        return [p for p in self.started if p.workload == pod.workload and p.index == pod.index][-1]
+
+    def replacements(self, pod: PodRun) -> int:
+        """Pods started for `pod`'s index after the first (a Job's retries: restartCount stays 0)."""
+        return len([p for p in self.started if p.workload == pod.workload and p.index == pod.index]) - 1
 
     def close(self, keep_volumes: bool = False) -> None:
         """Remove the containers, the network and the pods' folders (ConfigMap and Secret copies);
@@ -231,7 +342,9 @@ class Run:
             elif info["State"].get("Running"):
                 state = {"running": {"startedAt": info["State"].get("StartedAt")}}
             elif info["State"].get("Status") in ("exited", "stopped") and pod_restart_policy(pod) == "no":
-                state = {"terminated": {"exitCode": info["State"].get("ExitCode")}}
+                state = {"terminated": {"exitCode": info["State"].get("ExitCode"),
+                                        "finishedAt": info["State"].get("FinishedAt"),
+                                        "message": termination_message(pod)}}  # fmt: skip
             else:  # exited or restarting under restart=always: the kubelet would be backing off
                 state = {
                     "waiting": {"reason": "CrashLoopBackOff"},
@@ -263,9 +376,8 @@ class Run:
 
     def learner_status(self) -> dict[str, Any]:
         """What the learner writes into its claim about once a second (status.json)."""
-        claim = self.plan.workdir / "volumes" / f"data-{self.plan.experiment}-learner-0" / "status.json"
         try:
-            return dict(json.loads(claim.read_text()))
+            return dict(json.loads((claim_dir(self.plan) / "status.json").read_text()))
         except (OSError, ValueError):
             return {}
 
@@ -273,11 +385,12 @@ class Run:
         """`surreal status NAME -o json` of this run, from the same code the kube backend uses."""
         from surreal.orchestrator import kube_status
 
-        return kube_status.status(self.plan.spec, self.pods(probe), self.learner_status())
+        return kube_status.status(self.plan.spec, self.pods(probe), self.learner_status(), jobs=self.jobs())
 
     def check_crash_loops(self) -> None:
-        """A container that keeps exiting without ever having been ready: one line naming it."""
-        for info in self.engine.inspect(p.name for p in self.started):
+        """A container of a Deployment that keeps exiting without ever having been ready: one line
+        naming it (a Job's pods are the Job controller's: `reconcile`)."""
+        for info in self.engine.inspect(p.name for p in self.started if not self.is_job_pod(p)):
             if int(info.get("RestartCount") or 0) >= CRASH_LOOP_RESTARTS or (
                 not info["State"].get("Running")
                 and info["State"].get("ExitCode")
@@ -298,6 +411,9 @@ class Run:
         deadline = time.monotonic() + timeout
         while True:
             self.check_crash_loops()
+            self.reconcile()
+            if failure := self.job_failure():
+                raise ContainersError(failure)
             if predicate():
                 return
             if time.monotonic() > deadline:
@@ -316,6 +432,23 @@ class Run:
 
 def pod_restart_policy(pod: PodRun) -> str:
     return pod.args[pod.args.index("--restart") + 1]
+
+
+def termination_message(pod: PodRun) -> str:
+    """What the container wrote to its termination message file (at most 4096 bytes are kept)."""
+    if not pod.termination_log:
+        return ""
+    try:
+        return Path(pod.termination_log).read_text()[:4096]
+    except OSError:
+        return ""
+
+
+def claim_dir(plan: Plan) -> Path:
+    """The learner's claim on this machine: the folder that stands for its PersistentVolumeClaim."""
+    from surreal.orchestrator.kube_render import object_names
+
+    return plan.workdir / "volumes" / object_names(plan.experiment)["claim"]
 
 
 def make_host_path(host: HostPath) -> None:

@@ -8,7 +8,11 @@ within KEEPALIVE_TIMEOUT_SECONDS; the server does the same for its side. The ser
 accept pings that often (and without calls in flight), or it answers with GOAWAY "too_many_pings".
 
 A channel that lost its learner retries with grpc's exponential backoff; its default ceiling is
-120 s, so a learner that came back would be found only minutes later. MAX_RECONNECT_SECONDS caps it.
+120 s, so a learner that came back would be found only minutes later. RECONNECT_SECONDS caps it.
+A learner that comes back may come back at another address (a replaced pod behind a headless
+Service, a new container behind a network alias); grpc re-resolves the name at most every 30 s by
+default, so a worker could keep dialing the dead address for 30 s and miss a learner that served
+the end of the run. RESOLVE_SECONDS bounds that.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ KEEPALIVE_TIMEOUT_SECONDS = 10.0  # ...and gives it up after this long without a
 SERVER_KEEPALIVE_SECONDS = 20.0  # the server's own pings, to drop streams of vanished workers
 MIN_CLIENT_PING_SECONDS = 5.0  # the server accepts client pings at most this often
 RECONNECT_SECONDS = (0.5, 5.0)  # first and longest wait between a channel's connection attempts
+RESOLVE_SECONDS = 1.0  # a channel re-resolves its target's name at most this often
 
 Options = list[tuple[str, int]]
 
@@ -51,4 +56,5 @@ def client_options(max_message_bytes: int) -> Options:
         ("grpc.initial_reconnect_backoff_ms", _ms(first)),
         ("grpc.min_reconnect_backoff_ms", _ms(first)),
         ("grpc.max_reconnect_backoff_ms", _ms(longest)),
+        ("grpc.dns_min_time_between_resolutions_ms", _ms(RESOLVE_SECONDS)),
     ]

@@ -67,6 +67,12 @@ def test_create_solves_cartpole_then_list_status_logs_and_delete(cli: Cli) -> No
     assert (st["backend"], st["phase"], st["agents"]) == ("containers", "Succeeded", 2), st
     assert st["env_steps"] >= 100_000 and st["eval_return"] >= 400.0, st
     assert {c["role"] for c in st["components"]} == {"learner", "actor", "evaluator", "tensorboard"}
+    # Every Job's pod exited 0 by itself once the run was done; none had to be stopped.
+    record = json.loads((cli.home / "experiments" / "c1" / "containers.json").read_text())
+    assert record["stopped_at_end"] == [], record["stopped_at_end"]
+    assert {c["state"] for c in st["components"] if c["role"] != "tensorboard"} == {"Completed"}, st
+    assert [(j["role"], j["state"]) for j in st["jobs"]] == [
+        ("learner", "Complete"), ("actor", "Complete"), ("evaluator", "Complete")]  # fmt: skip
     [row] = json.loads(cli.run("list", "-o", "json").stdout)
     assert (row["name"], row["backend"], row["phase"]) == ("c1", "containers", "Succeeded"), row
     learner_log = cli.run("logs", "c1", "learner").stdout
@@ -80,8 +86,8 @@ def test_create_solves_cartpole_then_list_status_logs_and_delete(cli: Cli) -> No
 def test_scale_starts_and_stops_actor_containers_and_the_learner_follows(cli: Cli) -> None:
     cli.run("create", "sc", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--steps", "50000000",
             "--backend", "containers", "--detach", timeout=300.0)  # fmt: skip
-    learner = "sc-learner-0"
     wait_until("the run to make steps", lambda: (cli.status("sc")["env_steps"] or 0) > 0, 300, poll=1.0)
+    [learner] = [c["name"] for c in cli.status("sc")["components"] if c["role"] == "learner"]
     started = cli.engine("inspect", "--format", "{{.State.StartedAt}}", learner).strip()
 
     assert "4 agents in 4 actor containers" in cli.run("scale", "sc", "--agents", "4", timeout=300.0).stdout
@@ -96,12 +102,37 @@ def test_scale_starts_and_stops_actor_containers_and_the_learner_follows(cli: Cl
         "3 actors to leave", lambda: (s := cli.status("sc"))["connected_actors"] == 1 and s, 300, 1.0
     )
     assert st["agents"] == 1 and st["actor_pods"]["total"] == 1 and st["phase"] == "Running", st
-    assert len([c for c in cli.containers("sc") if c.startswith("sc-actor-")]) == 1
-    # The same learner container, never restarted.
+    # The actors' Job runs index 0 only: the pods of the dropped indexes are gone, as the Job
+    # controller deletes them, and their logs are kept.
+    assert [c for c in cli.containers("sc") if c.startswith("sc-actor-")] == [
+        next(c["name"] for c in st["components"] if c["role"] == "actor")
+    ]
+    assert next(j for j in st["jobs"] if j["role"] == "actor")["completions"] == "0/1"
+    # The same learner container, never restarted or replaced.
+    assert [c["name"] for c in st["components"] if c["role"] == "learner"] == [learner]
     assert cli.engine("inspect", "--format", "{{.State.StartedAt}}", learner).strip() == started
-    assert cli.engine("inspect", "--format", "{{.RestartCount}}", learner).strip() == "0"
     cli.run("delete", "sc", timeout=300.0)
     assert cli.containers("sc") == []
+    assert not (cli.home / "experiments" / "sc").exists()
+
+
+def test_a_detached_run_ends_by_itself_and_frees_every_container(cli: Cli) -> None:
+    """No `surreal delete` needed: the run's controller sees the learner's Job complete, waits for
+    the workers' pods to end on their own, keeps the logs and removes the containers."""
+    cli.run("create", "dt", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--steps", "20000",
+            "--set", "eval_episodes=2", "--backend", "containers", "--detach", timeout=300.0)  # fmt: skip
+    record = cli.home / "experiments" / "dt" / "containers.json"
+    wait_until("the run to end", lambda: "phase" in json.loads(record.read_text()), 600, poll=1.0)
+    assert cli.containers("dt") == []
+    st = cli.status("dt")
+    assert st["phase"] == "Succeeded" and st["env_steps"] >= 20_000 and st["eval_return"] is not None, st
+    assert json.loads(record.read_text())["stopped_at_end"] == []
+    assert "run complete" in cli.run("logs", "dt", "learner").stdout
+    assert (
+        "experiment dt: Succeeded"
+        in (cli.home / "experiments" / "dt" / "logs" / "controller.log").read_text()
+    )
+    cli.run("delete", "dt")
 
 
 def test_no_engine_is_one_line_and_creates_nothing(cli: Cli, tmp_path: Path) -> None:

@@ -38,9 +38,9 @@ def test_a_container_that_exits_at_start(
     engine: containers_run.Engine, image: str, tmp_path: Path, no_leftovers: None
 ) -> None:
     objects = render("crash", "--algo", "ppo", tmp=tmp_path)
-    learner = next(o for o in objects if o["kind"] == "StatefulSet")["spec"]["template"]["spec"][
-        "containers"
-    ][0]
+    job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "crash-learner")
+    job["spec"]["backoffLimit"] = 1  # two tries, as a Job would make them
+    learner = job["spec"]["template"]["spec"]["containers"][0]
     learner["args"] = [
         a.replace("/etc/surreal/spec.yaml", "/etc/surreal/missing.yaml") for a in learner["args"]
     ]
@@ -49,6 +49,7 @@ def test_a_container_that_exits_at_start(
         with pytest.raises(containers_plan.ContainersError) as err:
             run.wait_for("the learner", lambda: run.probe(run.pod("learner")), 180)
     message = str(err.value)
-    assert message.startswith("container crash-learner-0 exits at start (exit code ") and "\n" not in message
+    assert message.startswith("Job crash-learner failed (BackoffLimitExceeded: ") and "\n" not in message
     assert "missing.yaml" in message  # the learner's own last word says why
+    assert len(run.pods_of("learner")) == 1 and len([p for p in run.started if p.role == "learner"]) == 2
     assert not engine.ids(plan.run_id)

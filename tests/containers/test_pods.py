@@ -1,10 +1,13 @@
-"""Experiments in real containers, run exactly as their rendered objects say (containers_plan).
+"""Experiments in real containers, run exactly as their rendered objects say (containers_plan),
+their Jobs as the Job controller would (containers_jobs).
 
-One PPO run carries most claims: it learns and ends Succeeded with every container lingering; an
-actor killed with SIGKILL is restarted and the run goes on; the learner killed with SIGKILL comes
-back from the checkpoint on its claim with its counters; the pod's security context holds inside
-the container; TensorBoard reads the learner's events from the claim, read-only; every container's
-log is readable. An ES run shows agents_per_pod: 64 agents in 4 containers.
+One PPO run carries most claims: it learns and ends Succeeded with every Job's pods ended by
+themselves and TensorBoard still serving; an actor killed with SIGKILL is replaced and the run goes
+on; the learner sent SIGTERM saves the version it has and its replacement resumes at exactly that
+version (0 updates lost); the learner killed with SIGKILL comes back from the last timed
+checkpoint on its claim, at most `checkpoint_seconds` old; the pod's security context holds inside
+the container; TensorBoard reads the learner's events from the claim, read-only; every
+container's log is readable. An ES run shows agents_per_pod: 64 agents in 4 containers.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +28,8 @@ from typing import Any
 import pytest
 
 from surreal.algorithms.common.checkpoint import load_checkpoint
-from surreal.orchestrator import containers_plan, containers_run
+from surreal.orchestrator import containers_plan, containers_run, kube_status
+from surreal.orchestrator import kube_status as ks
 
 pytestmark = pytest.mark.slow
 
@@ -91,15 +96,11 @@ def connects(log: str) -> int:
     return log.count(CONNECTED)
 
 
-def checkpoint_updates(claim: Path) -> int:
-    """The updates counter of the checkpoint on a learner's claim (-1 when there is none)."""
-    state = load_checkpoint(claim / "checkpoints")
-    return int(state["counters"]["updates"]) if state else -1
-
-
-def counter(text: str, key: str) -> int:
-    m = re.findall(rf"\b{key}=(\d+)", text)
-    return int(m[-1]) if m else -1
+CHECKPOINT_SECONDS = 3.0  # the PPO run's timed checkpoints: what its SIGKILL may lose
+SAVED_CLEAN = re.compile(r"checkpoint: version (\d+), (\d+) env steps, (\d+) updates.*\(clean\)")
+RESUMED = re.compile(
+    r"resumed from checkpoint \((clean|jumped)\): Counters\(version=(\d+), env_steps=(\d+), updates=(\d+)"
+)
 
 
 @dataclass
@@ -109,12 +110,32 @@ class Observed:
     security: dict[str, Any] = field(default_factory=dict)
     actor_killed: str = ""
     updates_at_actor_kill: int = 0
-    checkpoint_at_learner_kill: int = -1  # updates of the checkpoint on the claim when killed
-    resumed_log: str = ""
-    restarts: dict[str, int] = field(default_factory=dict)
-    logs: dict[str, str] = field(default_factory=dict)
+    sigterm_saved: tuple[int, int, int] = (-1, -1, -1)  # (version, env steps, updates) it saved
+    sigterm_resumed: tuple = ()  # (how, version, env steps, updates) its replacement restored
+    sigkill_checkpoint: dict[str, Any] = field(default_factory=dict)  # the claim's, when killed
+    sigkill_at: float = 0.0
+    sigkill_resumed: tuple = ()
+    pods: list[dict[str, Any]] = field(default_factory=list)  # every pod, once the run ended
+    running_at_end: list[str] = field(default_factory=list)  # Job pods still running then
+    termination_message: dict[str, Any] = field(default_factory=dict)  # the last learner's
+    logs: dict[str, str] = field(default_factory=dict)  # by pod name
     tensorboard_tags: dict[str, Any] = field(default_factory=dict)
     tensorboard_ready: bool = False
+
+
+def resume_of_the_next_learner(run: containers_run.Run, learner: containers_plan.PodRun) -> tuple:
+    """(its pod, how, version, env steps, updates): the replacement of `learner`, once it has
+    restored the checkpoint on the claim (PPOLearner._restore logs how, and the counters)."""
+    found: list[Any] = []
+
+    def restored() -> bool:
+        pod = run.current(learner)
+        found[:] = [pod, *RESUMED.findall(run.logs(pod))] if pod is not learner else []
+        return len(found) > 1
+
+    run.wait_for("the learner's replacement to restore its checkpoint", restored, 300, poll=0.5)
+    how, version, env_steps, updates = found[-1]
+    return found[0], how, int(version), int(env_steps), int(updates)
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +143,11 @@ def ppo(
     engine: containers_run.Engine, image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Observed]:
     tmp = tmp_path_factory.mktemp("ppo")
-    objects = render("cpc", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "0", tmp=tmp)
+    objects = render("cpc", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "0",
+                     "--set", "checkpoint_every=100000", "--set", f"checkpoint_seconds={CHECKPOINT_SECONDS}",
+                     tmp=tmp)  # fmt: skip
     plan = containers_plan.translate(objects, workdir=tmp)
+    claim = containers_run.claim_dir(plan)
     seen = Observed()
     with containers_run.Run(plan, engine) as run:
         learner, actor, tb = run.pod("learner"), run.pods_of("actor")[0], run.pod("tensorboard")
@@ -136,43 +160,52 @@ def ppo(
 
         run.wait_for("20 updates", lambda: updates() >= 20, 300)
         seen.updates_at_actor_kill = updates()
-        # The whole run takes some 20 s, less than a restarted container needs to start Python and
-        # reach the learner on a busy machine: the other actor is held (SIGSTOP) meanwhile, so the
-        # run cannot end before the killed actor is back. An actor has no probe; its log (podman
-        # keeps both processes' lines) says when the new process has reached the learner.
+        # The whole run takes some 20 s, less than a new container needs to start Python and reach
+        # the learner on a busy machine: the other actor is held (SIGSTOP) meanwhile, so the run
+        # cannot end before the killed actor's replacement is back. An actor has no probe; the
+        # replacement's log says when it has reached the learner.
         other = run.pods_of("actor")[1]
         with held(run, [other]):
             run.kill(actor)
             seen.actor_killed = actor.name
             run.wait_for(
-                "the restarted actor to reach the learner",
-                lambda: run.restarts(actor) >= 1 and connects(run.logs(actor)) >= 2,
+                "the killed actor's replacement to reach the learner",
+                lambda: run.current(actor) is not actor and connects(run.logs(run.current(actor))) >= 1,
                 300,
             )
 
-        # A checkpoint is logged once its file is in place (a file in the folder may be a temporary
-        # one still being written). The learner is stopped before the checkpoint on its claim is
-        # read, so that none is written between the reading and the kill. The first checkpoint
-        # comes at 100 of the run's 391 updates: the learner comes back with most of them left.
-        run.wait_for(
-            "a checkpoint on the learner's claim", lambda: "checkpoint:" in run.logs(learner), 300, poll=0.5
-        )
-        run.kill(learner, signal.SIGSTOP)
-        seen.checkpoint_at_learner_kill = checkpoint_updates(plan.workdir / "volumes" / "data-cpc-learner-0")
-        run.kill(learner)
-        run.wait_for(
-            "the learner to resume",
-            lambda: "resumed from checkpoint" in run.logs(learner) and run.probe(learner),
-            300,
-        )
-        seen.resumed_log = next(
-            line for line in run.logs(learner).splitlines() if "resumed from checkpoint" in line
-        )
+            # Preemption: SIGTERM to the learner, which saves the version it has and exits 143;
+            # the Job replaces it without counting a failure. The actor is still held, so the run
+            # cannot end meanwhile.
+            run.kill(learner, signal.SIGTERM)
+            second, *seen.sigterm_resumed = resume_of_the_next_learner(run, learner)
+            [saved] = SAVED_CLEAN.findall(run.logs(learner))
+            seen.sigterm_saved = (int(saved[0]), int(saved[1]), int(saved[2]))
+
+            # A learner killed without notice: the claim's checkpoint, read while it is frozen.
+            # (actor-1 is still held: the run cannot end before the kill.)
+            run.wait_for(
+                "a timed checkpoint of the next learner",
+                lambda: "checkpoint: version" in run.logs(second).split("resumed from checkpoint")[-1],
+                300,
+                poll=0.5,
+            )
+            run.kill(second, signal.SIGSTOP)
+            seen.sigkill_checkpoint = load_checkpoint(claim / "checkpoints") or {}
+            seen.sigkill_at = time.time()
+            run.kill(second)
+            _, *seen.sigkill_resumed = resume_of_the_next_learner(run, second)
 
         run.wait_for("the run to end", lambda: run.status(probe=False)["phase"] == "Succeeded", 600)
+        # Every Job's pods end by themselves once the learner's Job completed.
+        run.wait_for(
+            "every Job pod to end", lambda: not [p for p in run.pods(probe=False) if _runs(p, run)], 120
+        )
         seen.status = run.status()
-        seen.restarts = {p.name: run.restarts(p) for p in plan.pods}
-        seen.logs = {p.role if p.role != "actor" else p.name: run.logs(p) for p in plan.pods}
+        seen.pods = run.pods(probe=False)
+        seen.running_at_end = [p["metadata"]["name"] for p in seen.pods if _runs(p, run)]
+        seen.termination_message = kube_status.final_metrics(seen.pods)
+        seen.logs = {p.name: run.logs(p) for p in run.started}
 
         def tags() -> bool:
             try:
@@ -187,7 +220,18 @@ def ppo(
     yield seen
 
 
-def test_ppo_in_containers_learns_and_every_container_lingers(ppo: Observed) -> None:
+def _runs(pod: dict[str, Any], run: containers_run.Run) -> bool:
+    """A Job's pod whose container still runs."""
+    role = pod["metadata"]["labels"].get("surreal.io/component")
+    state = pod["status"]["containerStatuses"][0]["state"]
+    return role != "tensorboard" and "running" in state
+
+
+def states(seen: Observed, role: str) -> list[str]:
+    return [ks.pod_state(p) for p in seen.pods if ks.role_of(p) == role]
+
+
+def test_ppo_in_containers_learns_and_every_job_pod_ends_by_itself(ppo: Observed) -> None:
     """The final eval of CartPole after 100k steps, measured over 10 runs with the same settings
     outside containers (`surreal create cp --algo ppo --env CartPole-v1 --agents 2 --seed 0`): min
     500, median 500 (and 500 in 3 container runs). Random play scores about 22: the bar, 475,
@@ -196,29 +240,49 @@ def test_ppo_in_containers_learns_and_every_container_lingers(ppo: Observed) -> 
     assert st["phase"] == "Succeeded" and st["learner_status"] == "ok"
     assert st["eval_return"] >= 475, st
     assert st["env_steps"] >= st["target_steps"] == 100_000
-    # Finished components idle as pods must (a container that exits would be restarted).
-    assert {c["state"] for c in st["components"]} == {"Running"}, st["components"]
-    assert len(st["components"]) == 5 and st["actor_pods"] == {"ready": 2, "total": 2}
+    # Nothing of the run holds a CPU once it is done: the learner, the actors and the evaluator
+    # exited 0 on their own (none was stopped), their Jobs completed; TensorBoard still serves.
+    assert ppo.running_at_end == []
+    assert [j["state"] for j in st["jobs"]] == ["Complete", "Complete", "Complete"], st["jobs"]
+    assert states(ppo, "learner") == ["Error(143)", "Error(137)", "Completed"]  # in start order
+    assert states(ppo, "evaluator") == ["Completed"]
+    assert sorted(states(ppo, "actor")) == ["Completed", "Completed", "Error(137)"]
+    assert states(ppo, "tensorboard") == ["Running"]
+    # The disruption (143) is not a failure; the two SIGKILLs are.
+    jobs = {j["role"]: j for j in st["jobs"]}
+    assert (jobs["learner"]["failed"], jobs["actor"]["failed"], jobs["evaluator"]["failed"]) == (1, 1, 0)
     assert ppo.learner_ready_before_training
 
 
-def test_an_actor_killed_is_restarted_and_the_run_goes_on(ppo: Observed) -> None:
-    assert ppo.restarts[ppo.actor_killed] == 1
+def test_the_last_learners_termination_message_is_the_final_status(ppo: Observed) -> None:
+    msg = ppo.termination_message
+    assert msg["phase"] == "Succeeded" and msg["exit_code"] == 0
+    assert (msg["env_steps"], msg["updates"], msg["eval_return"]) == (
+        ppo.status["env_steps"], ppo.status["updates"], ppo.status["eval_return"])  # fmt: skip
+
+
+def test_an_actor_killed_is_replaced_and_the_run_goes_on(ppo: Observed) -> None:
+    assert connects(ppo.logs[ppo.actor_killed]) == 1
     assert ppo.status["updates"] > ppo.updates_at_actor_kill
-    others = [n for n in ppo.restarts if n not in (ppo.actor_killed, "cpc-learner-0")]
-    assert all(ppo.restarts[n] == 0 for n in others), ppo.restarts
 
 
-def test_the_learner_killed_resumes_from_the_checkpoint_on_its_claim(ppo: Observed) -> None:
-    assert ppo.restarts["cpc-learner-0"] == 1
-    resumed = counter(ppo.resumed_log, "updates")
-    # The counters go on from the last checkpoint the first learner wrote (the one on the claim
-    # when it was killed), not from zero. Its log line may not be out yet: the file comes first.
-    before = ppo.logs["learner"].split("resumed from checkpoint")[0]
-    saved = [int(n) for n in re.findall(r"checkpoint: \d+ env steps, (\d+) updates", before)]
-    assert resumed == ppo.checkpoint_at_learner_kill > 0, (ppo.checkpoint_at_learner_kill, ppo.resumed_log)
-    assert saved and resumed >= saved[-1], (saved, ppo.resumed_log)
-    assert ppo.status["updates"] > resumed
+def test_sigterm_to_the_learner_loses_no_update(ppo: Observed) -> None:
+    version, env_steps, updates = ppo.sigterm_saved
+    assert updates >= 20
+    # Its replacement restores exactly what it had: the version, env steps and updates.
+    assert tuple(ppo.sigterm_resumed) == ("clean", version, env_steps, updates)
+
+
+def test_sigkill_to_the_learner_loses_at_most_checkpoint_seconds(ppo: Observed) -> None:
+    saved = ppo.sigkill_checkpoint
+    # Lost: the work since the last timed checkpoint, plus the update in flight when it came due
+    # (CartPole's take milliseconds; 5 s of margin for a busy machine).
+    assert not saved["clean"]
+    assert ppo.sigkill_at - saved["saved_at"] <= CHECKPOINT_SECONDS + 5.0
+    how, _, env_steps, updates = ppo.sigkill_resumed
+    assert how == "jumped" and env_steps == saved["counters"]["env_steps"]
+    assert updates == saved["counters"]["updates"] > ppo.sigterm_saved[2]
+    assert ppo.status["updates"] > saved["counters"]["updates"]
 
 
 def test_the_pods_security_context_holds_inside_the_container(ppo: Observed) -> None:
@@ -242,13 +306,14 @@ def test_tensorboard_reads_the_learners_events_from_the_claim(ppo: Observed) -> 
 
 def test_every_containers_log_is_readable(ppo: Observed) -> None:
     logs = ppo.logs
-    assert "resumed from checkpoint" in logs["learner"] and "checkpoint:" in logs["learner"]
+    learners = [text for name, text in logs.items() if name.startswith("cpc-learner")]
+    assert len(learners) == 3
+    assert "SIGTERM: saving version" in learners[0] and "resumed from checkpoint (clean)" in learners[1]
+    assert "resumed from checkpoint (jumped)" in learners[2] and "run complete" in learners[2]
     actors = {name: text for name, text in logs.items() if name.startswith("cpc-actor")}
-    # Each actor reached the learner by its Service's name; the killed one did so twice.
-    for name, text in actors.items():
-        assert connects(text) >= 1 + (name == ppo.actor_killed), text
-    assert "idling until the experiment is deleted" in logs["evaluator"]
-    assert "TensorBoard" in logs["tensorboard"]
+    # Each actor pod reached the learner by its Service's name.
+    assert len(actors) == 3 and all(connects(text) >= 1 for text in actors.values()), actors.keys()
+    assert "TensorBoard" in next(t for n, t in logs.items() if n.startswith("cpc-tensorboard"))
 
 
 @contextlib.contextmanager
@@ -332,7 +397,7 @@ def test_es_agents_per_pod_runs_64_agents_in_4_containers(
         run.wait_for("the ES run to end", lambda: run.status(probe=False)["phase"] == "Succeeded", 600)
         st = run.status()
     assert st["agents"] == 64 and st["agents_reporting"] == 64, st
-    assert st["actor_pods"] == {"ready": 4, "total": 4}
+    assert st["actor_pods"]["total"] == 4  # ready or, the run being done, ending by themselves
     # Results may come back stale in an asynchronous run; none may be refused as malformed.
     refused = {reason: n for reason, n in st["results_rejected"].items() if reason != "stale"}
     assert st["env_steps"] >= 3_000_000 and not any(refused.values()), st["results_rejected"]

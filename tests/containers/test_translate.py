@@ -44,34 +44,56 @@ def env(pod: containers_plan.PodRun) -> dict[str, str]:
 
 def test_one_container_per_pod_and_replicas_as_the_workloads_ask() -> None:
     p = plan()
-    assert [(pod.role, pod.name) for pod in p.pods] == [
-        ("learner", "t1-learner-0"),  # a StatefulSet's ordinal name
-        ("actor", p.pods[1].name),
-        ("actor", p.pods[2].name),
-        ("evaluator", p.pods[3].name),
-        ("tensorboard", p.pods[4].name),
+    assert [(pod.role, pod.name, pod.index) for pod in p.pods] == [
+        ("learner", "t1-learner-0-xxxxx", 0),  # an Indexed Job's pod: NAME-INDEX-<5 random>
+        ("actor", "t1-actor-0-xxxxx", 0),
+        ("actor", "t1-actor-1-xxxxx", 1),
+        ("evaluator", "t1-evaluator-0-xxxxx", 0),
+        ("tensorboard", p.pods[4].name, 0),
     ]
-    assert p.pods[1].name.startswith("t1-actor-") and p.pods[1].name.endswith("-xxxxx")
+    assert p.pods[4].name.startswith("t1-tensorboard-") and p.pods[4].name.endswith("-xxxxx")
     assert p.network == "surreal-r1" and p.experiment == "t1" and p.spec["agents"] == 4
+
+
+def test_jobs_carry_their_failure_policy_and_replacements_their_index() -> None:
+    p = plan()
+    learner, actor, evaluator = p.jobs
+    assert (learner.name, learner.completions, learner.backoff_limit) == ("t1-learner", 1, 5)
+    assert learner.ignore_exit_codes == (143,) and learner.fail_exit_codes == ()
+    assert (actor.completions, actor.backoff_limit, actor.backoff_per_index) == (2, None, 5)
+    assert actor.fail_exit_codes == (69,) and evaluator.fail_exit_codes == (69,)
+    again = containers_plan.job_pod(p, "t1-actor", 1, rng=lambda n: "y" * n)
+    assert again.name == "t1-actor-1-yyyyy" and env(again)["JOB_COMPLETION_INDEX"] == "1"
+    assert again.args == tuple(a.replace("t1-actor-1-xxxxx", "t1-actor-1-yyyyy") for a in p.pods[2].args)
+    assert containers_plan.plan_from_dict(containers_plan.plan_to_dict(p)) == p
+
+
+def test_the_learners_grace_period_and_termination_message_file() -> None:
+    learner, actor = plan().pods[:2]
+    assert learner.grace_seconds == 30 and actor.grace_seconds == containers_plan.DEFAULT_GRACE_SECONDS
+    assert learner.termination_log == f"{WORK}/pods/t1-learner-0-xxxxx/termination-log"
+    assert f"{learner.termination_log}:/dev/termination-log:rw" in flag_values(learner, "--volume")
 
 
 def test_argv_is_the_containers_command_and_args() -> None:
     obj = objects()
-    learner = next(o for o in obj if o["kind"] == "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    learner = next(o for o in obj if o["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]
     pod = plan(obj).pods[0]
     assert flag_values(pod, "--entrypoint") == learner["command"][:1]
     assert list(pod.command) == learner["command"][1:] + learner["args"]
     assert pod.image == "surreal:local"
 
 
-def test_env_values_and_the_downward_api_pod_name() -> None:
+def test_env_values_the_downward_api_pod_name_and_the_job_index() -> None:
     p = plan()
-    learner, actor = p.pods[0], p.pods[1]
+    learner, actor = p.pods[0], p.pods[2]
     assert env(learner)["SURREAL_LEARNER_ADDR"] == "t1-learner:6000"
     assert env(learner)["SURREAL_TOKEN_FILE"] == "/var/run/secrets/surreal/token"
-    assert env(actor)["SURREAL_POD_NAME"] == actor.name  # fieldRef metadata.name
+    assert env(actor)["JOB_COMPLETION_INDEX"] == "1"  # what Kubernetes sets in an Indexed Job's pod
     assert env(actor)["SURREAL_AGENTS_IN_WORKER"] == "2"
     assert flag_values(actor, "--hostname") == [actor.name]
+    pod_name = {"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    assert containers_plan.env_flags({"env": [pod_name]}, "p-1", "ns") == ["--env", "X=p-1"]
 
 
 def test_services_become_network_aliases_of_the_pods_they_select() -> None:
@@ -89,7 +111,9 @@ def test_security_context() -> None:
         assert "--read-only" in pod.args
         assert flag_values(pod, "--cap-drop") == ["ALL"]
         assert flag_values(pod, "--security-opt") == ["no-new-privileges"]
-        assert flag_values(pod, "--restart") == ["always"]  # Deployments and StatefulSets restart
+        # A Job's pods are never restarted in place (the job controller replaces them); a
+        # Deployment's are.
+        assert flag_values(pod, "--restart") == (["always"] if pod.role == "tensorboard" else ["no"])
 
 
 def test_limits_become_cgroup_limits() -> None:
@@ -106,10 +130,10 @@ def test_volumes_configmap_secret_emptydir_memory_and_the_claim() -> None:
     p = plan()
     learner, actor, tb = p.pods[0], p.pods[1], p.pods[4]
     volumes = flag_values(learner, "--volume")
-    assert f"{WORK}/pods/t1-learner-0/spec:/etc/surreal:ro" in volumes
-    assert f"{WORK}/pods/t1-learner-0/token:/var/run/secrets/surreal:ro" in volumes
-    assert f"{WORK}/pods/t1-learner-0/tmp:/tmp:rw" in volumes
-    assert f"{WORK}/volumes/data-t1-learner-0:/var/lib/surreal:rw" in volumes  # the claim template's
+    assert f"{WORK}/pods/t1-learner-0-xxxxx/spec:/etc/surreal:ro" in volumes
+    assert f"{WORK}/pods/t1-learner-0-xxxxx/token:/var/run/secrets/surreal:ro" in volumes
+    assert f"{WORK}/pods/t1-learner-0-xxxxx/tmp:/tmp:rw" in volumes
+    assert f"{WORK}/volumes/t1-data:/var/lib/surreal:rw" in volumes  # the claim
     assert flag_values(learner, "--mount") == [
         "type=tmpfs,destination=/dev/shm,tmpfs-size=268435456,tmpfs-mode=1777"  # medium Memory, 256Mi
     ]
@@ -118,10 +142,10 @@ def test_volumes_configmap_secret_emptydir_memory_and_the_claim() -> None:
     assert paths["token"].files == {"token": "tok-123"} and paths["token"].mode == 0o440
     assert paths["token"].gid == 10001  # readable through the fsGroup only
     assert paths["tmp"].mode == 0o777
-    assert paths["data-t1-learner-0"].mode == 0o2775 and paths["data-t1-learner-0"].gid == 10001
+    assert paths["t1-data"].mode == 0o2775 and paths["t1-data"].gid == 10001
     # Actors' exp dir is an emptyDir of their own; TensorBoard mounts the learner's claim read-only.
     assert f"{WORK}/pods/{actor.name}/data:/var/lib/surreal:rw" in flag_values(actor, "--volume")
-    assert f"{WORK}/volumes/data-t1-learner-0:/var/lib/surreal:ro" in flag_values(tb, "--volume")
+    assert f"{WORK}/volumes/t1-data:/var/lib/surreal:ro" in flag_values(tb, "--volume")
 
 
 def test_probes_travel_with_the_pod() -> None:
@@ -139,7 +163,7 @@ def test_labels_carry_the_run_and_the_pods_own() -> None:
     assert labels["surreal.io/experiment"] == "t1" and labels["surreal.io/component"] == "actor"
 
 
-def _workload(objs: list[dict[str, Any]], kind: str = "StatefulSet") -> dict[str, Any]:
+def _workload(objs: list[dict[str, Any]], kind: str = "Deployment") -> dict[str, Any]:
     return next(o for o in objs if o["kind"] == kind)
 
 
@@ -157,7 +181,7 @@ def _workload(objs: list[dict[str, Any]], kind: str = "StatefulSet") -> dict[str
             "GPUs need a real cluster",
         ),
         (
-            lambda o: _workload(o)["spec"]["template"]["spec"]["containers"][0]["env"].append(
+            lambda o: _workload(o, "Job")["spec"]["template"]["spec"]["containers"][0]["env"].append(
                 {"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
             ),
             "env X",

@@ -1,0 +1,44 @@
+"""The controller of a detached containers run: `python -m surreal.orchestrator.containers_control
+EXP_DIR` runs the experiment's Jobs (containers_launcher.control) until the run ends, as the
+foreground `surreal create` does in its own process; SIGTERM (`surreal delete`) stops it, and it
+removes what it started."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from surreal.orchestrator.containers_launcher import (
+    RECORD,
+    ContainersLauncher,
+    _interrupts,
+    control,
+    load_run,
+    read_record,
+)
+from surreal.orchestrator.launcher import LauncherError
+from surreal.orchestrator.supervisor import write_json_atomic
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    exp_dir = Path(argv[0]).resolve()
+    home = exp_dir.parent.parent  # $SURREAL_HOME/experiments/NAME
+    try:
+        record = read_record(exp_dir)
+        record["controller_pid"] = os.getpid()  # this process writes the record from now on
+        write_json_atomic(exp_dir / RECORD, record)
+        run = load_run(exp_dir, record, ContainersLauncher(home)._engine_of(record))
+        with _interrupts():
+            phase = control(exp_dir, run, None)
+    except LauncherError as exc:
+        logging.error("%s", exc)
+        return 1
+    logging.info("experiment %s: %s", exp_dir.name, phase)
+    return 0 if phase == "Succeeded" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

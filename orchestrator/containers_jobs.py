@@ -1,0 +1,146 @@
+"""The Job controller of the containers backend: what Kubernetes does with a Job's pods, for pods
+that are containers. Pure: it is told which pod ended with which exit code and says what to do.
+
+As batch/v1 does for an Indexed Job with `restartPolicy: Never`: a pod that exits 0 completes its
+index and the Job completes once every index has; a failed pod is replaced by a new pod of its
+index unless the failure policy says otherwise: exit codes of an Ignore rule do not count, those of
+a FailJob rule fail the Job at once, other failures count against `backoffLimit` (the whole Job)
+or `backoffLimitPerIndex` (one index; the Job fails once every index has ended and one failed).
+Replacements of counted failures wait an exponential backoff (shorter than the kubelet's 10 s
+base, so that tests stay quick). `completions` follows `scale` (an elastic Indexed Job).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from surreal.orchestrator.containers_plan import JobRun
+
+FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 1.0, 30.0
+
+
+class Action(StrEnum):
+    NOTHING = "nothing"  # the index is done, or no longer wanted, or already failed
+    REPLACE = "replace"  # start a new pod for the index (after `delay`)
+    FAIL_JOB = "fail_job"  # stop the Job's other pods: it has failed
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    delay: float = 0.0
+
+
+@dataclass
+class JobState:
+    job: JobRun
+    completions: int
+    succeeded: set[int] = field(default_factory=set)
+    failed: int = 0  # pods whose failure counted
+    failed_by_index: dict[int, int] = field(default_factory=dict)
+    failed_indexes: set[int] = field(default_factory=set)
+    condition: str = ""  # "", "Complete" or "Failed"
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.condition)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["job"] = self.job.name
+        data["succeeded"], data["failed_indexes"] = sorted(self.succeeded), sorted(self.failed_indexes)
+        return data
+
+
+class JobController:
+    def __init__(self, jobs: tuple[JobRun, ...], saved: list[dict[str, Any]] | None = None) -> None:
+        self.jobs = {j.name: JobState(j, j.completions) for j in jobs}
+        for data in saved or []:
+            state = self.jobs.get(str(data["job"]))
+            if state is not None:
+                state.completions = int(data["completions"])
+                state.succeeded, state.failed_indexes = set(data["succeeded"]), set(data["failed_indexes"])
+                state.failed = int(data["failed"])
+                state.failed_by_index = {int(k): int(v) for k, v in data["failed_by_index"].items()}
+                state.condition, state.reason, state.message = (
+                    data["condition"],
+                    data["reason"],
+                    data["message"],
+                )
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [s.to_dict() for s in self.jobs.values()]
+
+    def state(self, job: str) -> JobState:
+        return self.jobs[job]
+
+    def exited(self, job: str, pod: str, index: int, code: int) -> Decision:
+        """Pod `pod` of index `index` of Job `job` exited with `code` (128 + N: killed by signal N)."""
+        s = self.jobs[job]
+        if s.ended or index >= s.completions or index in s.succeeded:
+            return Decision(Action.NOTHING)
+        if code == 0:
+            s.succeeded.add(index)
+            self._maybe_ended(s)
+            return Decision(Action.NOTHING)
+        role = s.job.role
+        if code in s.job.fail_exit_codes:
+            self._fail(s, "PodFailurePolicy", f"Container {role} for pod {pod} failed with exit code "
+                       f"{code} matching FailJob rule")  # fmt: skip
+            return Decision(Action.FAIL_JOB)
+        if code in s.job.ignore_exit_codes:
+            return Decision(Action.REPLACE)  # not counted, and no backoff
+        s.failed += 1
+        tries = s.failed_by_index[index] = s.failed_by_index.get(index, 0) + 1
+        delay = min(FIRST_BACKOFF_SECONDS * 2 ** (tries - 1), MAX_BACKOFF_SECONDS)
+        if s.job.backoff_per_index is not None:
+            if tries > s.job.backoff_per_index:
+                s.failed_indexes.add(index)
+                self._maybe_ended(s)
+                return Decision(Action.NOTHING)
+            return Decision(Action.REPLACE, delay)
+        if s.job.backoff_limit is not None and s.failed > s.job.backoff_limit:
+            self._fail(s, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            return Decision(Action.FAIL_JOB)
+        return Decision(Action.REPLACE, delay)
+
+    def scale(self, job: str, completions: int) -> None:
+        """completions = parallelism = `completions` (indexes beyond it are dropped)."""
+        s = self.jobs[job]
+        s.completions = completions
+        s.succeeded = {i for i in s.succeeded if i < completions}
+        s.failed_indexes = {i for i in s.failed_indexes if i < completions}
+        self._maybe_ended(s)
+
+    def _maybe_ended(self, s: JobState) -> None:
+        if s.ended or len(s.succeeded) + len(s.failed_indexes) < s.completions:
+            return
+        if s.failed_indexes:
+            self._fail(s, "FailedIndexes", f"Job has failed indexes {sorted(s.failed_indexes)}")
+        else:
+            s.condition = "Complete"
+
+    @staticmethod
+    def _fail(s: JobState, reason: str, message: str) -> None:
+        s.condition, s.reason, s.message = "Failed", reason, message
+
+    def as_api(self, active: dict[str, int]) -> list[dict[str, Any]]:
+        """The Jobs as the API shows them (what kube_status reads): `active` pods per Job."""
+        out = []
+        for name, s in self.jobs.items():
+            conditions = []
+            if s.condition:
+                conditions.append({"type": s.condition, "status": "True", "reason": s.reason,
+                                   "message": s.message})  # fmt: skip
+            out.append({
+                "metadata": {"name": name, "labels": {"surreal.io/component": s.job.role}},
+                "spec": {"completions": s.completions, "parallelism": s.completions},
+                "status": {"active": active.get(name, 0), "succeeded": len(s.succeeded),
+                           "failed": s.failed, "conditions": conditions},
+            })  # fmt: skip
+        return out
