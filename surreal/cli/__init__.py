@@ -145,8 +145,18 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
             click.echo(f"{key + ':':<18}{st[key]}")
     for key in exps.METRIC_FIELDS:
         click.echo(f"{key + ':':<18}{fmt(st[key], ',') if isinstance(st[key], int) else fmt(st[key])}")
+    if st.get("checkpoint_version") is not None:
+        age = fmt(st.get("checkpoint_age_seconds"), ".0f")
+        click.echo(f"{'checkpoint:':<18}version {st['checkpoint_version']}, {age} s old")
+    for key in ("queued", "problem"):
+        if st.get(key):
+            click.echo(f"{key + ':':<18}{st[key]}")
     for i, line in enumerate(rejections(st)):
         click.echo(f"{'rejected:' if i == 0 else '':<18}{line}")
+    if st.get("jobs"):
+        click.echo("")
+        keys = ("name", "role", "state", "completions", "failed")
+        table([k.upper() if k != "name" else "JOB" for k in keys], [[j[k] for k in keys] for j in st["jobs"]])
     click.echo("")
     table(["COMPONENT", "ROLE", "STATE", "RESTARTS"],
           [[c["name"], c["role"], c["state"], c["restarts"]] for c in st["components"]])  # fmt: skip

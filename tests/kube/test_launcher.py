@@ -307,6 +307,33 @@ def test_status_reads_the_learner_through_a_port_forward(running) -> None:
         server.stop(grace=0)
 
 
+def test_status_after_the_end_reads_the_jobs_and_the_learners_termination_message(running) -> None:
+    api, k = running
+    final = {"phase": "Succeeded", "exit_code": 0, "env_steps": 100_352, "updates": 49, "eval_return": 500.0}
+    api.add("pods", pod("exp1-learner-0-abcde", "learner", ready=False, state={"terminated": {
+        "exitCode": 0, "reason": "Completed", "message": json.dumps(final)}}))  # fmt: skip
+    api.add("pods", pod("exp1-actor-0-fghij", "actor", ready=False,
+                        state={"terminated": {"exitCode": 0, "reason": "Completed"}}))  # fmt: skip
+    for name in ("exp1-learner", "exp1-actor", "exp1-evaluator"):  # what the Job controller reports
+        api.objects[("jobs.batch", "default", name)]["status"] = {
+            "succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}  # fmt: skip
+    st = k.status("exp1", "default")
+    assert st["phase"] == "Succeeded" and st["learner_status"] == "the learner pod is not ready"
+    assert (st["env_steps"], st["updates"], st["eval_return"]) == (100_352, 49, 500.0)
+    assert [(j["role"], j["state"]) for j in st["jobs"]] == [
+        ("learner", "Complete"), ("actor", "Complete"), ("evaluator", "Complete")]  # fmt: skip
+    assert {c["state"] for c in st["components"]} == {"Completed"}
+    [row] = k.list_experiments("default")
+    assert row["phase"] == "Succeeded"
+    # A learner Job past its retries: the experiment failed, and status says why.
+    api.objects[("jobs.batch", "default", "exp1-learner")]["status"] = {"failed": 6, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit"}]}  # fmt: skip
+    st = k.status("exp1", "default")
+    assert st["phase"] == "Failed"
+    assert st["problem"] == "exp1-learner: BackoffLimitExceeded: Job has reached the specified backoff limit"
+
+
 def test_status_without_a_ready_learner_still_shows_the_pods(running) -> None:
     api, k = running
     api.add("pods", pod("exp1-learner-0", "learner", ready=False))
