@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+import psutil
+
 from surreal.orchestrator.containers_launcher import (
     RECORD,
     ContainersLauncher,
@@ -29,6 +31,7 @@ def main(argv: list[str]) -> int:
     try:
         record = read_record(exp_dir)
         record["controller_pid"] = os.getpid()  # this process writes the record from now on
+        record["controller_started"] = psutil.Process().create_time()  # tells it from a reused pid
         write_json_atomic(exp_dir / RECORD, record)
         run = load_run(exp_dir, record, ContainersLauncher(home)._engine_of(record))
         with _interrupts():

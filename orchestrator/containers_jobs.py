@@ -115,6 +115,7 @@ class JobController:
         s.completions = completions
         s.succeeded = {i for i in s.succeeded if i < completions}
         s.failed_indexes = {i for i in s.failed_indexes if i < completions}
+        s.failed_by_index = {i: n for i, n in s.failed_by_index.items() if i < completions}
         self._maybe_ended(s)
 
     def _maybe_ended(self, s: JobState) -> None:

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from surreal.orchestrator import experiments as exps
@@ -293,22 +294,24 @@ def spawn_controller(exp_dir: Path) -> None:
         time.sleep(0.1)
 
 
-def stop_controller(record: dict[str, Any], timeout: float = 120.0) -> None:
-    """SIGTERM a detached run's controller and wait until it has removed its containers."""
-    pid = record.get("controller_pid")
+def stop_controller(record: dict[str, Any], timeout: float = 600.0) -> None:
+    """SIGTERM a detached run's controller (the process the record names, not another that got its
+    pid) and wait until it has stopped its containers, each within its grace period, and exited."""
+    pid, started = record.get("controller_pid"), record.get("controller_started")
     if not pid or "phase" in record:
         return
     try:
-        os.kill(int(pid), signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
+        proc = psutil.Process(int(pid))
+        if started is not None and abs(proc.create_time() - float(started)) > 0.05:
+            return  # the controller is gone and its pid reused
+        proc.terminate()
+        proc.wait(timeout=timeout)
+    except psutil.NoSuchProcess:
         return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
+    except psutil.TimeoutExpired:
+        raise ContainersError(
+            f"the run's controller (pid {pid}) did not stop within {timeout:.0f} s"
+        ) from None
 
 
 def control(exp_dir: Path, run: Run, watch: Watcher | None) -> str:
@@ -341,7 +344,10 @@ def control(exp_dir: Path, run: Run, watch: Watcher | None) -> str:
                 phase = kube_status.phase(pods, metrics, jobs)
                 problem = run.job_failure("learner")
                 break
-            if problem := run.job_failure():  # the actors' or evaluator's: the run cannot go on
+            # The actors' Job failed (their learner gone for good, or an index past its retries):
+            # the run cannot go on. A failed evaluator is not fatal: the learner evaluates the
+            # final version itself when no report comes.
+            if problem := run.job_failure("actor"):
                 phase = "Failed"
                 break
             time.sleep(POLL_SECONDS)
@@ -376,6 +382,7 @@ def _finish(exp_dir: Path, run: Run, phase: str, problem: str) -> None:
     and Jobs' last state; then remove the containers and the network (always, and deaf to further
     signals while it does). The claim stays."""
     with _shielded():
+        run.stopping = True  # nothing is replaced or started from here on
         components: list[dict[str, Any]] = []
         job_rows: list[dict[str, Any]] = []
         stopped: list[str] = []

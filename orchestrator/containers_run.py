@@ -126,6 +126,8 @@ class Run:
         self.controller = controller or JobController(plan.jobs)
         self.handled: set[str] = set(handled)  # ended Job pods the controller has decided on
         self._due: list[tuple[float, str, int]] = []  # (monotonic time, job, index) to replace
+        # The run is over (or being stopped): pods that end are accounted for, none is started.
+        self.stopping = False
         self._closed = False
 
     # lifecycle
@@ -216,6 +218,10 @@ class Run:
             elif decision.action is Action.FAIL_JOB:
                 for other in [p for p in self.started if p.workload == pod.workload and p is not pod]:
                     self.stop_pod(other)
+        if self.stopping:
+            self._due.clear()
+            return changed
+        due = {(name, index) for _, name, index in self._due}
         for name, job in self.controller.jobs.items():
             if job.ended:
                 continue
@@ -223,11 +229,13 @@ class Run:
                 if work == name and index >= job.completions:
                     self.retire_pod(pod)
                     changed = True
-            known = {p.index for p in self.started if p.workload == name}
-            for index in range(job.completions):  # indexes a scale added
-                if index not in known:
-                    self.start_pod(job_pod(self.plan, name, index))
-                    changed = True
+            for index in range(job.completions):  # indexes without a pod: a scale added them
+                if (name, index) in running or (name, index) in due:
+                    continue
+                if index in job.succeeded or index in job.failed_indexes:
+                    continue
+                self.start_pod(job_pod(self.plan, name, index))
+                changed = True
         now = time.monotonic()
         for due in sorted(d for d in self._due if d[0] <= now):
             self._due.remove(due)

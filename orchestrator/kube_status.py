@@ -138,7 +138,9 @@ def phase(
             return "Failed"
         if state == "Suspended":
             return "Pending"
-    if any(job_state(j) == "Failed" for j in jobs):  # e.g. the actors' learner was gone for good
+    # The actors' Job failed (their learner gone for good, an index past its retries). A failed
+    # evaluator is not fatal: the learner evaluates the final version itself when no report comes.
+    if any(job_state(j) == "Failed" for j in jobs if role_of(j) == "actor"):
         return "Failed"
     learners = [p for p in pods if role_of(p) == "learner"]
     if metrics.get("done"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -67,7 +68,10 @@ class ExperienceService:
         self._credits = credits_per_stream
         self._max_streams = max_streams
         self._counters = counters
-        self._streams: set[_Stream] = set()  # loop thread only
+        self._streams: set[_Stream] = set()  # changed on the loop thread, under _workers_lock
+        # when each worker last opened a stream (loop thread writes; any thread reads a copy)
+        self._opened_at: dict[str, float] = {}
+        self._workers_lock = threading.Lock()
         self._fragments: queue.Queue = queue.Queue()
         self._stopping = threading.Event()
         # Streams whose fragments the learner took, to be granted a credit back on the loop; one
@@ -90,6 +94,11 @@ class ExperienceService:
         if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
             raise ValueError(f"max_streams must be an integer >= 1, got {max_streams!r}")
         self._max_streams = max_streams
+
+    def workers(self) -> tuple[set[str], dict[str, float]]:
+        """(the workers with a stream open now, when each worker last opened one: monotonic)."""
+        with self._workers_lock:
+            return {s.worker_id for s in list(self._streams)}, dict(self._opened_at)
 
     def next_fragment(self, timeout: float | None) -> Fragment | None:
         try:
@@ -220,13 +229,16 @@ class ExperienceService:
                 f"too many experience streams (max {cap}); raise max_streams",
             )
         stream = _Stream(worker_id, outstanding=self._credits)
-        self._streams.add(stream)
+        with self._workers_lock:
+            self._streams.add(stream)
+            self._opened_at[worker_id] = time.monotonic()
         self._counters.add("streams_opened")
         self._counters.add("connected_streams")
         return stream
 
     def _close(self, stream: _Stream) -> None:
-        self._streams.discard(stream)
+        with self._workers_lock:
+            self._streams.discard(stream)
         self._counters.add("connected_streams", -1)
 
     async def _read_fragments(self, request_iterator: AsyncIterator[pb.ExperienceRequest],

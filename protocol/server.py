@@ -314,6 +314,10 @@ class LearnerServer:
         published = self._published
         return None if published is None else published.version
 
+    def workers(self) -> tuple[set[str], dict[str, float]]:
+        """(worker ids with an experience stream open now, when each last opened one: monotonic)."""
+        return self._experience.workers()
+
     @property
     def stats(self) -> dict[str, int]:
         """A snapshot of the counters named in STAT_NAMES."""

@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 
 SPARE_STREAMS = 8  # streams of restarted workers that the server has not yet seen close
 SCALE_CHECK_SECONDS = 1.0  # how often the learner looks at SCALE_FILE (a stat)
+# At the end, a worker that sent experience this recently but has no stream open (reconnecting, or
+# its replacement still starting) is waited for, so that it sees `done` before the learner exits:
+# a worker that misses it keeps retrying a learner that is gone (GIVE_UP_SECONDS) and its pod holds
+# its node meanwhile.
+RECENT_WORKER_SECONDS = 60.0
+RELEASE_SECONDS = 60.0  # the longest the learner serves, after the end, for workers to see it
 
 
 def max_streams(num_agents: int) -> int:
@@ -120,6 +126,8 @@ class ServingLoop:
         self.check_scale()  # the learner made its core for initial_agents(): normally no change
         self.server.start()
         self._status_at = 0.0
+        self._active: dict[str, float] = {}  # worker id -> when its last fragment came (monotonic)
+        self._done_at: float | None = None  # when the version saying `done` was published
 
     def train(self) -> bool:
         """Fragments in, updates, parameters out, status about once a second, until the core is
@@ -132,6 +140,7 @@ class ServingLoop:
                 return self._preempted()
             fragment = server.next_fragment(timeout=0.25)
             if fragment is not None:
+                self._active[fragment.worker_id] = time.monotonic()
                 self.take(fragment)
             if core.ready():
                 while core.ready() and not preemption.requested():  # ES bursts: several updates
@@ -145,6 +154,7 @@ class ServingLoop:
         if not extras_done(params.extras):  # announce the end under a new version number
             core.new_version()
             server.publish(core.params())
+        self._done_at = time.monotonic()
         server.release()
         core.save(clean=True)
         return True
@@ -165,7 +175,9 @@ class ServingLoop:
         Returns 0, or EXIT_PREEMPTED when SIGTERM stopped the training (after a checkpoint)."""
         try:
             with preemption.graceful():
-                if not self.train():
+                # A SIGTERM after the last look inside train() still counts: the run's end is
+                # saved (clean), and the replacement finishes it.
+                if not self.train() or preemption.requested():
                     return preemption.EXIT_PREEMPTED
             return finish(self, ctx, final_eval_timeout=final_eval_timeout,
                           eval_episodes=eval_episodes, policy_for=policy_for)  # fmt: skip
@@ -186,11 +198,22 @@ class ServingLoop:
 
     def release_workers(self, timeout: float) -> None:
         """Serve until every worker has seen `done` and hung up (or `timeout`), so that none of
-        them is left retrying a learner that is gone."""
+        them is left retrying a learner that is gone: those with a stream open, and those that sent
+        experience within RECENT_WORKER_SECONDS of the end without a stream open now (they see
+        `done` on the stream they open next)."""
+        done_at = self._done_at if self._done_at is not None else time.monotonic()
+        open_now, _ = self.server.workers()
+        missing = {w for w, t in self._active.items() if t >= done_at - RECENT_WORKER_SECONDS} - open_now
         deadline = time.monotonic() + timeout
-        while self.server.stats.get("connected_streams", 0) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            open_now, opened_at = self.server.workers()
+            missing = {w for w in missing if opened_at.get(w, float("-inf")) < done_at}
+            if not open_now and not missing:
+                return
             self.server.next_fragment(timeout=0.1)
             self.server.release()
+        if missing:
+            log.warning("%d workers did not come back to see the end: %s", len(missing), sorted(missing))
 
     def tick(self) -> None:
         while True:
@@ -268,7 +291,7 @@ def finish(
             envs.close()
         core.record_eval(result.report(params.version, extras_env_steps(params.extras)))
     loop.write_status()
-    loop.release_workers(timeout=15.0)
+    loop.release_workers(timeout=RELEASE_SECONDS)
     log.info("run complete: version %d evaluated, %d workers still connected; exiting",
              core.params().version, loop.server.stats.get("connected_streams", 0))  # fmt: skip
     return 0

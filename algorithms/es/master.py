@@ -342,11 +342,17 @@ class ESMaster(LearnerProgress):
         self.train_returns.extend(state["train_returns"])
         self.eval_return, self.best_eval_return = state["eval"]
         self._note_checkpoint(self.counters.version, float(state.get("saved_at", time.time())))
-        if not state.get("clean"):
+        if state.get("clean"):
+            # The last version its process published, but not its pool of results: workers that
+            # already evaluated their pairs of it would wait for a version that cannot come (the
+            # pool can no longer fill). The same weights under the next version number are a
+            # new hand-out; no update is lost.
+            self.counters.version += 1
+        else:
             # Versions published after this checkpoint died with the old process, and workers
             # may still hold them: jump past every version that can have existed, so that their
             # results are rejected (unknown version) and a version number keeps naming one set of
-            # weights. A clean checkpoint was the last version its process published.
+            # weights.
             self.counters.version += self.cfg.checkpoint_every
         log.info("resumed from checkpoint: %s", self.counters)
 

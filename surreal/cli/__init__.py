@@ -221,6 +221,13 @@ def tensorboard(name: str, port: int, backend: str, namespace: str, context: str
 @click.option("--index", type=int, default=0)
 def component(role: str, spec_path: Path, index: int) -> None:
     """Run one component (what every launcher starts)."""
+    import signal
+
+    from surreal.algorithms.common import preemption
+
+    # Before the heavy imports: in a container this process is PID 1, which ignores a signal it has
+    # no handler for, so a SIGTERM during start-up would wait for the grace period's SIGKILL.
+    signal.signal(signal.SIGTERM, preemption.on_sigterm)
     from surreal.component import run_component
 
     sys.exit(run_component(role, spec_path, index))

@@ -76,3 +76,6 @@ def test_scale_adds_and_drops_indexes_and_the_state_survives_the_record() -> Non
     assert again.state("e-actor").completions == 5 and again.state("e-actor").failed_by_index == {2: 1}
     assert again.exited("e-actor", "b", 4, 0).action is Action.NOTHING
     assert again.exited("e-actor", "z", 7, 1).action is Action.NOTHING  # an index no longer wanted
+    again.scale("e-actor", 2)
+    again.scale("e-actor", 5)  # index 2 comes back without the failures of the one dropped
+    assert again.state("e-actor").failed_by_index == {}

@@ -151,6 +151,25 @@ def test_resume_restores_parameters_counters_and_moves_past_old_versions(tmp_pat
     assert sum(rejected(resumed).values()) == 1
 
 
+def test_a_clean_resume_hands_out_the_same_weights_under_the_next_version(tmp_path):
+    """What a master saves on SIGTERM: its last published version, but not that version's pool. A
+    worker that already evaluated its pairs of it would wait forever for the pool to fill; the
+    same weights under version + 1 are a new hand-out, and no update is lost."""
+    master = make_master(tmp_path)
+    master.add_results(batch_of([row(master, 0), row(master, 1)]))
+    master.update()
+    master.add_results(batch_of([row(master, 0)]))  # half of the next round: lost with the pool
+    master.save(clean=True)
+    saved = master.params()
+    master.close()
+    resumed = make_master(tmp_path)
+    assert resumed.params().version == saved.version + 1 and resumed.status()["updates"] == 1
+    np.testing.assert_array_equal(resumed.params().weights["theta"], saved.weights["theta"])
+    assert resumed.checkpoint_version == saved.version
+    fresh = [row(resumed, 0), row(resumed, 1)]  # the workers evaluate the new hand-out
+    assert resumed.add_results(batch_of(fresh)) == 2 and resumed.ready()
+
+
 def test_a_burst_of_results_makes_several_updates_of_pairs_per_update():
     """512 agents finish their pairs together: one worker's batch holds hundreds of results. They
     feed updates of `pairs_per_update` pairs, oldest first, not one update of all of them."""
