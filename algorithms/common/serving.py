@@ -40,6 +40,10 @@ SCALE_CHECK_SECONDS = 1.0  # how often the learner looks at SCALE_FILE (a stat)
 # its node meanwhile.
 RECENT_WORKER_SECONDS = 60.0
 RELEASE_SECONDS = 60.0  # the longest the learner serves, after the end, for workers to see it
+# A worker sees `done` with the next parameters it fetches and hangs up at once; one whose stream is
+# still open this long after the end (or after it opened it, if later) is not listening (a buggy
+# or hostile peer) and is not waited for.
+HANG_UP_SECONDS = 10.0
 
 
 def max_streams(num_agents: int) -> int:
@@ -200,15 +204,20 @@ class ServingLoop:
         """Serve until every worker has seen `done` and hung up (or `timeout`), so that none of
         them is left retrying a learner that is gone: those with a stream open, and those that sent
         experience within RECENT_WORKER_SECONDS of the end without a stream open now (they see
-        `done` on the stream they open next)."""
+        `done` on the stream they open next). A stream still open HANG_UP_SECONDS after the end
+        (or after it opened) belongs to a worker that does not listen: it is not waited for."""
         done_at = self._done_at if self._done_at is not None else time.monotonic()
         open_now, _ = self.server.workers()
-        missing = {w for w, t in self._active.items() if t >= done_at - RECENT_WORKER_SECONDS} - open_now
+        recent = {w for w, t in self._active.items() if t >= done_at - RECENT_WORKER_SECONDS}
+        missing = recent - open_now
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             open_now, opened_at = self.server.workers()
-            missing = {w for w in missing if opened_at.get(w, float("-inf")) < done_at}
-            if not open_now and not missing:
+            missing, listening = owed_the_end(done_at, time.monotonic(), missing, open_now, opened_at)
+            if not listening and not missing:
+                if open_now:
+                    log.warning("%d workers kept their streams open after the end: %s",
+                                len(open_now), sorted(open_now))  # fmt: skip
                 return
             self.server.next_fragment(timeout=0.1)
             self.server.release()
@@ -267,6 +276,17 @@ class ServingLoop:
         status["wire_rejections"] = {name: stats.get(counter, 0) for name, counter in WIRE_REJECTIONS}
         self.snapshot["status"] = status
         write_json(self.status_path, status)
+
+
+def owed_the_end(
+    done_at: float, now: float, missing: set[str], open_now: set[str], opened_at: dict[str, float]
+) -> tuple[set[str], set[str]]:
+    """Whom the learner still serves for at `now` (monotonic), after the end at `done_at`:
+    (workers of `missing` that have not opened a stream since the end, workers with a stream open
+    that opened it, or saw the end, less than HANG_UP_SECONDS ago)."""
+    missing = {w for w in missing if opened_at.get(w, float("-inf")) < done_at}
+    listening = {w for w in open_now if now - max(done_at, opened_at.get(w, now)) < HANG_UP_SECONDS}
+    return missing, listening
 
 
 def finish(

@@ -67,7 +67,9 @@ def test_a_stream_lost_mid_work_reconnects_with_a_fresh_backoff(sleeps: list[flo
     assert len(calls) == 2 and all(s.closed for s in client.streams)
 
 
-def test_gives_up_with_exit_code_1(sleeps: list[float]) -> None:
+def test_gives_up_with_the_learner_gone_exit_code(sleeps: list[float]) -> None:
+    # 69 (EX_UNAVAILABLE) is what the Jobs' podFailurePolicy fails the workers on: not a crash (1).
     client = FakeClient(down=10**6)
-    assert reconnect.work_connected(client, "actor-0", lambda s: 0, give_up_seconds=-1.0) == 1  # type: ignore[arg-type]
+    code = reconnect.work_connected(client, "actor-0", lambda s: 0, give_up_seconds=-1.0)  # type: ignore[arg-type]
+    assert code == reconnect.EXIT_LEARNER_GONE == 69
     assert sleeps == [] and client.streams == []
