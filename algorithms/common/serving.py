@@ -132,6 +132,9 @@ class ServingLoop:
         self._status_at = 0.0
         self._active: dict[str, float] = {}  # worker id -> when its last fragment came (monotonic)
         self._done_at: float | None = None  # when the version saying `done` was published
+        # Workers active in the last RECENT_WORKER_SECONDS without a stream open at the end: they
+        # see `done` only on a stream they open later (release_workers waits for them).
+        self._away_at_end: set[str] = set()
 
     def train(self) -> bool:
         """Fragments in, updates, parameters out, status about once a second, until the core is
@@ -159,6 +162,9 @@ class ServingLoop:
             core.new_version()
             server.publish(core.params())
         self._done_at = time.monotonic()
+        open_at_end, _ = server.workers()
+        recent = {w for w, t in self._active.items() if t >= self._done_at - RECENT_WORKER_SECONDS}
+        self._away_at_end = recent - open_at_end
         server.release()
         core.save(clean=True)
         return True
@@ -203,13 +209,12 @@ class ServingLoop:
     def release_workers(self, timeout: float) -> None:
         """Serve until every worker has seen `done` and hung up (or `timeout`), so that none of
         them is left retrying a learner that is gone: those with a stream open, and those that sent
-        experience within RECENT_WORKER_SECONDS of the end without a stream open now (they see
-        `done` on the stream they open next). A stream still open HANG_UP_SECONDS after the end
+        experience within RECENT_WORKER_SECONDS of the end without a stream open at the end (they
+        see `done` on the stream they open next). A stream still open HANG_UP_SECONDS after the end
         (or after it opened) belongs to a worker that does not listen: it is not waited for."""
         done_at = self._done_at if self._done_at is not None else time.monotonic()
-        open_now, _ = self.server.workers()
-        recent = {w for w, t in self._active.items() if t >= done_at - RECENT_WORKER_SECONDS}
-        missing = recent - open_now
+        # Not those whose stream was open at the end and closed since: they saw `done` on it.
+        missing = set(self._away_at_end)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             open_now, opened_at = self.server.workers()

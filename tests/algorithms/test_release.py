@@ -4,6 +4,9 @@ not listen, as a hostile or buggy peer would)."""
 
 from __future__ import annotations
 
+import pytest
+
+from surreal.algorithms.common import serving
 from surreal.algorithms.common.serving import HANG_UP_SECONDS, owed_the_end
 
 END = 1000.0
@@ -31,3 +34,75 @@ def test_a_stream_opened_after_the_end_gets_its_own_bound() -> None:
 
 def test_nothing_open_and_nobody_missing_owes_nothing() -> None:
     assert owed_the_end(END, END, set(), set(), {}) == (set(), set())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = END
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class Server:
+    """What release_workers sees of the server: each call to workers() gives the next of
+    `script` (the last one repeats); each wait for a fragment takes its timeout on `clock`."""
+
+    def __init__(self, clock: Clock, script: list[tuple[set[str], dict[str, float]]]) -> None:
+        self.clock, self.script, self.calls = clock, script, 0
+
+    def workers(self) -> tuple[set[str], dict[str, float]]:
+        self.calls += 1
+        return self.script[min(self.calls, len(self.script)) - 1]
+
+    def next_fragment(self, timeout: float) -> None:
+        self.clock.now += timeout
+
+    def release(self) -> None:
+        pass
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(serving, "time", clock)
+    return clock
+
+
+def release(clock: Clock, away: set[str], script: list[tuple[set[str], dict[str, float]]]) -> float:
+    """Seconds release_workers served, for workers `away` at the end, seeing `script`."""
+    loop = serving.ServingLoop.__new__(serving.ServingLoop)  # no core, no real server: only this
+    loop._done_at, loop._away_at_end = END, away
+    loop.server = Server(clock, script)  # type: ignore[assignment]
+    loop.release_workers(timeout=serving.RELEASE_SECONDS)
+    return clock.now - END
+
+
+def test_workers_open_at_the_end_that_hung_up_are_not_waited_for(clock: Clock) -> None:
+    # The normal end: both streams close once `done` reaches them; nobody was away.
+    opened = {"actor-0": END - 50, "actor-1": END - 50}
+    assert (
+        release(clock, set(), [({"actor-0", "actor-1"}, opened), ({"actor-1"}, opened), (set(), opened)]) < 1
+    )
+
+
+def test_a_worker_away_at_the_end_is_waited_for_until_it_comes_back(clock: Clock) -> None:
+    back = END + 4.0
+    script = [(set(), {"actor-1": END - 3})] * 40 + [
+        ({"actor-1"}, {"actor-1": back}),
+        (set(), {"actor-1": back}),
+    ]
+    assert 4.0 <= release(clock, {"actor-1"}, script) < 5.0
+
+
+def test_a_worker_that_never_comes_back_is_waited_for_at_most_the_release_time(clock: Clock, caplog) -> None:
+    assert release(clock, {"actor-1"}, [(set(), {"actor-1": END - 3})]) == pytest.approx(
+        serving.RELEASE_SECONDS, abs=0.2
+    )
+    assert "did not come back to see the end: ['actor-1']" in caplog.text
+
+
+def test_a_stream_left_open_after_the_end_holds_the_learner_only_briefly(clock: Clock, caplog) -> None:
+    waited = release(clock, set(), [({"rogue"}, {"rogue": END - 30})])
+    assert waited == pytest.approx(HANG_UP_SECONDS, abs=0.2)
+    assert "kept their streams open after the end: ['rogue']" in caplog.text

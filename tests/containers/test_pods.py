@@ -278,7 +278,9 @@ def test_sigkill_to_the_learner_loses_at_most_checkpoint_seconds(ppo: Observed) 
     # Lost: the work since the last timed checkpoint, plus the update in flight when it came due
     # (CartPole's take milliseconds; 5 s of margin for a busy machine).
     assert not saved["clean"]
-    assert ppo.sigkill_at - saved["saved_at"] <= CHECKPOINT_SECONDS + 5.0
+    lag = ppo.sigkill_at - saved["saved_at"]
+    print(f"SIGKILL {lag:.2f} s after the last timed checkpoint (every {CHECKPOINT_SECONDS} s)")
+    assert lag <= CHECKPOINT_SECONDS + 5.0
     how, _, env_steps, updates = ppo.sigkill_resumed
     assert how == "jumped" and env_steps == saved["counters"]["env_steps"]
     assert updates == saved["counters"]["updates"] > ppo.sigterm_saved[2]
