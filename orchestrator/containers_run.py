@@ -221,7 +221,7 @@ class Run:
         if self.stopping:
             self._due.clear()
             return changed
-        due = {(name, index) for _, name, index in self._due}
+        waiting = {(name, index) for _, name, index in self._due}  # replacements not yet due
         for name, job in self.controller.jobs.items():
             if job.ended:
                 continue
@@ -230,7 +230,7 @@ class Run:
                     self.retire_pod(pod)
                     changed = True
             for index in range(job.completions):  # indexes without a pod: a scale added them
-                if (name, index) in running or (name, index) in due:
+                if (name, index) in running or (name, index) in waiting:
                     continue
                 if index in job.succeeded or index in job.failed_indexes:
                     continue
