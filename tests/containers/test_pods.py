@@ -268,6 +268,8 @@ def test_an_actor_killed_is_replaced_and_the_run_goes_on(ppo: Observed) -> None:
 
 def test_sigterm_to_the_learner_loses_no_update(ppo: Observed) -> None:
     version, env_steps, updates = ppo.sigterm_saved
+    print(f"SIGTERM saved version {version}, {env_steps} env steps, {updates} updates; resumed "
+          f"{ppo.sigterm_resumed}")  # fmt: skip
     assert updates >= 20
     # Its replacement restores exactly what it had: the version, env steps and updates.
     assert tuple(ppo.sigterm_resumed) == ("clean", version, env_steps, updates)
