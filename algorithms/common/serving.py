@@ -9,7 +9,9 @@ up; then the process exits 0 (on Kubernetes its Job completes and frees what it 
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import queue
 import time
@@ -34,11 +36,16 @@ log = logging.getLogger(__name__)
 
 SPARE_STREAMS = 8  # streams of restarted workers that the server has not yet seen close
 SCALE_CHECK_SECONDS = 1.0  # how often the learner looks at SCALE_FILE (a stat)
-# At the end, a worker that sent experience this recently but has no stream open (reconnecting, or
-# its replacement still starting) is waited for, so that it sees `done` before the learner exits:
-# a worker that misses it keeps retrying a learner that is gone (GIVE_UP_SECONDS) and its pod holds
-# its node meanwhile.
-RECENT_WORKER_SECONDS = 60.0
+# At the end, a worker the run heard from in its last RECENT_WORKER_SECONDS (in any of the
+# learner's lives, since its last scale) with no stream open (reconnecting, or its replacement
+# still starting) is waited for, so that it sees `done` before the learner exits: a worker that
+# misses it keeps retrying a learner that is gone (GIVE_UP_SECONDS) and its pod holds its node
+# meanwhile. Who was heard from when lives in WORKERS_FILE, beside the checkpoints, so that a
+# restarted learner knows the workers its predecessors had (written when a new worker appears, and
+# its times every WORKERS_WRITE_SECONDS).
+WORKERS_FILE = "workers.json"
+RECENT_WORKER_SECONDS = 300.0
+WORKERS_WRITE_SECONDS = 30.0
 RELEASE_SECONDS = 60.0  # the longest the learner serves, after the end, for workers to see it
 # A worker sees `done` with the next parameters it fetches and hangs up at once; one whose stream is
 # still open this long after the end (or after it opened it, if later) is not listening (a buggy
@@ -112,6 +119,10 @@ class ServingLoop:
         self.evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
         self.status_path = ctx.exp_dir / "status.json"
         self.scale_path = ctx.exp_dir / SCALE_FILE
+        self.workers_path = ctx.exp_dir / WORKERS_FILE
+        # worker id -> when it last sent experience (wall clock), since the last scale
+        self._known = read_workers(self.workers_path)
+        self._known_written_at = time.monotonic()
         self._scale_seen: tuple[int, int, int] | None = None  # (mtime, size, inode) last read
         self._scale_at = 0.0
         # grpc threads read the snapshot; the main loop replaces it about once a second
@@ -130,10 +141,9 @@ class ServingLoop:
         self.check_scale()  # the learner made its core for initial_agents(): normally no change
         self.server.start()
         self._status_at = 0.0
-        self._active: dict[str, float] = {}  # worker id -> when its last fragment came (monotonic)
         self._done_at: float | None = None  # when the version saying `done` was published
-        # Workers active in the last RECENT_WORKER_SECONDS without a stream open at the end: they
-        # see `done` only on a stream they open later (release_workers waits for them).
+        # Known workers without a stream open at the end: they see `done` only on a stream they
+        # open later (release_workers waits for them).
         self._away_at_end: set[str] = set()
 
     def train(self) -> bool:
@@ -147,7 +157,11 @@ class ServingLoop:
                 return self._preempted()
             fragment = server.next_fragment(timeout=0.25)
             if fragment is not None:
-                self._active[fragment.worker_id] = time.monotonic()
+                if fragment.worker_id in self._known:
+                    self._known[fragment.worker_id] = time.time()
+                elif len(self._known) < 2 * max_streams(self.agents):  # ids made up by the dozen: no
+                    self._known[fragment.worker_id] = time.time()
+                    self.write_workers()
                 self.take(fragment)
             if core.ready():
                 while core.ready() and not preemption.requested():  # ES bursts: several updates
@@ -163,8 +177,9 @@ class ServingLoop:
             server.publish(core.params())
         self._done_at = time.monotonic()
         open_at_end, _ = server.workers()
-        recent = {w for w, t in self._active.items() if t >= self._done_at - RECENT_WORKER_SECONDS}
+        recent = {w for w, t in self._known.items() if t >= time.time() - RECENT_WORKER_SECONDS}
         self._away_at_end = recent - open_at_end
+        self.write_workers()
         server.release()
         core.save(clean=True)
         return True
@@ -208,9 +223,9 @@ class ServingLoop:
 
     def release_workers(self, timeout: float) -> None:
         """Serve until every worker has seen `done` and hung up (or `timeout`), so that none of
-        them is left retrying a learner that is gone: those with a stream open, and those that sent
-        experience within RECENT_WORKER_SECONDS of the end without a stream open at the end (they
-        see `done` on the stream they open next). A stream still open HANG_UP_SECONDS after the end
+        them is left retrying a learner that is gone: those with a stream open, and those the run
+        knows (WORKERS_FILE) that had no stream open at the end (they see `done` on the stream
+        they open next). A stream still open HANG_UP_SECONDS after the end
         (or after it opened) belongs to a worker that does not listen: it is not waited for."""
         done_at = self._done_at if self._done_at is not None else time.monotonic()
         # Not those whose stream was open at the end and closed since: they saw `done` on it.
@@ -229,7 +244,13 @@ class ServingLoop:
         if missing:
             log.warning("%d workers did not come back to see the end: %s", len(missing), sorted(missing))
 
+    def write_workers(self) -> None:
+        self._known_written_at = time.monotonic()
+        write_json(self.workers_path, {"workers": self._known})
+
     def tick(self) -> None:
+        if time.monotonic() - self._known_written_at >= WORKERS_WRITE_SECONDS:
+            self.write_workers()
         while True:
             try:
                 self.core.record_eval(self.evals.get_nowait())
@@ -265,6 +286,9 @@ class ServingLoop:
         start a new version with the new hand-out)."""
         log.info("scaled from %d to %d agents (%s)", self.agents, agents, SCALE_FILE)
         self.agents = agents
+        # Workers a scale down retires never come back: only those heard from from now on count.
+        self._known = {}
+        self.write_workers()
         self.server.set_max_streams(max_streams(agents))
         self.core.set_agents(agents)
         self.server.publish(self.core.params())
@@ -281,6 +305,20 @@ class ServingLoop:
         status["wire_rejections"] = {name: stats.get(counter, 0) for name, counter in WIRE_REJECTIONS}
         self.snapshot["status"] = status
         write_json(self.status_path, status)
+
+
+def read_workers(path: os.PathLike[str] | str) -> dict[str, float]:
+    """Worker id -> when it last sent experience (wall clock), from a WORKERS_FILE; none if it is
+    missing or not one (the learner's own file, but a bad one must not stop the run)."""
+    try:
+        with open(path) as f:
+            workers = json.load(f)["workers"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if not isinstance(workers, dict):
+        return {}
+    return {w: float(t) for w, t in list(workers.items())[:100_000]
+            if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)}  # fmt: skip
 
 
 def owed_the_end(

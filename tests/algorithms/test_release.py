@@ -4,6 +4,8 @@ not listen, as a hostile or buggy peer would)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from surreal.algorithms.common import serving
@@ -106,3 +108,28 @@ def test_a_stream_left_open_after_the_end_holds_the_learner_only_briefly(clock: 
     waited = release(clock, set(), [({"rogue"}, {"rogue": END - 30})])
     assert waited == pytest.approx(HANG_UP_SECONDS, abs=0.2)
     assert "kept their streams open after the end: ['rogue']" in caplog.text
+
+
+def test_the_workers_file_survives_the_learner_and_a_bad_one_is_no_workers(tmp_path) -> None:
+    path = tmp_path / serving.WORKERS_FILE
+    assert serving.read_workers(path) == {}
+    path.write_text('{"workers": {"actor-0": 1795620000.5, "actor-1": 1795620001}}')
+    assert serving.read_workers(path) == {"actor-0": 1795620000.5, "actor-1": 1795620001.0}
+    for bad in ("", "[]", '{"workers": ["actor-0"]}', '{"workers": {"actor-0": "x", "a": true}}', "\\xff"):
+        path.write_text(bad)
+        assert serving.read_workers(path) == {}, bad
+
+
+def test_a_restarted_learner_knows_its_predecessors_workers_until_a_scale(tmp_path) -> None:
+    from test_scale import FakeCore, context  # a core and a run context for a real ServingLoop
+
+    seen = {"actor-0": 1795620000.0, "actor-1": 1795620001.0}
+    (tmp_path / serving.WORKERS_FILE).write_text(json.dumps({"workers": seen}))
+    loop = serving.ServingLoop(FakeCore(), context(tmp_path), take=lambda f: None, experience_schema={},
+                               credits_per_stream=1, agents=2)  # fmt: skip
+    try:
+        assert loop._known == seen
+        loop.set_agents(1)  # a scale down: the workers it retires will not come back
+        assert loop._known == {} and serving.read_workers(tmp_path / serving.WORKERS_FILE) == {}
+    finally:
+        loop.server.stop(grace=0)

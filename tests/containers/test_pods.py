@@ -198,9 +198,15 @@ def ppo(
 
         run.wait_for("the run to end", lambda: run.status(probe=False)["phase"] == "Succeeded", 600)
         # Every Job's pods end by themselves once the learner's Job completed.
-        run.wait_for(
-            "every Job pod to end", lambda: not [p for p in run.pods(probe=False) if _runs(p, run)], 120
-        )
+        try:
+            run.wait_for(
+                "every Job pod to end", lambda: not [p for p in run.pods(probe=False) if _runs(p, run)], 120
+            )
+        except containers_plan.ContainersError as e:  # which pods, and what they were doing
+            names = {p["metadata"]["name"] for p in run.pods(probe=False) if _runs(p, run)}
+            running = [p for p in run.started if p.name in names]
+            tails = [f"--- {p.name}\n{run.logs(p)[-3000:]}" for p in [*running, run.current(learner)]]
+            raise AssertionError("\n".join([str(e), *tails])) from e
         seen.status = run.status()
         seen.pods = run.pods(probe=False)
         seen.running_at_end = [p["metadata"]["name"] for p in seen.pods if _runs(p, run)]
