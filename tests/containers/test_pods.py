@@ -282,6 +282,9 @@ def test_sigterm_to_the_learner_loses_no_update(ppo: Observed) -> None:
 
 
 def test_sigkill_to_the_learner_loses_at_most_checkpoint_seconds(ppo: Observed) -> None:
+    """The bar (checkpoint_seconds + 5 s) against the measured lag from the last timed checkpoint
+    to the kill: 10 runs of this module on the 2-core machine, min 0.10 s, median 0.25 s, max 0.67 s
+    (`make repeat TESTS=tests/containers/test_pods.py`; each run prints its lag)."""
     saved = ppo.sigkill_checkpoint
     # Lost: the work since the last timed checkpoint, plus the update in flight when it came due
     # (CartPole's take milliseconds; 5 s of margin for a busy machine).
