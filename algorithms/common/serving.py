@@ -179,6 +179,9 @@ class ServingLoop:
         open_at_end, _ = server.workers()
         recent = {w for w, t in self._known.items() if t >= time.time() - RECENT_WORKER_SECONDS}
         self._away_at_end = recent - open_at_end
+        # Those with a stream open see `done` on it: a learner restarted after the end (a SIGTERM
+        # while it released its workers) waits only for the others.
+        self._known = {w: t for w, t in self._known.items() if w in self._away_at_end}
         self.write_workers()
         server.release()
         core.save(clean=True)

@@ -133,3 +133,28 @@ def test_a_restarted_learner_knows_its_predecessors_workers_until_a_scale(tmp_pa
         assert loop._known == {} and serving.read_workers(tmp_path / serving.WORKERS_FILE) == {}
     finally:
         loop.server.stop(grace=0)
+
+
+def test_at_the_end_the_workers_away_are_those_heard_from_lately_and_only_they_stay_known(tmp_path) -> None:
+    import time
+
+    from test_scale import FakeCore, context
+
+    class Done(FakeCore):
+        done = True  # the run's last env step has come: train() goes straight to the end
+
+        def save(self, clean: bool = False) -> None:
+            pass
+
+    now = time.time()
+    seen = {"actor-0": now - 10, "actor-9": now - serving.RECENT_WORKER_SECONDS - 60}  # actor-9: retired
+    (tmp_path / serving.WORKERS_FILE).write_text(json.dumps({"workers": seen}))
+    loop = serving.ServingLoop(Done(), context(tmp_path), take=lambda f: None, experience_schema={},
+                               credits_per_stream=1, agents=2)  # fmt: skip
+    try:
+        assert loop.train()
+        assert loop._away_at_end == {"actor-0"}  # no stream open: it was reconnecting
+        # A learner restarted from here waits for actor-0 only.
+        assert serving.read_workers(tmp_path / serving.WORKERS_FILE) == {"actor-0": seen["actor-0"]}
+    finally:
+        loop.server.stop(grace=0)
