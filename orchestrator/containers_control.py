@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 
 from surreal.orchestrator.containers_launcher import (
+    PRIVATE,
     RECORD,
     ContainersLauncher,
     _interrupts,
@@ -32,7 +33,7 @@ def main(argv: list[str]) -> int:
         record = read_record(exp_dir)
         record["controller_pid"] = os.getpid()  # this process writes the record from now on
         record["controller_started"] = psutil.Process().create_time()  # tells it from a reused pid
-        write_json_atomic(exp_dir / RECORD, record)
+        write_json_atomic(exp_dir / RECORD, record, PRIVATE)
         run = load_run(exp_dir, record, ContainersLauncher(home)._engine_of(record))
         with _interrupts():
             phase = control(exp_dir, run, None)

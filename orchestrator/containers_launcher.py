@@ -48,11 +48,12 @@ from surreal.orchestrator.containers_plan import (
 from surreal.orchestrator.containers_run import Engine, Run, claim_dir, engine_for, remove_run
 from surreal.orchestrator.home import HomeLauncher, tail_log, wait_until
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
-from surreal.orchestrator.supervisor import LOG_DIR, write_json_atomic
+from surreal.orchestrator.supervisor import LOG_DIR, write_atomic, write_json_atomic
 from surreal.spec import ExperimentSpec, load_yaml_file
 
 RECORD = "containers.json"
 OBJECTS = "objects.yaml"
+PRIVATE = 0o600  # RECORD and OBJECTS hold the experiment's Secret (its token): only the owner reads them
 CONTROLLER_LOG = "controller"  # logs/controller.log: a detached run's controller
 POLL_SECONDS = 1.0  # each look at the containers is a `podman inspect`
 SCALE_WAIT_SECONDS = 60.0
@@ -99,8 +100,8 @@ class ContainersLauncher(HomeLauncher):
         plan = translate(objects, workdir=exps.experiment_dir(self.home, spec.name))
 
         def write(staging: Path) -> None:
-            write_private(staging / OBJECTS, kube_output.to_yaml(objects))
-            write_json_atomic(staging / RECORD, {"engine": engine.name, "plan": plan_to_dict(plan)})
+            write_atomic(staging / OBJECTS, kube_output.to_yaml(objects), PRIVATE)
+            write_json_atomic(staging / RECORD, {"engine": engine.name, "plan": plan_to_dict(plan)}, PRIVATE)
 
         exp_dir = exps.create_dir(spec, self.home, write)
         run = Run(plan, engine)
@@ -198,7 +199,7 @@ class ContainersLauncher(HomeLauncher):
         for obj in objects:
             if obj["kind"] == "Job" and obj["metadata"]["name"] == actor:
                 obj["spec"]["completions"] = obj["spec"]["parallelism"] = pods
-        write_private(exp_dir / OBJECTS, kube_output.to_yaml(objects))
+        write_atomic(exp_dir / OBJECTS, kube_output.to_yaml(objects), PRIVATE)
 
         def taken() -> bool:
             latest = read_record(exp_dir)
@@ -250,14 +251,6 @@ def learner_metrics(plan: Plan) -> dict[str, Any]:
     return exps.read_metrics(claim_dir(plan))
 
 
-def write_private(path: Path, text: str) -> None:
-    """Replace `path` atomically with a file only its owner reads (the objects hold the token)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.touch(mode=0o600)
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 # --- the controller -------------------------------------------------------------------------------
 
 
@@ -266,7 +259,7 @@ def save_run(exp_dir: Path, run: Run) -> None:
     record = read_record(exp_dir)
     record["plan"] = plan_to_dict(dataclasses.replace(run.plan, pods=tuple(run.started)))
     record.update(jobs=run.controller.to_list(), handled=sorted(run.handled))
-    write_json_atomic(exp_dir / RECORD, record)
+    write_json_atomic(exp_dir / RECORD, record, PRIVATE)
 
 
 def load_run(exp_dir: Path, record: dict[str, Any], engine: Engine) -> Run:
@@ -392,8 +385,9 @@ def _finish(exp_dir: Path, run: Run, phase: str, problem: str) -> None:
                 while _running_job_pods(run) and time.monotonic() < deadline:
                     run.reconcile()
                     time.sleep(POLL_SECONDS)
-                stopped = [p.name for p in _running_job_pods(run)]
-                for pod in _running_job_pods(run):
+                still_running = _running_job_pods(run)
+                stopped = [p.name for p in still_running]
+                for pod in still_running:
                     run.stop_pod(pod)
                 run.reconcile()
                 save_run(exp_dir, run)
@@ -410,7 +404,7 @@ def _finish(exp_dir: Path, run: Run, phase: str, problem: str) -> None:
             record = read_record(exp_dir)
             record.update(phase=phase, problem=problem, ended_at=time.time(), components=components,
                           job_rows=job_rows, stopped_at_end=stopped)  # fmt: skip
-            write_json_atomic(exp_dir / RECORD, record)
+            write_json_atomic(exp_dir / RECORD, record, PRIVATE)
 
 
 def _running_job_pods(run: Run) -> list[PodRun]:

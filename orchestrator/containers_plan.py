@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from surreal.orchestrator.launcher import LauncherError
+from surreal.orchestrator.program import ENV_JOB_INDEX
 
 RUN_LABEL = "surreal.e2e.run"
 POD_LABEL = "surreal.e2e.pod"
@@ -37,7 +38,6 @@ WORKLOADS = ("Job", "Deployment")
 # Objects that have nothing to run here; what they promise is kept another way (see `translate`):
 # a claim is a folder that outlives the pods; one node has nothing to drain.
 PASSIVE = ("ConfigMap", "Secret", "Service", "NetworkPolicy", "PersistentVolumeClaim", "PodDisruptionBudget")
-JOB_INDEX_ENV = "JOB_COMPLETION_INDEX"
 DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets none
 
 
@@ -386,7 +386,7 @@ def _pod(
         *vflags,
     ]  # fmt: skip
     if work["kind"] == "Job":  # what the Job controller gives each pod of an Indexed Job
-        flags += ["--env", f"{JOB_INDEX_ENV}={index}"]
+        flags += ["--env", f"{ENV_JOB_INDEX}={index}"]
     termination_log = ""
     if container.get("terminationMessagePath"):
         # The kubelet's file for the termination message: a host file the harness reads back.

@@ -269,10 +269,6 @@ class Run:
         """The newest pod of `pod`'s Job index (itself, unless it was replaced)."""
         return [p for p in self.started if p.workload == pod.workload and p.index == pod.index][-1]
 
-    def replacements(self, pod: PodRun) -> int:
-        """Pods started for `pod`'s index after the first (a Job's retries: restartCount stays 0)."""
-        return len([p for p in self.started if p.workload == pod.workload and p.index == pod.index]) - 1
-
     def close(self, keep_volumes: bool = False) -> None:
         """Remove the containers, the network and the pods' folders (ConfigMap and Secret copies);
         the claims too unless `keep_volumes`."""

@@ -77,11 +77,20 @@ TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED})
 _ENDED = frozenset({ComponentState.SUCCEEDED, ComponentState.FAILED, ComponentState.STOPPED})
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so readers see either the old file or the new one, never a torn one."""
+def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Replace `path` so readers see either the old file or the new one, never a torn one; with
+    `mode` (0o600 for what holds a token), the file never exists with other permissions."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    if mode is not None:
+        tmp.touch(mode=mode)
+        tmp.chmod(mode)  # touch's mode is masked by the umask and ignored for an existing file
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data: Any, mode: int | None = None) -> None:
+    """Write JSON so readers see either the old file or the new one, never a torn one."""
+    write_atomic(path, json.dumps(data, indent=2) + "\n", mode)
 
 
 def describe_exit(code: int) -> str:

@@ -98,7 +98,7 @@ class ExperienceService:
     def workers(self) -> tuple[set[str], dict[str, float]]:
         """(the workers with a stream open now, when each worker last opened one: monotonic)."""
         with self._workers_lock:
-            return {s.worker_id for s in list(self._streams)}, dict(self._opened_at)
+            return {s.worker_id for s in self._streams}, dict(self._opened_at)
 
     def next_fragment(self, timeout: float | None) -> Fragment | None:
         try:

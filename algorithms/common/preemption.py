@@ -43,8 +43,3 @@ def graceful() -> Iterator[None]:
         yield
     finally:
         _graceful.clear()
-
-
-def reset() -> None:
-    """Forget a request (tests that run several learners in one process)."""
-    _requested.clear()

@@ -41,8 +41,8 @@ SCALE_CHECK_SECONDS = 1.0  # how often the learner looks at SCALE_FILE (a stat)
 # still starting) is waited for, so that it sees `done` before the learner exits: a worker that
 # misses it keeps retrying a learner that is gone (GIVE_UP_SECONDS) and its pod holds its node
 # meanwhile. Who was heard from when lives in WORKERS_FILE, beside the checkpoints, so that a
-# restarted learner knows the workers its predecessors had (written when a new worker appears, and
-# its times every WORKERS_WRITE_SECONDS).
+# restarted learner knows the workers its predecessors had (written by tick(): within a second of a
+# new worker's first fragment, and its times every WORKERS_WRITE_SECONDS).
 WORKERS_FILE = "workers.json"
 RECENT_WORKER_SECONDS = 300.0
 WORKERS_WRITE_SECONDS = 30.0
@@ -161,7 +161,7 @@ class ServingLoop:
                     self._known[fragment.worker_id] = time.time()
                 elif len(self._known) < 2 * max_streams(self.agents):  # ids made up by the dozen: no
                     self._known[fragment.worker_id] = time.time()
-                    self.write_workers()
+                    self._known_written_at = float("-inf")  # tick() writes it within a second
                 self.take(fragment)
             if core.ready():
                 while core.ready() and not preemption.requested():  # ES bursts: several updates
@@ -177,7 +177,8 @@ class ServingLoop:
             server.publish(core.params())
         self._done_at = time.monotonic()
         open_at_end, _ = server.workers()
-        recent = {w for w, t in self._known.items() if t >= time.time() - RECENT_WORKER_SECONDS}
+        cutoff = time.time() - RECENT_WORKER_SECONDS
+        recent = {w for w, t in self._known.items() if t >= cutoff}
         self._away_at_end = recent - open_at_end
         # Those with a stream open see `done` on it: a learner restarted after the end (a SIGTERM
         # while it released its workers) waits only for the others.

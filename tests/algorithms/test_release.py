@@ -1,12 +1,15 @@
-"""owed_the_end: whom a finished learner keeps serving so that every worker sees `done`, and
-whom it stops waiting for (a stream that stays open after the end belongs to a worker that does
-not listen, as a hostile or buggy peer would)."""
+"""The end of a run: whom a finished learner keeps serving so that every worker sees `done`
+(owed_the_end, release_workers), whom it stops waiting for (a stream that stays open after the end
+belongs to a worker that does not listen, as a hostile or buggy peer would), and the workers a
+restarted learner inherits (WORKERS_FILE)."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+from test_scale import FakeCore, context  # a core and a run context for a real ServingLoop
 
 from surreal.algorithms.common import serving
 from surreal.algorithms.common.serving import HANG_UP_SECONDS, owed_the_end
@@ -121,8 +124,6 @@ def test_the_workers_file_survives_the_learner_and_a_bad_one_is_no_workers(tmp_p
 
 
 def test_a_restarted_learner_knows_its_predecessors_workers_until_a_scale(tmp_path) -> None:
-    from test_scale import FakeCore, context  # a core and a run context for a real ServingLoop
-
     seen = {"actor-0": 1795620000.0, "actor-1": 1795620001.0}
     (tmp_path / serving.WORKERS_FILE).write_text(json.dumps({"workers": seen}))
     loop = serving.ServingLoop(FakeCore(), context(tmp_path), take=lambda f: None, experience_schema={},
@@ -136,10 +137,6 @@ def test_a_restarted_learner_knows_its_predecessors_workers_until_a_scale(tmp_pa
 
 
 def test_at_the_end_the_workers_away_are_those_heard_from_lately_and_only_they_stay_known(tmp_path) -> None:
-    import time
-
-    from test_scale import FakeCore, context
-
     class Done(FakeCore):
         done = True  # the run's last env step has come: train() goes straight to the end
 

@@ -318,3 +318,18 @@ def test_components_run_with_the_requested_time_slice(tmp_path: Path, slice_ms: 
     assert result == ["Succeeded"]
     expected = int(slice_ms * 1e6) if slice_ms else default
     assert slices == dict.fromkeys(names, expected)
+
+
+def test_a_private_write_is_never_readable_by_others(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from surreal.orchestrator.supervisor import write_json_atomic
+
+    old = os.umask(0)  # the mode must not depend on the caller's umask
+    try:
+        write_json_atomic(tmp_path / "record.json", {"token": "s3cret"}, 0o600)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "record.json").stat().st_mode) == 0o600
+    assert json.loads((tmp_path / "record.json").read_text()) == {"token": "s3cret"}
