@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 import time
 from collections import deque
 from pathlib import Path
@@ -21,6 +22,7 @@ from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoin
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
+from surreal.algorithms.common.ranks import PeerLost, RankGroup, flat_grads, group_from_environ, set_flat_grads
 from surreal.algorithms.common.run import RunContext, progress_extras
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
@@ -55,6 +57,22 @@ class Counters:
     elapsed_seconds: float = 0.0  # wall time of earlier runs of this learner (before a restart)
 
 
+@dataclasses.dataclass
+class Pending:
+    """What one rank took in since its group last combined counters (every update): the group's
+    counters and statistics change only then, the same way on every rank. A single learner applies
+    each fragment's at once."""
+
+    env_steps: int = 0
+    episodes: int = 0
+    dropped_fragments: int = 0
+    rejected: dict[str, int] = dataclasses.field(default_factory=dict)
+    returns: list[float] = dataclasses.field(default_factory=list)
+    obs: RunningMeanStd | None = None
+    ret: RunningMeanStd | None = None
+    streams: int = 0  # experience streams open on this rank's server (its last status)
+
+
 class PPOLearner(LearnerProgress):
     def __init__(
         self,
@@ -64,9 +82,17 @@ class PPOLearner(LearnerProgress):
         *,
         seed: int = 0,
         exp_dir: Path | None = None,
+        group: RankGroup | None = None,
     ) -> None:
         cfg.validate()
         self.cfg, self.spaces, self.total_steps = cfg, spaces, total_steps
+        # Learner ranks (ranks.py): each takes a share of the batch from its own actors.
+        self.group = group or RankGroup()
+        self._share = math.ceil(cfg.steps_per_update / self.group.size)
+        self._round = 0  # updates this group did since it formed: the commitment's key
+        self._committed = False
+        self.rank_env_steps = [0] * self.group.size  # env steps each rank took in, since it formed
+        self.rank_streams = [0] * self.group.size
         self.device = resolve_device(cfg.device)
         torch.manual_seed(seed)  # the initial weights are drawn on the CPU: the same on any device
         self.net = make_network(cfg, spaces).to(self.device)
@@ -76,6 +102,7 @@ class PPOLearner(LearnerProgress):
         self.obs_rms = RunningMeanStd((obs_stats_dim(spaces),))
         self.ret_rms = RunningMeanStd((1,))
         self.counters = Counters()
+        self._pending = self._new_pending()
         self.train_returns: deque[float] = deque(maxlen=100)
         self._init_progress()
         self._batch: list[tuple[dict[str, np.ndarray], int, str]] = []  # (tensors, policy lag, worker)
@@ -83,9 +110,11 @@ class PPOLearner(LearnerProgress):
         # Whatever workers send, the log gets one line per interval about it (protocol/ratelimit.py).
         self._rejections = RejectionLog(log, "fragment")
         self._skips = RejectionLog(log, "update")
-        self._ckpt_dir = exp_dir / "checkpoints" if exp_dir else None
-        self._tb = Scalars(exp_dir / "tb") if exp_dir else None
-        if self._ckpt_dir is not None:
+        # Rank 0 writes checkpoints and TensorBoard; every rank starts from what rank 0 restored.
+        root_dir = exp_dir if self.group.is_root else None
+        self._ckpt_dir = root_dir / "checkpoints" if root_dir else None
+        self._tb = Scalars(root_dir / "tb") if root_dir else None
+        if self._ckpt_dir is not None or self.group.size > 1:
             self._restore()
 
     # --- progress ---
@@ -95,8 +124,21 @@ class PPOLearner(LearnerProgress):
         return self.counters.env_steps >= self.total_steps
 
     def ready(self) -> bool:
-        """A batch is due: enough steps buffered, or the run is done and some are left."""
-        return self._batch_steps >= self.cfg.steps_per_update or (self.done and self._batch_steps > 0)
+        """A batch is due: enough steps buffered, or the run is done and some are left. Of a rank:
+        its share of the batch is buffered and every other rank has committed to the update too
+        (the wait never blocks; PeerLost if a peer left or went silent)."""
+        local = self._batch_steps >= self._share or (self.done and self._batch_steps > 0)
+        if self.group.size == 1:
+            return local
+        if self.done:  # the group ends together, after the update that reached total_steps
+            return False
+        self.group.keep_alive()
+        if not self._committed:
+            if not local:
+                return False
+            self.group.commit(self._round)
+            self._committed = True
+        return self.group.all_committed(self._round)
 
     def params(self) -> Params:
         extras = {
@@ -114,7 +156,7 @@ class PPOLearner(LearnerProgress):
 
     def add_fragment(self, fragment: Fragment) -> bool:
         """Account for a fragment; keep it for the next update unless stale. True if kept."""
-        t, c = fragment.tensors, self.counters
+        t, p = fragment.tensors, self._pending
         if self.done:
             return False
         rejection = check_fragment(t, self.spaces, self.cfg)
@@ -122,41 +164,86 @@ class PPOLearner(LearnerProgress):
             self._reject(fragment.worker_id, *rejection)
             return False
         steps = t["rewards"].size
-        c.env_steps += steps
-        c.episodes += len(t["episode_returns"])
-        self.train_returns.extend(t["episode_returns"].tolist())
-        self._note_steps()
+        p.env_steps += steps
+        p.episodes += len(t["episode_returns"])
+        p.returns.extend(t["episode_returns"].tolist())
         # Stale or not, the fragment saw real states: the statistics take them either way.
-        self.obs_rms.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
-        self.ret_rms.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
-        lag = c.version - fragment.policy_version
-        if not 0 <= lag <= self.cfg.max_policy_lag:  # < 0: a version this learner never had
-            c.dropped_fragments += 1
-            return False
-        self._batch.append((t, lag, fragment.worker_id))
-        self._batch_steps += steps
-        return True
+        assert p.obs is not None and p.ret is not None
+        p.obs.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
+        p.ret.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
+        lag = self.counters.version - fragment.policy_version
+        kept = 0 <= lag <= self.cfg.max_policy_lag  # < 0: a version this learner never had
+        if kept:
+            self._batch.append((t, lag, fragment.worker_id))
+            self._batch_steps += steps
+        else:
+            p.dropped_fragments += 1
+        if self.group.size == 1:
+            self._apply_pending()
+        return kept
 
     def _reject(self, worker_id: str, reason: str, detail: str) -> None:
-        self.counters.rejected[reason] = self.counters.rejected.get(reason, 0) + 1
+        rejected = self._pending.rejected
+        rejected[reason] = rejected.get(reason, 0) + 1
         self._rejections.note(worker_id, reason, detail)
+        if self.group.size == 1:
+            self._apply_pending()
+
+    def _new_pending(self) -> Pending:
+        dim = (obs_stats_dim(self.spaces),)
+        return Pending(obs=RunningMeanStd(dim), ret=RunningMeanStd((1,)), streams=self._pending.streams
+                       if hasattr(self, "_pending") else 0)  # fmt: skip
+
+    def _apply_pending(self) -> None:
+        """Every rank's Pending into the counters and statistics, in rank order (the same result on
+        every rank); a single learner's at once."""
+        mine, self._pending = self._pending, self._new_pending()
+        everyone = self.group.gather(mine) if self.group.size > 1 else [mine]
+        c = self.counters
+        for rank, p in enumerate(everyone):
+            c.env_steps += p.env_steps
+            c.episodes += p.episodes
+            c.dropped_fragments += p.dropped_fragments
+            for reason, n in p.rejected.items():
+                c.rejected[reason] = c.rejected.get(reason, 0) + n
+            self.train_returns.extend(p.returns)
+            assert p.obs is not None and p.ret is not None
+            self.obs_rms.merge(p.obs.moments)
+            self.ret_rms.merge(p.ret.moments)
+            self.rank_env_steps[rank] += p.env_steps
+            self.rank_streams[rank] = p.streams
+        if any(p.env_steps for p in everyone):
+            self._note_steps()
 
     # --- update ---
 
     def update(self) -> dict[str, float]:
         """One PPO update on the buffered fragments; bumps the version. Returns {} (and keeps the
         weights, optimizer state and version) if no fragment was usable or the loss or a gradient
-        was not finite."""
+        was not finite. Of a rank: the whole group's update (every rank calls it once all have
+        committed), on the union of their batches."""
         cfg, c = self.cfg, self.counters
         batch, self._batch, self._batch_steps = self._batch, [], 0
+        if self.group.size > 1:
+            self._committed = False
+            self._round += 1
+            self._apply_pending()  # the group's counters and statistics, before GAE uses them
         data, lags = self._prepare(batch)
-        if data is None:
+        rows = len(data["obs"]) if data is not None else 0
+        lag_sum, lag_count = float(sum(lags)), len(lags)
+        if self.group.size > 1:
+            rows, lag_sum, lag_count = (
+                int(v) if i != 1 else float(v)
+                for i, v in enumerate(self.group.all_sum(torch.tensor([rows, lag_sum, lag_count],
+                                                                      dtype=torch.float64)).tolist())
+            )  # fmt: skip
+        if rows == 0:
             return {}
-        frac = 1.0 - (c.env_steps - len(data["obs"])) / self.total_steps
+        frac = 1.0 - (c.env_steps - rows) / self.total_steps
         lr = cfg.learning_rate * min(max(frac, 0.0), 1.0) if cfg.anneal_lr else cfg.learning_rate
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        stats = self._optimize(data)
+        stats = self._optimize(data, rows)
         if stats is None:
             c.skipped_updates += 1
             self._skips.note("learner", "non_finite_loss", "a non-finite loss or gradient; the "
@@ -166,10 +253,11 @@ class PPOLearner(LearnerProgress):
         c.version += 1
         stats.update(
             learning_rate=lr,
-            batch_steps=float(len(data["obs"])),
-            policy_lag=float(np.mean(lags)),
-            explained_variance=_explained_variance(data["values"], data["returns"]),
+            batch_steps=float(rows),
+            policy_lag=lag_sum / lag_count,
         )
+        if data is not None:  # of this rank's share
+            stats["explained_variance"] = _explained_variance(data["values"], data["returns"])
         self._log_update(stats)
         if self.checkpoint_due():
             self.save()
@@ -181,6 +269,8 @@ class PPOLearner(LearnerProgress):
         """Values of every observation in one forward pass, then GAE per fragment, flattened; and
         the policy lags of the fragments used. A fragment whose values, advantages or returns are
         not finite (finite inputs can still overflow) is rejected; None if none is left."""
+        if not batch:
+            return None, []
         shape = self.spaces.obs_shape
         frags = [t for t, _, _ in batch]
         rows = [f["obs"].reshape(-1, *shape) for f in frags] + [f["trunc_obs"] for f in frags]
@@ -238,22 +328,34 @@ class PPOLearner(LearnerProgress):
             trunc_values, cfg.gamma, cfg.gae_lambda,
         )  # fmt: skip
 
-    def _optimize(self, data: dict[str, torch.Tensor]) -> dict[str, float] | None:
-        """Clipped PPO epochs over shuffled minibatches. Stats stay tensors until the end. None if
-        a loss or gradient was not finite: the weights and optimizer state are then as before."""
-        cfg, net = self.cfg, self.net
+    def _optimize(self, data: dict[str, torch.Tensor] | None, rows: int) -> dict[str, float] | None:
+        """Clipped PPO epochs over shuffled minibatches of the group's `rows` rows (this rank's
+        `data`, None if it has none). Stats stay tensors until the end. None if a loss or gradient
+        was not finite: the weights and optimizer state are then as before (on every rank)."""
+        cfg, net, ranked = self.cfg, self.net, self.group.size > 1
         keys = ("obs", "actions", "logprobs", "advantages", "returns", "values")
-        size = len(data["obs"])
-        n_minibatches = max(1, round(size / cfg.minibatch_size))
-        rows: list[torch.Tensor] = []
+        size = len(data["obs"]) if data is not None else 0
+        # Every rank takes the same number of gradient steps: the group's batch decides it.
+        n_minibatches = max(1, round(rows / cfg.minibatch_size))
+        rows_stats: list[torch.Tensor] = []
         saved = self._snapshot()
-        finite = torch.ones((), dtype=torch.bool, device=self.device)
+        finite = torch.ones((), dtype=torch.bool, device="cpu" if ranked else self.device)
         for _ in range(cfg.epochs):
-            epoch_start = len(rows)
+            epoch_start = len(rows_stats)
             # One gather per tensor per epoch; the minibatches are then contiguous views.
             perm = torch.randperm(size, device=self.device)
-            shuffled = [data[k][perm].chunk(n_minibatches) for k in keys]
+            if data is None:
+                shuffled: list[Any] = [[None] * n_minibatches] * len(keys)
+            elif ranked:  # exactly n_minibatches pieces, some perhaps empty
+                shuffled = [data[k][perm].tensor_split(n_minibatches) for k in keys]
+            else:
+                shuffled = [data[k][perm].chunk(n_minibatches) for k in keys]
             for obs, actions, old_logp, adv, returns, old_values in zip(*shuffled, strict=True):
+                if ranked:
+                    row, ok = self._ranked_step(obs, actions, old_logp, adv, returns, old_values)
+                    finite &= ok
+                    rows_stats.append(row)
+                    continue
                 new_logp, entropy, new_values = net.evaluate(obs, actions)
                 if cfg.norm_adv and len(adv) > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -266,18 +368,69 @@ class PPOLearner(LearnerProgress):
                 norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm, foreach=True)
                 finite &= torch.isfinite(loss) & torch.isfinite(norm)
                 self.optimizer.step()
-                rows.append(torch.stack([stats[k] for k in LOSS_STATS]))
+                rows_stats.append(torch.stack([stats[k] for k in LOSS_STATS]))
+            if ranked:  # the epoch's stats as the group's means, and whether any rank went non-finite
+                epoch = torch.stack(rows_stats[epoch_start:]).to("cpu", torch.float64)
+                summed = self.group.all_sum(torch.cat([epoch.reshape(-1), (~finite).double().reshape(1).cpu()]))
+                epoch = summed[:-1].reshape(epoch.shape)
+                rows_stats[epoch_start:] = list(epoch[:, :-1] / epoch[:, -1:].clamp(min=1.0))
+                finite = torch.tensor(bool(summed[-1] == 0))
             # One host read per epoch. After a non-finite step the rest of the epoch computes NaN;
             # all of it is undone.
             if not bool(finite):
                 self._rollback(saved)
                 return None
             if cfg.target_kl is not None:  # one host read per epoch, not per minibatch
-                kl = torch.stack(rows[epoch_start:])[:, LOSS_STATS.index("approx_kl")].mean()
+                kl = torch.stack(rows_stats[epoch_start:])[:, LOSS_STATS.index("approx_kl")].mean()
                 if kl.item() > cfg.target_kl:
                     break
-        means = torch.stack(rows).mean(0).tolist()
-        return {**dict(zip(LOSS_STATS, means, strict=True)), "grad_steps": float(len(rows))}
+        means = torch.stack(rows_stats).mean(0).tolist()
+        return {**dict(zip(LOSS_STATS, means, strict=True)), "grad_steps": float(len(rows_stats))}
+
+    def _ranked_step(self, obs: torch.Tensor | None, actions: torch.Tensor | None,
+                     old_logp: torch.Tensor | None, adv: torch.Tensor | None,
+                     returns: torch.Tensor | None, old_values: torch.Tensor | None,
+                     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """One gradient step of the group on this rank's piece of the minibatch (None or empty:
+        none). The gradient is the mean over the group's minibatch: each rank's mean gradient
+        weighted by its rows, summed, divided by the rows of all. Advantages are normalized with
+        the group minibatch's mean and std. Returns (the loss stats times this rank's rows, then its
+        rows; whether its loss and the gradient were finite)."""
+        cfg, group = self.cfg, self.group
+        n = 0 if obs is None else len(obs)
+        if cfg.norm_adv:
+            local = adv.double().sum() if n else torch.zeros((), dtype=torch.float64)
+            total_n, total = group.all_sum(torch.stack([torch.tensor(float(n), dtype=torch.float64),
+                                                        local.cpu()])).tolist()  # fmt: skip
+            mean = total / max(total_n, 1.0)
+            local_sq = ((adv.double() - mean) ** 2).sum().cpu() if n else torch.zeros((), dtype=torch.float64)
+            sq = float(group.all_sum(local_sq.reshape(1))[0])
+            std = math.sqrt(sq / (total_n - 1)) if total_n > 1 else None
+            if n and std is not None:
+                assert adv is not None
+                adv = (adv - mean) / (std + 1e-8)
+        self.optimizer.zero_grad(set_to_none=True)
+        if n:
+            assert obs is not None and actions is not None and old_logp is not None
+            assert adv is not None and returns is not None and old_values is not None
+            new_logp, entropy, new_values = self.net.evaluate(obs, actions)
+            loss, stats = ppo_loss(
+                new_logp, old_logp, adv, new_values, old_values, returns, entropy,
+                cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef,
+            )  # fmt: skip
+            loss.backward()
+            row = torch.stack([stats[k] for k in LOSS_STATS]).double() * n
+            ok = torch.isfinite(loss)
+        else:
+            row = torch.zeros(len(LOSS_STATS), dtype=torch.float64, device=self.device)
+            ok = torch.ones((), dtype=torch.bool, device=self.device)
+        flat = flat_grads(self._params).cpu().double() * n
+        total_rows = group.all_sum(torch.cat([flat, torch.tensor([float(n)], dtype=torch.float64)]))
+        grads = (total_rows[:-1] / total_rows[-1]).to(self.device, self._params[0].dtype)
+        set_flat_grads(self._params, grads)
+        norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        return torch.cat([row.cpu(), torch.tensor([float(n)], dtype=torch.float64)]), ok & torch.isfinite(norm).cpu()
 
     def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
         """Copies of the weights and the optimizer state, to undo an update that went non-finite."""
@@ -304,11 +457,24 @@ class PPOLearner(LearnerProgress):
         """The contract's status dict (see status.json)."""
         c = self.counters
         recent = list(self.train_returns)[-20:]
+        if self.group.size == 1:
+            return {
+                **self.contract_status(recent, c.dropped_fragments, connected_actors),
+                "rejected_fragments": dict(c.rejected),
+                "skipped_updates": c.skipped_updates,
+            }
+        # Of a group: the experiment's counters (as of the last update), this rank's streams now
+        # and the others' as of the last update, and what each rank took in.
+        self._pending.streams = connected_actors
+        streams = list(self.rank_streams)
+        streams[self.group.rank] = connected_actors
         return {
-            **self.contract_status(recent, c.dropped_fragments, connected_actors),
+            **self.contract_status(recent, c.dropped_fragments, sum(streams)),
             "rejected_fragments": dict(c.rejected),
             "skipped_updates": c.skipped_updates,
-        }
+            "learners": [{"rank": r, "env_steps": s, "connected_actors": n}
+                         for r, (s, n) in enumerate(zip(self.rank_env_steps, streams, strict=True))],
+        }  # fmt: skip
 
     def _log_update(self, stats: dict[str, float]) -> None:
         if self._tb is None:
@@ -326,6 +492,8 @@ class PPOLearner(LearnerProgress):
             progress["episode_return"] = float(np.mean(list(self.train_returns)[-20:]))
         self._tb.add("progress", progress, step)
         self._tb.add("rejected_fragments", c.rejected, step)
+        if self.group.size > 1:  # what each rank took in
+            self._tb.add("learners", {f"rank{r}_env_steps": n for r, n in enumerate(self.rank_env_steps)}, step)
 
     def save(self, *, clean: bool = False) -> None:
         """Checkpoint model, optimizer, normalization statistics and counters (atomically).
@@ -357,9 +525,12 @@ class PPOLearner(LearnerProgress):
         )  # fmt: skip
 
     def _restore(self) -> None:
-        assert self._ckpt_dir is not None
-        state = load_checkpoint(self._ckpt_dir)
+        """Resume from the last checkpoint: rank 0 reads it and sends it to the other ranks."""
+        state = load_checkpoint(self._ckpt_dir) if self._ckpt_dir is not None else None
+        state = self.group.broadcast(state)
         if state is None:
+            if self.group.size > 1:  # the same seed draws the same weights, unless threads differ
+                self.net.load_state_dict(self.group.broadcast(self.net.state_dict()))
             return
         self.net.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])

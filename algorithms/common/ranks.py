@@ -1,0 +1,233 @@
+"""Learner ranks: N processes that train one policy together (data parallel), each fed by its own
+share of the actors.
+
+Every rank runs the whole learner loop: its own server, its own actors (worker index % N), its own
+batch. An update is collective: the ranks combine their counters and normalization statistics, then
+average gradients minibatch by minibatch (torch.distributed, gloo on CPU), so that after every
+update each rank holds the same weights, optimizer state and version.
+
+Collectives start only when every rank has committed to the same update (`commit`, then
+`all_committed` until true): a commitment is a key in the group's store, polled without blocking,
+so a rank waiting for its peers' data keeps serving, reporting status and hearing SIGTERM. Once all
+have committed the collectives of the update run at once, each bounded by COLLECTIVE_TIMEOUT. A
+peer that stops heart-beating for PEER_TIMEOUT_SECONDS, or that leaves, ends the wait with
+`PeerLost`: the group is restarted (torch's elastic agent locally) and resumes from rank 0's
+checkpoint, which rank 0 broadcasts to the others at start.
+
+The process group is formed from what torch's elastic agent gives every worker (RANK, WORLD_SIZE,
+TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT) and a store named by SURREAL_RANKS_STORE: a
+folder for FileStores (one machine; no port is opened but gloo's, on the loopback) or host:port of
+rank 0's TCPStore.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+ENV_RANK = "RANK"  # set by torch's elastic agent (torchrun) for each worker
+ENV_WORLD_SIZE = "WORLD_SIZE"
+ENV_RUN_ID = "TORCHELASTIC_RUN_ID"
+ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+ENV_STORE = "SURREAL_RANKS_STORE"  # "file:FOLDER" or "tcp:HOST:PORT"
+
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)  # forming the group, and any one collective
+PEER_TIMEOUT_SECONDS = 60.0  # a peer silent this long (hung, or gone without a word) is lost
+HEARTBEAT_SECONDS = 1.0
+
+
+class PeerLost(RuntimeError):
+    """Another rank left or went silent: this group cannot update any more."""
+
+
+class RankGroup:
+    """One rank's view of its group. `RankGroup()` is the group of one: every collective is the
+    identity and nothing is opened, so a single learner runs exactly as it always did."""
+
+    def __init__(self, rank: int = 0, size: int = 1, store: dist.Store | None = None) -> None:
+        if not 0 <= rank < size:
+            raise ValueError(f"rank {rank} is not in a group of {size}")
+        if size > 1 and store is None:
+            raise ValueError("a group of several ranks needs a store")
+        self.rank, self.size, self.store = rank, size, store
+        self._beats = 0
+        self._beat_at = float("-inf")
+        # peer -> (its last heartbeat count seen, when it changed: local monotonic clock)
+        self._peers: dict[int, tuple[int, float]] = {}
+        self._checked_at = float("-inf")
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    # --- collectives (every rank calls the same ones in the same order) ---
+
+    def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` summed over the ranks, in place (the same bytes on every rank)."""
+        if self.size > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's `obj`, by rank."""
+        if self.size == 1:
+            return [obj]
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank."""
+        if self.size == 1:
+            return obj
+        box = [obj if self.is_root else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    # --- agreeing when to run collectives (through the store; never blocks) ---
+
+    def commit(self, round_: int) -> None:
+        """This rank will run update `round_`'s collectives as soon as every rank has committed."""
+        if self.size > 1:
+            assert self.store is not None
+            self.store.set(f"commit/{round_}/{self.rank}", b"1")
+
+    def all_committed(self, round_: int) -> bool:
+        """Whether every rank has committed to `round_`."""
+        if self.size == 1:
+            return True
+        assert self.store is not None
+        return bool(self.store.check([f"commit/{round_}/{r}" for r in range(self.size)]))
+
+    def keep_alive(self) -> None:
+        """Beat this rank's heart and look at the peers' (each at most once a second); raises
+        PeerLost if a peer left or has been silent for PEER_TIMEOUT_SECONDS. A rank calls it
+        whenever it looks whether an update is due."""
+        if self.size == 1:
+            return
+        self.heartbeat()
+        self._check_peers()
+
+    def heartbeat(self) -> None:
+        if self.size == 1 or time.monotonic() - self._beat_at < HEARTBEAT_SECONDS:
+            return
+        assert self.store is not None
+        self._beat_at = time.monotonic()
+        self._beats = int(self.store.add(f"alive/{self.rank}", 1))
+
+    def _check_peers(self) -> None:
+        now = time.monotonic()
+        if now - self._checked_at < HEARTBEAT_SECONDS:
+            return
+        self._checked_at = now
+        assert self.store is not None
+        for peer in range(self.size):
+            if peer == self.rank:
+                continue
+            if self.store.check([f"left/{peer}"]):
+                code = self.store.get(f"left/{peer}").decode()
+                raise PeerLost(f"learner rank {peer} left (exit {code})")
+            beats = int(self.store.add(f"alive/{peer}", 0))  # 0 until its first beat
+            seen, since = self._peers.get(peer, (-1, now))
+            if beats != seen:
+                self._peers[peer] = (beats, now)
+            elif now - since >= PEER_TIMEOUT_SECONDS:
+                raise PeerLost(f"learner rank {peer} has been silent for {now - since:.0f} s")
+
+    def leave(self, code: int) -> None:
+        """Tell the peers this rank is exiting with `code` (best effort: the store may be gone)."""
+        if self.size == 1 or self.store is None:
+            return
+        try:
+            self.store.set(f"left/{self.rank}", str(code).encode())
+        except Exception:  # noqa: BLE001 - the peers will see the silence instead
+            pass
+
+    def close(self) -> None:
+        if self.size > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def rank_from_environ() -> tuple[int, int] | None:
+    """(rank, world size) from the elastic agent's variables, or None outside a group."""
+    rank, size = os.environ.get(ENV_RANK), os.environ.get(ENV_WORLD_SIZE)
+    if rank is None or size is None:
+        return None
+    try:
+        return int(rank), int(size)
+    except ValueError:
+        raise ValueError(f"{ENV_RANK}={rank!r} and {ENV_WORLD_SIZE}={size!r} must be integers") from None
+
+
+def open_store(spec: str, rank: int, size: int, generation: str) -> dist.Store:
+    """The store that SURREAL_RANKS_STORE names, for one generation of the group (a restarted
+    group starts from an empty one)."""
+    kind, _, where = spec.partition(":")
+    if kind == "file" and where:
+        folder = Path(where)
+        folder.mkdir(parents=True, exist_ok=True)
+        return dist.FileStore(str(folder / f"store-{generation}"), size)
+    if kind == "tcp" and ":" in where:
+        host, port = where.rsplit(":", 1)
+        store = dist.TCPStore(host, int(port), size, is_master=rank == 0, timeout=COLLECTIVE_TIMEOUT,
+                              wait_for_workers=False)  # fmt: skip
+        return dist.PrefixStore(generation, store)
+    raise ValueError(f"{ENV_STORE}={spec!r}: expected file:FOLDER or tcp:HOST:PORT")
+
+
+def join_group(rank: int, size: int, store: dist.Store) -> RankGroup:
+    """Form the gloo process group of `size` ranks on `store` (waits COLLECTIVE_TIMEOUT at most for
+    the others: a rank that never comes up fails the group in bounded time)."""
+    if size > 1:
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=size,
+                                timeout=COLLECTIVE_TIMEOUT)  # fmt: skip
+    return RankGroup(rank, size, store)
+
+
+def group_from_environ(learners: int) -> RankGroup:
+    """This process's group: the group of one when `learners` is 1, else the rank the elastic
+    agent started this process as."""
+    if learners == 1:
+        return RankGroup()
+    found = rank_from_environ()
+    if found is None or found[1] != learners:
+        raise ValueError(f"a learner of {learners} ranks needs {ENV_RANK} and {ENV_WORLD_SIZE}"
+                         f"={learners} (set by the rank launcher); got {found}")  # fmt: skip
+    rank, size = found
+    spec = os.environ.get(ENV_STORE)
+    if not spec:
+        raise ValueError(f"{ENV_STORE} is not set (the rank launcher sets it)")
+    generation = f"{os.environ.get(ENV_RUN_ID, 'run')}-{os.environ.get(ENV_RESTART_COUNT, '0')}"
+    store = open_store(spec, rank, size, generation)
+    started = time.monotonic()
+    group = join_group(rank, size, store)
+    log.info("learner rank %d of %d joined the group (generation %s) in %.1f s", rank, size,
+             generation, time.monotonic() - started)  # fmt: skip
+    return group
+
+
+def flat_grads(params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Every parameter's gradient (zeros where there is none) in one flat buffer."""
+    return torch.cat([
+        (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params
+    ])  # fmt: skip
+
+
+def set_flat_grads(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n
+
+

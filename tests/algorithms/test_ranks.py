@@ -1,0 +1,195 @@
+"""Learner ranks: one update of a group of ranks is one learner's update on the union of their
+batches; the ranks agree on every decision and end with the same parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from surreal.algorithms.common.envs import spaces_for
+from surreal.algorithms.common.ranks import RankGroup, join_group, open_store
+from surreal.algorithms.ppo import learner as learner_module
+from surreal.algorithms.ppo.actor import PPOActor
+from surreal.algorithms.ppo.learner import PPOLearner
+from surreal.algorithms.ppo.presets import preset_for
+from surreal.protocol.types import Fragment
+
+ENV = "Pendulum-v1"
+# One minibatch of the whole batch (2 ranks x 2 fragments x 16 steps x 2 envs = 128 rows): the
+# group's gradient step is then the single learner's, whatever order the rows are in.
+FULL_BATCH = dataclasses.replace(
+    preset_for(ENV), envs_per_agent=2, fragment_length=16, steps_per_update=128,
+    minibatch_size=128, epochs=3,
+)  # fmt: skip
+TIMEOUT = 120.0
+
+
+def fragments(cfg, count: int, seed: int = 3) -> list[Fragment]:
+    """`count` fragments of one actor under the initial policy, alternately from two workers."""
+    actor = PPOActor(cfg, ENV, num_envs=2, seed=seed)
+    actor.set_params(PPOLearner(cfg, spaces_for(ENV), 10_000, seed=1).params())
+    return [Fragment(f"actor-{i % 2}", 0, actor.collect()) for i in range(count)]
+
+
+def state_of(learner: PPOLearner) -> dict[str, Any]:
+    return {
+        "params": [p.detach().numpy().copy() for p in learner.net.parameters()],
+        "obs_mean": learner.obs_rms.mean.copy(),
+        "obs_var": learner.obs_rms.var.copy(),
+        "ret_var": learner.ret_rms.var.copy(),
+        "version": learner.counters.version,
+        "env_steps": learner.counters.env_steps,
+        "episodes": learner.counters.episodes,
+        "updates": learner.counters.updates,
+        "skipped": learner.counters.skipped_updates,
+    }
+
+
+def _rank_main(rank: int, size: int, store_dir: str, job: dict[str, Any], out: Any) -> None:
+    try:
+        group = join_group(rank, size, open_store(f"file:{store_dir}", rank, size, "test"))
+        if job.get("poison_rank") == rank:  # this rank's loss goes non-finite
+            real = learner_module.ppo_loss
+
+            def poisoned(*args: Any) -> Any:
+                loss, stats = real(*args)
+                return loss * float("nan"), stats
+
+            learner_module.ppo_loss = poisoned
+        exp_dir = Path(job["exp_dir"]) if job.get("exp_dir") else None
+        learner = PPOLearner(job["cfg"], spaces_for(ENV), 10_000, seed=1, exp_dir=exp_dir, group=group)
+        result: dict[str, Any] = {"restored": state_of(learner), "stats": []}
+        for batch in job["batches"][rank]:
+            for fragment in batch:
+                learner.add_fragment(fragment)
+            while not learner.ready():
+                pass
+            result["stats"].append(learner.update())
+        result["state"] = state_of(learner)
+        result["status"] = learner.status(connected_actors=rank + 1)
+        learner.close()
+        group.close()
+        out.put((rank, result))
+    except BaseException:  # noqa: BLE001 - reported to the test
+        out.put((rank, traceback.format_exc()))
+
+
+def run_group(tmp_path: Path, job: dict[str, Any], size: int = 2) -> list[dict[str, Any]]:
+    """Run `job` on `size` rank processes; each rank's result."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_rank_main, args=(r, size, str(tmp_path / "store"), job, out))
+             for r in range(size)]  # fmt: skip
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    try:
+        for _ in range(size):
+            rank, result = out.get(timeout=TIMEOUT)
+            assert not isinstance(result, str), f"rank {rank} failed:\n{result}"
+            results[rank] = result
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return [results[r] for r in range(size)]
+
+
+def assert_same(a: dict[str, Any], b: dict[str, Any], atol: float = 0.0) -> None:
+    for key in ("version", "env_steps", "episodes", "updates", "skipped"):
+        assert a[key] == b[key], key
+    for key in ("obs_mean", "obs_var", "ret_var"):
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-12 if atol else 0, atol=0, err_msg=key)
+    for i, (x, y) in enumerate(zip(a["params"], b["params"], strict=True)):
+        np.testing.assert_allclose(x, y, rtol=0, atol=atol, err_msg=f"parameter {i}")
+
+
+def test_two_ranks_on_a_and_b_update_as_one_learner_on_a_plus_b(tmp_path):
+    """The must-show: 2 ranks given batches A and B end with the parameters (and observation and
+    return statistics, counters, version) of one learner given A+B, over three full-batch epochs
+    (Adam's state carries between them) with advantage normalization and gradient clipping."""
+    frags = fragments(FULL_BATCH, 4)
+    a, b = frags[:2], frags[2:]
+    # The reference runs in a fresh process too: torch's thread count (which earlier tests in this
+    # process may have set) changes the initial weights' last bits.
+    (reference,) = run_group(tmp_path, {"cfg": FULL_BATCH, "batches": [[a + b]]}, size=1)
+    ref_stats, expected = reference["stats"][0], reference["state"]
+    assert expected["version"] == 1 and expected["env_steps"] == 128
+
+    ranks = run_group(tmp_path, {"cfg": FULL_BATCH, "batches": [[a], [b]]})
+    for result in ranks:
+        assert_same(result["state"], expected, atol=1e-6)
+        stats = result["stats"][0]
+        assert stats["grad_steps"] == ref_stats["grad_steps"] == 3
+        assert stats["batch_steps"] == 128
+        for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
+            assert stats[key] == pytest.approx(ref_stats[key], rel=1e-4, abs=1e-6), key
+    # Every rank holds the very same bytes, not just close ones.
+    assert_same(ranks[0]["state"], ranks[1]["state"])
+    # Status: the experiment's counters, and what each rank took in.
+    status = ranks[0]["status"]
+    assert status["env_steps"] == 128 and status["policy_version"] == 1
+    assert [r["env_steps"] for r in status["learners"]] == [64, 64]
+
+
+def test_ranks_with_uneven_shares_and_several_minibatches_stay_identical(tmp_path):
+    """Rank 0 brings 3 fragments, rank 1 one (the group's minibatches are then uneven per rank),
+    over two updates of 4 minibatches each: the ranks agree on the number of gradient steps and
+    hold identical weights after each update."""
+    cfg = dataclasses.replace(FULL_BATCH, minibatch_size=32, epochs=2, steps_per_update=64)
+    frags = fragments(cfg, 8, seed=5)
+    batches = [[frags[0:3], frags[4:7]], [frags[3:4], frags[7:8]]]
+    ranks = run_group(tmp_path, {"cfg": cfg, "batches": batches})
+    assert_same(ranks[0]["state"], ranks[1]["state"])
+    assert ranks[0]["state"]["updates"] == 2 and ranks[0]["state"]["env_steps"] == 8 * 32
+    for r in ranks:
+        assert [s["grad_steps"] for s in r["stats"]] == [8.0, 8.0]
+
+
+def test_a_non_finite_loss_on_one_rank_skips_the_update_on_every_rank(tmp_path):
+    """Trust checks decide the same way everywhere: rank 1's loss goes NaN, and both ranks keep
+    their weights and version (the update is counted as skipped on both)."""
+    frags = fragments(FULL_BATCH, 4)
+    ranks = run_group(tmp_path, {"cfg": FULL_BATCH, "batches": [[frags[:2]], [frags[2:]]],
+                                 "poison_rank": 1})  # fmt: skip
+    for result in ranks:
+        assert result["stats"] == [{}]
+        state = result["state"]
+        assert state["version"] == 0 and state["skipped"] == 1 and state["updates"] == 0
+        for x, y in zip(state["params"], result["restored"]["params"], strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_every_rank_resumes_from_rank_0s_checkpoint(tmp_path):
+    """Rank 0 reads the checkpoint and sends it: rank 1, with no experiment folder of its own,
+    starts from the same weights, statistics and counters."""
+    frags = fragments(FULL_BATCH, 4)
+    exp_dir = tmp_path / "exp"
+    single = PPOLearner(FULL_BATCH, spaces_for(ENV), 10_000, seed=1, exp_dir=exp_dir)
+    for fragment in frags:
+        single.add_fragment(fragment)
+    single.update()
+    single.save(clean=True)
+    saved = state_of(single)
+    single.close()
+    ranks = run_group(tmp_path, {"cfg": FULL_BATCH, "batches": [[], []], "exp_dir": str(exp_dir)})
+    for result in ranks:
+        assert_same(result["restored"], saved)
+
+
+def test_the_group_of_one_has_no_store_and_identity_collectives():
+    group = RankGroup()
+    t = torch.arange(3.0)
+    assert group.all_sum(t) is t and group.gather("x") == ["x"] and group.broadcast(5) == 5
+    group.commit(0)
+    assert group.all_committed(0)
+    with pytest.raises(ValueError, match="needs a store"):
+        RankGroup(0, 2)
