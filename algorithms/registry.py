@@ -22,6 +22,9 @@ class Algorithm:
     name: str
     package: str  # holds presets.py and one module per role with run_<role>(cfg, ctx) -> int
     roles: tuple[str, ...] = ("learner", "actor", "evaluator")
+    # Learner ranks (spec `learners`) it can train with; ES's results are a few numbers per
+    # episode, so one master is never its bottleneck (docs/decisions.md).
+    ranks: bool = True
 
     def resolve_env(self, env: EnvRef) -> ResolvedEnv:
         """Resolve `env` (builds one throwaway instance, with its kwargs) and check this algorithm
@@ -72,7 +75,7 @@ class Algorithm:
 
 ALGORITHMS: dict[str, Algorithm] = {
     "ppo": Algorithm("ppo", "surreal.algorithms.ppo"),
-    "es": Algorithm("es", "surreal.algorithms.es"),
+    "es": Algorithm("es", "surreal.algorithms.es", ranks=False),
 }
 
 

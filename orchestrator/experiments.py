@@ -46,7 +46,8 @@ ES_METRICS = (
 # Passed through when the learner reports them: what it dropped or refused, and why.
 EXTRA_METRICS = (
     "dropped_fragments", "connected_actors", "rejected_fragments", "skipped_updates",
-    "wire_rejections", "checkpoint_version", "checkpoint_age_seconds", *ES_METRICS,
+    "wire_rejections", "checkpoint_version", "checkpoint_age_seconds", "learners", "group_restarts",
+    *ES_METRICS,
 )  # fmt: skip
 
 
@@ -81,6 +82,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports free now on 127.0.0.1."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def user_import_path() -> tuple[str, ...]:
     """Where this shell imports a user's module from: PYTHONPATH's folders, then the working
     directory (as `python -m` would). `create` validates the environment with these on sys.path and
@@ -99,14 +110,14 @@ def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
         raise CreateRefused(str(exc)) from None
     target = Target(
         spec_path=str(final / SPEC_FILE),
-        learner_addr=f"127.0.0.1:{free_port()}",
+        learner_addr=",".join(f"127.0.0.1:{port}" for port in free_ports(spec.learners)),
         bind_host="127.0.0.1",
         exp_dir=str(final),
         command=(sys.executable, "-m", "surreal"),
         token_file=str(final / TOKEN_FILE),
         import_path=user_import_path(),
     )
-    program = make_program(spec, target, local_split(spec.agents))
+    program = make_program(spec, target, local_split(spec.agents, learners=spec.learners))
 
     def write(staging: Path) -> None:
         token_path = staging / TOKEN_FILE

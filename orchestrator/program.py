@@ -41,7 +41,7 @@ class Target:
     """How the launcher reaches things: where the spec is, how to start `surreal`, the learner's address."""
 
     spec_path: str
-    learner_addr: str
+    learner_addr: str  # of each learner rank, comma-separated
     bind_host: str  # where the learner listens: 127.0.0.1 locally, 0.0.0.0 inside a pod
     exp_dir: str
     command: tuple[str, ...] = ("surreal",)
@@ -53,10 +53,11 @@ class Target:
     termination_log: str | None = None
 
 
-def local_split(agents: int, cpus: int | None = None) -> list[int]:
+def local_split(agents: int, cpus: int | None = None, learners: int = 1) -> list[int]:
     """Agents per local actor process: at most one process per core (more is slower, not faster),
-    the agents spread as evenly as possible (the first ones get one more)."""
-    workers = max(1, min(agents, cpus or os.cpu_count() or 1))
+    but one per learner rank at least (each rank serves workers index % learners), the agents
+    spread as evenly as possible (the first ones get one more)."""
+    workers = max(1, min(agents, max(learners, cpus or os.cpu_count() or 1)))
     base, extra = divmod(agents, workers)
     return [base + (1 if i < extra else 0) for i in range(workers)]
 
@@ -81,7 +82,7 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
         env.update({k: str(v) for k, v in extra.pop("env", {}).items()})  # type: ignore[attr-defined]
         return Component(name=name, role=role, argv=argv, env=env, index=index, **extra)  # type: ignore[arg-type]
 
-    port = int(target.learner_addr.rsplit(":", 1)[1])
+    port = int(target.learner_addr.split(",")[0].rsplit(":", 1)[1])  # rank 0's
     learner_env = {ENV_BIND_HOST: target.bind_host}
     if target.termination_log:
         learner_env[ENV_TERMINATION_LOG] = target.termination_log

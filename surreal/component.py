@@ -18,6 +18,7 @@ from pathlib import Path
 from surreal.algorithms.common import preemption
 from surreal.algorithms.common.env_ref import import_path_from_environ
 from surreal.algorithms.common.envs import use_resolved
+from surreal.algorithms.common.ranks import rank_from_environ
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
@@ -63,7 +64,15 @@ def build_context(spec: ExperimentSpec, index: int) -> RunContext:
         agents_in_worker=int(os.environ.get(prog.ENV_AGENTS_IN_WORKER, "1")),
         bind_all=bind_host == "0.0.0.0",
         env_kwargs=dict(spec.env_kwargs),
+        learners=spec.learners,
+        rank=learner_rank(),
     )
+
+
+def learner_rank() -> int:
+    """This process's learner rank (torch's elastic agent sets RANK for each rank it starts)."""
+    found = rank_from_environ()
+    return found[0] if found is not None else 0
 
 
 def worker_index(role: str, index: int) -> int:
@@ -113,8 +122,10 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     # blocks run; a training learner first finishes its update and saves (preemption.py).
     signal.signal(signal.SIGTERM, preemption.on_sigterm)
     # stderr is the component's log file (logs/<name>.log locally, `kubectl logs` in a pod).
+    # Learner ranks share the learner's log: each line says whose it is.
+    who = f"rank {learner_rank()} " if role == "learner" and rank_from_environ() is not None else ""
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s {who}%(levelname)s %(name)s: %(message)s"
     )
     # grpc logs some errors itself, one record per bad call: those never fill the log either.
     for handler in logging.getLogger().handlers:

@@ -36,6 +36,7 @@ TOP_LEVEL_KEYS = (
     "algo",
     "env",
     "agents",
+    "learners",
     "steps",
     "seed",
     "backend",
@@ -65,6 +66,9 @@ class ExperimentSpec:
     the user's as "module:EnvId" (the module registers EnvId on import) or "module:Class"."""
     agents: int = 2
     """Logical agents. PPO: each steps `envs_per_agent` environments."""
+    learners: int = 1
+    """Learner ranks (data parallel): each serves its share of the actors (worker index modulo
+    `learners`) and the ranks average gradients at every update (algorithms/common/ranks.py)."""
     steps: int = 100_000
     """Environment steps to train for; the experiment succeeds when they are done. When not given,
     the algorithm's default for `env` and `agents` (build_spec)."""
@@ -375,6 +379,24 @@ def _validate(spec: ExperimentSpec) -> None:
         raise SpecError(f"agents must be a positive integer, got {spec.agents}")
     if spec.steps < 1:
         raise SpecError(f"steps must be a positive integer, got {spec.steps}")
+    if spec.learners < 1:
+        raise SpecError(f"learners must be a positive integer, got {spec.learners}")
+    if spec.learners > 1:
+        if not get_algorithm(spec.algo).ranks:
+            raise SpecError(
+                f"learners {spec.learners}: {spec.algo} trains with one learner (its "
+                "results are a few numbers per episode; one learner is never its bottleneck)"
+            )
+        if spec.agents < spec.learners:
+            raise SpecError(
+                f"learners {spec.learners}: every learner rank needs an agent of its "
+                f"own, and there are {spec.agents} (raise --agents)"
+            )
+        if spec.backend != "local":
+            raise SpecError(
+                f"learners {spec.learners}: several learner ranks run on the local backend "
+                f"only for now, not {spec.backend!r}"
+            )
     if spec.seed < 0:
         raise SpecError(f"seed must be >= 0, got {spec.seed}")
     if spec.backend not in BACKENDS:

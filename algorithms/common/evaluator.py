@@ -87,7 +87,7 @@ def run_evaluator(
     """Evaluate published versions until the final one is evaluated and reported (exit 0 right
     after that report: the learner may stop serving once it has it)."""
     envs = EnvBatch(ctx.env, cfg.eval_episodes, seed=ctx.seed * 1_000_003 + 7, training=False)
-    client = LearnerClient(ctx.learner_addr, ctx.token)
+    client = LearnerClient(ctx.learner_for(0), ctx.token)
     latest: Params | None = None
     last_version, last_steps = None, 0
     failing_since: float | None = None

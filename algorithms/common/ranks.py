@@ -60,6 +60,7 @@ class RankGroup:
         if size > 1 and store is None:
             raise ValueError("a group of several ranks needs a store")
         self.rank, self.size, self.store = rank, size, store
+        self.restarts = 0  # times the elastic agent restarted the group before this one
         self._beats = 0
         self._beat_at = float("-inf")
         # peer -> (its last heartbeat count seen, when it changed: local monotonic clock)
@@ -100,7 +101,7 @@ class RankGroup:
         """This rank will run update `round_`'s collectives as soon as every rank has committed."""
         if self.size > 1:
             assert self.store is not None
-            self.store.set(f"commit/{round_}/{self.rank}", b"1")
+            self.store.set(f"commit/{round_}/{self.rank}", "1")
 
     def all_committed(self, round_: int) -> bool:
         """Whether every rank has committed to `round_`."""
@@ -149,7 +150,7 @@ class RankGroup:
         if self.size == 1 or self.store is None:
             return
         try:
-            self.store.set(f"left/{self.rank}", str(code).encode())
+            self.store.set(f"left/{self.rank}", str(code))
         except Exception:  # noqa: BLE001 - the peers will see the silence instead
             pass
 
@@ -204,6 +205,7 @@ def group_from_environ(learners: int) -> RankGroup:
         raise ValueError(f"a learner of {learners} ranks needs {ENV_RANK} and {ENV_WORLD_SIZE}"
                          f"={learners} (set by the rank launcher); got {found}")  # fmt: skip
     rank, size = found
+    _die_with_parent()
     spec = os.environ.get(ENV_STORE)
     if not spec:
         raise ValueError(f"{ENV_STORE} is not set (the rank launcher sets it)")
@@ -211,9 +213,25 @@ def group_from_environ(learners: int) -> RankGroup:
     store = open_store(spec, rank, size, generation)
     started = time.monotonic()
     group = join_group(rank, size, store)
+    group.restarts = int(os.environ.get(ENV_RESTART_COUNT, "0") or 0)
     log.info("learner rank %d of %d joined the group (generation %s) in %.1f s", rank, size,
              generation, time.monotonic() - started)  # fmt: skip
     return group
+
+
+def _die_with_parent() -> None:
+    """A rank dies with the agent that started it (Linux): the agent puts its ranks in sessions of
+    their own, out of reach of whoever stops the agent's process group."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the agent died before the call
+        os._exit(1)
 
 
 def flat_grads(params: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -231,3 +249,60 @@ def set_flat_grads(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
         offset += n
 
 
+# --- starting the ranks on one machine: torch's elastic agent ---
+
+MAX_GROUP_RESTARTS = 3  # group restarts by the agent before the learner itself fails
+
+
+def loopback_interface() -> str | None:
+    """The name of the interface that holds 127.0.0.1 (gloo listens there, never elsewhere)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == "127.0.0.1" for a in addrs):
+            return name
+    return None
+
+
+def launch_ranks(learners: int, exp_dir: Path) -> int:
+    """Run this very component (sys.argv) as `learners` ranks under torch's elastic agent, on
+    this machine: a rank that fails (or is killed) makes the agent stop the others and start the
+    whole group again (MAX_GROUP_RESTARTS times), and the new group resumes from rank 0's last
+    checkpoint. The rendezvous and the ranks' store are files in `exp_dir/ranks`; gloo listens on
+    the loopback. Returns 0 when every rank finished, EXIT_PREEMPTED after SIGTERM (each rank
+    got it; rank 0 saved), 1 when the group failed for good (the log names the rank and why)."""
+    import sys
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+
+    folder = exp_dir / "ranks"
+    folder.mkdir(parents=True, exist_ok=True)
+    run_id = uuid.uuid4().hex[:12]
+    # The agent then opens no TCP store of its own: the ranks use files (ENV_STORE).
+    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    os.environ[ENV_STORE] = f"file:{folder}"
+    iface = loopback_interface()
+    if iface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=learners, run_id=run_id, role="learner",
+        rdzv_backend="c10d", rdzv_endpoint=str(folder / f"rendezvous-{run_id}"),
+        rdzv_configs={"store_type": "file"}, max_restarts=MAX_GROUP_RESTARTS, monitor_interval=0.5,
+        start_method="spawn",
+    )  # fmt: skip
+    log.info("starting %d learner ranks (elastic agent, run %s)", learners, run_id)
+    try:
+        elastic_launch(config, sys.executable)("-m", "surreal", *sys.argv[1:])
+    except SignalException as exc:
+        log.info("learner ranks stopped by signal %s", exc.sigval)
+        return EXIT_PREEMPTED
+    except ChildFailedError as exc:
+        log.error("learner ranks failed after %d group restarts:\n%s", MAX_GROUP_RESTARTS, exc.format_msg())
+        return 1
+    log.info("every learner rank finished")
+    return 0

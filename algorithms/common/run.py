@@ -21,13 +21,15 @@ class RunContext:
     total_steps: int  # env steps after which the learner finishes
     num_agents: int  # logical agents in the whole experiment
     exp_dir: Path  # experiment directory (status.json, checkpoints/, tb/)
-    learner_addr: str  # "host:port" of the learner; the learner listens on its port
+    learner_addr: str  # "host:port" of the learner (of each rank, comma-separated); it listens on its port
     token: str  # per-experiment auth token
     index: int = 0  # this worker's index among the actor workers
     agents_in_worker: int = 1  # logical agents this worker hosts
     bind_all: bool = False  # learner listens on 0.0.0.0 (in a cluster) instead of the addr's host
     has_evaluator: bool = True  # False: the learner evaluates the final policy itself
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)  # the env constructor's kwargs
+    learners: int = 1  # learner ranks (ranks.py); rank r listens on the r-th address
+    rank: int = 0  # this learner's rank (learners only)
 
     @property
     def env(self) -> EnvRef:
@@ -35,12 +37,24 @@ class RunContext:
         return EnvRef(self.env_id, self.env_kwargs)
 
     @property
+    def learner_addrs(self) -> tuple[str, ...]:
+        """Every learner rank's "host:port", by rank."""
+        return tuple(a.strip() for a in self.learner_addr.split(","))
+
+    def learner_for(self, worker_index: int) -> str:
+        """The address of the rank that serves actor worker `worker_index` (index modulo ranks;
+        the evaluator reports to rank 0)."""
+        addrs = self.learner_addrs
+        return addrs[worker_index % len(addrs)]
+
+    @property
     def learner_host(self) -> str:
-        return self.learner_addr.rsplit(":", 1)[0]
+        """Where this learner (rank) listens."""
+        return self.learner_addrs[self.rank].rsplit(":", 1)[0]
 
     @property
     def learner_port(self) -> int:
-        return int(self.learner_addr.rsplit(":", 1)[1])
+        return int(self.learner_addrs[self.rank].rsplit(":", 1)[1])
 
 
 # Every learner's Params.extras carry the run's progress, so actors and the evaluator know when

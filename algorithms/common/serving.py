@@ -22,6 +22,7 @@ from surreal.algorithms.common import preemption
 from surreal.algorithms.common.checkpoint import write_json
 from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import Policy, evaluate
+from surreal.algorithms.common.ranks import PeerLost, RankGroup
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.algorithms.common.scale import (
     SCALE_FILE,
@@ -112,14 +113,18 @@ class ServingLoop:
         credits_per_stream: int,
         agents: int,
         credit_on_take: bool = True,
+        group: RankGroup | None = None,
     ) -> None:
         self.core = core
         self.take = take
         self.agents = agents
+        # Of learner ranks, rank 0 writes status.json; each rank knows its own workers.
+        self.group = group or RankGroup()
         self.evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
-        self.status_path = ctx.exp_dir / "status.json"
+        self.status_path = ctx.exp_dir / "status.json" if self.group.is_root else None
         self.scale_path = ctx.exp_dir / SCALE_FILE
-        self.workers_path = ctx.exp_dir / WORKERS_FILE
+        rank = self.group.rank
+        self.workers_path = ctx.exp_dir / (WORKERS_FILE if rank == 0 else f"workers-{rank}.json")
         # worker id -> when it last sent experience (wall clock), since the last scale
         self._known = read_workers(self.workers_path)
         self._known_written_at = time.monotonic()
@@ -150,6 +155,16 @@ class ServingLoop:
         """Fragments in, updates, parameters out, status about once a second, until the core is
         done; then announce `done` under a new version (unless the last update did) and save.
         False if SIGTERM came first (preemption): the version the core has is saved, cleanly."""
+        try:
+            return self._train()
+        except PeerLost as exc:
+            # Between updates (the wait that noticed it never runs collectives): this rank's
+            # version is the group's last, which rank 0 saves as cleanly as on SIGTERM; the group
+            # is restarted from it.
+            log.warning("%s: saving and leaving so that the group restarts", exc)
+            return self._preempted()
+
+    def _train(self) -> bool:
         core, server = self.core, self.server
         server.publish(params := core.params())
         while not core.done:
@@ -201,16 +216,21 @@ class ServingLoop:
     def run(self, ctx: RunContext, *, final_eval_timeout: float, eval_episodes: int,
             policy_for: Callable[[Params], Policy]) -> int:  # fmt: skip
         """train(), then `finish`; the server is stopped and the core closed however it ends.
-        Returns 0, or EXIT_PREEMPTED when SIGTERM stopped the training (after a checkpoint)."""
+        Returns 0, or EXIT_PREEMPTED when SIGTERM (or a learner rank's loss) stopped the training
+        (after a checkpoint)."""
+        code = 1
         try:
             with preemption.graceful():
                 # A SIGTERM after the last look inside train() still counts: the run's end is
                 # saved (clean), and the replacement finishes it.
                 if not self.train() or preemption.requested():
-                    return preemption.EXIT_PREEMPTED
-            return finish(self, ctx, final_eval_timeout=final_eval_timeout,
+                    code = preemption.EXIT_PREEMPTED
+                    return code
+            code = finish(self, ctx, final_eval_timeout=final_eval_timeout,
                           eval_episodes=eval_episodes, policy_for=policy_for)  # fmt: skip
+            return code
         finally:
+            self.group.leave(code)
             self.server.stop()
             self.core.close()
 
@@ -308,7 +328,8 @@ class ServingLoop:
         status = self._status(stats.get("connected_streams", 0))
         status["wire_rejections"] = {name: stats.get(counter, 0) for name, counter in WIRE_REJECTIONS}
         self.snapshot["status"] = status
-        write_json(self.status_path, status)
+        if self.status_path is not None:
+            write_json(self.status_path, status)
 
 
 def read_workers(path: os.PathLike[str] | str) -> dict[str, float]:
@@ -347,6 +368,10 @@ def finish(
     """End a trained run: the final evaluation (from the evaluator, or here if none arrives),
     the last status, workers released. Returns 0."""
     core = loop.core
+    if not loop.group.is_root:  # the evaluator reports to rank 0, which evaluates and reports
+        loop.release_workers(timeout=RELEASE_SECONDS)
+        log.info("run complete (learner rank %d): exiting", loop.group.rank)
+        return 0
     loop.await_final_eval(final_eval_timeout if ctx.has_evaluator else 0.0)
     if not core.final_evaluated:
         log.warning("no evaluation of the final version arrived; evaluating it here")

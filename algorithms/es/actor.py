@@ -197,7 +197,7 @@ def run_actor(cfg: ESConfig, ctx: RunContext) -> int:
     cfg.validate()
     worker = ESWorker(cfg, ctx.env, agent_ids(ctx.index, ctx.agents_in_worker),
                       seed=ctx.seed * 1_000_003 + 10_007 * (ctx.index + 1))  # fmt: skip
-    client = LearnerClient(ctx.learner_addr, ctx.token)
+    client = LearnerClient(ctx.learner_for(ctx.index), ctx.token)
     try:
         return work_connected(
             client, f"es-worker-{ctx.index}", lambda stream: _work_until_done(client, stream, worker),

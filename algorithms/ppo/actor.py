@@ -140,12 +140,12 @@ def run_actor(cfg: PPOConfig, ctx: RunContext) -> int:
     """
     cfg.validate()
     actor = PPOActor(cfg, ctx.env, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx))
-    client = LearnerClient(ctx.learner_addr, ctx.token)
+    client = LearnerClient(ctx.learner_for(ctx.index), ctx.token)
 
     def connected() -> None:
         log.info(
             "actor-%d connected to the learner at %s: %d agents, %d envs of %s",
-            ctx.index, ctx.learner_addr, ctx.agents_in_worker, actor.envs.num_envs, ctx.env_id,
+            ctx.index, ctx.learner_for(ctx.index), ctx.agents_in_worker, actor.envs.num_envs, ctx.env_id,
         )  # fmt: skip
 
     try:

@@ -22,7 +22,14 @@ from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoin
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
-from surreal.algorithms.common.ranks import PeerLost, RankGroup, flat_grads, group_from_environ, set_flat_grads
+from surreal.algorithms.common.ranks import (
+    RankGroup,
+    flat_grads,
+    group_from_environ,
+    launch_ranks,
+    rank_from_environ,
+    set_flat_grads,
+)
 from surreal.algorithms.common.run import RunContext, progress_extras
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
@@ -232,11 +239,9 @@ class PPOLearner(LearnerProgress):
         rows = len(data["obs"]) if data is not None else 0
         lag_sum, lag_count = float(sum(lags)), len(lags)
         if self.group.size > 1:
-            rows, lag_sum, lag_count = (
-                int(v) if i != 1 else float(v)
-                for i, v in enumerate(self.group.all_sum(torch.tensor([rows, lag_sum, lag_count],
-                                                                      dtype=torch.float64)).tolist())
-            )  # fmt: skip
+            totals = torch.tensor([rows, lag_sum, lag_count], dtype=torch.float64)
+            summed = self.group.all_sum(totals).tolist()
+            rows, lag_sum, lag_count = int(summed[0]), summed[1], int(summed[2])
         if rows == 0:
             return {}
         frac = 1.0 - (c.env_steps - rows) / self.total_steps
@@ -371,7 +376,8 @@ class PPOLearner(LearnerProgress):
                 rows_stats.append(torch.stack([stats[k] for k in LOSS_STATS]))
             if ranked:  # the epoch's stats as the group's means, and whether any rank went non-finite
                 epoch = torch.stack(rows_stats[epoch_start:]).to("cpu", torch.float64)
-                summed = self.group.all_sum(torch.cat([epoch.reshape(-1), (~finite).double().reshape(1).cpu()]))
+                bad = (~finite).double().reshape(1).cpu()
+                summed = self.group.all_sum(torch.cat([epoch.reshape(-1), bad]))
                 epoch = summed[:-1].reshape(epoch.shape)
                 rows_stats[epoch_start:] = list(epoch[:, :-1] / epoch[:, -1:].clamp(min=1.0))
                 finite = torch.tensor(bool(summed[-1] == 0))
@@ -398,17 +404,16 @@ class PPOLearner(LearnerProgress):
         rows; whether its loss and the gradient were finite)."""
         cfg, group = self.cfg, self.group
         n = 0 if obs is None else len(obs)
-        if cfg.norm_adv:
-            local = adv.double().sum() if n else torch.zeros((), dtype=torch.float64)
-            total_n, total = group.all_sum(torch.stack([torch.tensor(float(n), dtype=torch.float64),
-                                                        local.cpu()])).tolist()  # fmt: skip
+        if cfg.norm_adv:  # two small sums over the group: the minibatch's mean, then its variance
+            zero = torch.zeros((), dtype=torch.float64)
+            local = adv.double().sum().cpu() if adv is not None and n else zero
+            count = torch.tensor(float(n), dtype=torch.float64)
+            total_n, total = group.all_sum(torch.stack([count, local])).tolist()
             mean = total / max(total_n, 1.0)
-            local_sq = ((adv.double() - mean) ** 2).sum().cpu() if n else torch.zeros((), dtype=torch.float64)
+            local_sq = ((adv.double() - mean) ** 2).sum().cpu() if adv is not None and n else zero
             sq = float(group.all_sum(local_sq.reshape(1))[0])
-            std = math.sqrt(sq / (total_n - 1)) if total_n > 1 else None
-            if n and std is not None:
-                assert adv is not None
-                adv = (adv - mean) / (std + 1e-8)
+            if adv is not None and n and total_n > 1:
+                adv = (adv - mean) / (math.sqrt(sq / (total_n - 1)) + 1e-8)
         self.optimizer.zero_grad(set_to_none=True)
         if n:
             assert obs is not None and actions is not None and old_logp is not None
@@ -430,7 +435,8 @@ class PPOLearner(LearnerProgress):
         set_flat_grads(self._params, grads)
         norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm, foreach=True)
         self.optimizer.step()
-        return torch.cat([row.cpu(), torch.tensor([float(n)], dtype=torch.float64)]), ok & torch.isfinite(norm).cpu()
+        weighted = torch.cat([row.cpu(), torch.tensor([float(n)], dtype=torch.float64)])
+        return weighted, ok & torch.isfinite(norm).cpu()
 
     def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
         """Copies of the weights and the optimizer state, to undo an update that went non-finite."""
@@ -472,6 +478,7 @@ class PPOLearner(LearnerProgress):
             **self.contract_status(recent, c.dropped_fragments, sum(streams)),
             "rejected_fragments": dict(c.rejected),
             "skipped_updates": c.skipped_updates,
+            "group_restarts": self.group.restarts,
             "learners": [{"rank": r, "env_steps": s, "connected_actors": n}
                          for r, (s, n) in enumerate(zip(self.rank_env_steps, streams, strict=True))],
         }  # fmt: skip
@@ -493,7 +500,8 @@ class PPOLearner(LearnerProgress):
         self._tb.add("progress", progress, step)
         self._tb.add("rejected_fragments", c.rejected, step)
         if self.group.size > 1:  # what each rank took in
-            self._tb.add("learners", {f"rank{r}_env_steps": n for r, n in enumerate(self.rank_env_steps)}, step)
+            per_rank = {f"rank{r}_env_steps": n for r, n in enumerate(self.rank_env_steps)}
+            self._tb.add("learners", per_rank, step)
 
     def save(self, *, clean: bool = False) -> None:
         """Checkpoint model, optimizer, normalization statistics and counters (atomically).
@@ -567,13 +575,16 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     """Serve experience and parameters until `total_steps` env steps are trained on and the final
     version is evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
     cfg.validate()
+    if ctx.learners > 1 and rank_from_environ() is None:
+        return launch_ranks(ctx.learners, ctx.exp_dir)  # this process starts and watches the ranks
     torch.set_num_threads(cfg.learner_threads)
     spaces = spaces_for(ctx.env)
-    learner = PPOLearner(cfg, spaces, ctx.total_steps, seed=ctx.seed, exp_dir=ctx.exp_dir)
+    group = group_from_environ(ctx.learners)
+    learner = PPOLearner(cfg, spaces, ctx.total_steps, seed=ctx.seed, exp_dir=ctx.exp_dir, group=group)
     loop = ServingLoop(
         learner, ctx, take=learner.add_fragment,  # ignores fragments once the run is done
         experience_schema=experience_schema(spaces), credits_per_stream=cfg.credits_per_worker,
-        agents=initial_agents(ctx),
+        agents=initial_agents(ctx), group=group,
     )  # fmt: skip
     return loop.run(
         ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,

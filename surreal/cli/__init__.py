@@ -41,6 +41,7 @@ def cli() -> None:
 @click.option("--algo", help="Algorithm: ppo or es.")
 @click.option("--env", "env_id", help="Environment id (default CartPole-v1), MODULE:ENV_ID or MODULE:CLASS.")
 @click.option("--agents", type=int, help="Logical agents (default 2).")
+@click.option("--learners", type=int, help="Learner ranks averaging gradients (default 1; PPO).")
 @click.option("--steps", type=int, help="Environment steps to train for.")
 @click.option("--seed", type=int, help="Base random seed.")
 @click.option("--backend", help="local (default), containers or kube.")
@@ -70,6 +71,7 @@ def create(
     algo: str | None,
     env_id: str | None,
     agents: int | None,
+    learners: int | None,
     steps: int | None,
     seed: int | None,
     backend: str | None,
@@ -87,8 +89,8 @@ def create(
     provider: str | None,
 ) -> None:
     """Create experiment NAME and run it (in the foreground unless --detach; kube: on the cluster)."""
-    flags = {"algo": algo, "env": env_id, "agents": agents, "steps": steps, "seed": seed,
-             "backend": backend, "namespace": namespace, "image": image, "gpu": gpu,
+    flags = {"algo": algo, "env": env_id, "agents": agents, "learners": learners, "steps": steps,
+             "seed": seed, "backend": backend, "namespace": namespace, "image": image, "gpu": gpu,
              "queue": queue}  # fmt: skip
     # A user's environment module imports from where this shell stands, as components will.
     extend_import_path(exps.user_import_path())
@@ -148,6 +150,11 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
     if st.get("checkpoint_version") is not None:
         age = fmt(st.get("checkpoint_age_seconds"), ".0f")
         click.echo(f"{'checkpoint:':<18}version {st['checkpoint_version']}, {age} s old")
+    for rank in st.get("learners") or []:  # learner ranks: what each took in
+        click.echo(f"{'learner rank ' + str(rank['rank']) + ':':<18}{fmt(rank['env_steps'], ',d')} env steps "
+                   f"from {rank['connected_actors']} actor streams")  # fmt: skip
+    if st.get("group_restarts"):
+        click.echo(f"{'group restarts:':<18}{st['group_restarts']} (the learner ranks, from a checkpoint)")
     for key in ("queued", "problem"):
         if st.get(key):
             click.echo(f"{key + ':':<18}{st[key]}")
