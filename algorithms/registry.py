@@ -58,6 +58,12 @@ class Algorithm:
         if check is not None:
             check(config, env, resolved=resolved)
 
+    def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
+        """The bytes of one message of experience from a worker of `agents_in_worker` agents (0
+        for an algorithm whose workers send only small results)."""
+        size = getattr(self._presets(), "fragment_bytes", None)
+        return int(size(config, resolved, agents_in_worker)) if size is not None else 0
+
     def check_local(self, config: Any) -> None:
         """Raise ValueError when `config` cannot run on this machine (e.g. a GPU it does not have)."""
         check = getattr(self._presets(), "check_local", None)

@@ -22,7 +22,7 @@ from surreal.algorithms.common.scale import SCALE_FILE, read_scale
 from surreal.orchestrator import local
 from surreal.orchestrator.components import Program
 from surreal.orchestrator.launcher import LauncherError
-from surreal.orchestrator.program import Target, local_split, make_program
+from surreal.orchestrator.program import Target, fragment_problem, local_split, make_program
 from surreal.orchestrator.sched_slice import slice_ms_from_env
 from surreal.orchestrator.supervisor import write_json_atomic
 from surreal.spec import ExperimentSpec
@@ -117,7 +117,11 @@ def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
         token_file=str(final / TOKEN_FILE),
         import_path=user_import_path(),
     )
-    program = make_program(spec, target, local_split(spec.agents, learners=spec.learners))
+    split = local_split(spec.agents, learners=spec.learners)
+    problem = fragment_problem(spec, split, "--agents (this machine runs one actor process per core)")
+    if problem is not None:
+        raise CreateRefused(problem)
+    program = make_program(spec, target, split)
 
     def write(staging: Path) -> None:
         token_path = staging / TOKEN_FILE

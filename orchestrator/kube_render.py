@@ -31,7 +31,7 @@ from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.orchestrator import kube_pods as pods
 from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.kube_pods import Placement
-from surreal.orchestrator.program import LEARNER_PORT, Target, make_program, pod_split
+from surreal.orchestrator.program import LEARNER_PORT, Target, fragment_problem, make_program, pod_split
 from surreal.spec import ExperimentSpec
 
 __all__ = [
@@ -159,7 +159,11 @@ def check_capacity(spec: ExperimentSpec) -> None:
 
 def kube_program(spec: ExperimentSpec) -> Program:
     check_capacity(spec)
-    return make_program(kube_spec(spec), kube_target(spec), pod_split(spec.agents, spec.agents_per_pod))
+    split = pod_split(spec.agents, spec.agents_per_pod)
+    problem = fragment_problem(spec, split, f"agents_per_pod ({spec.agents_per_pod})")
+    if problem is not None:
+        raise RenderError(problem)
+    return make_program(kube_spec(spec), kube_target(spec), split)
 
 
 def render(

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from surreal.algorithms.common.env_ref import IMPORT_PATH_VAR
+from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE, Component, Program
+from surreal.protocol.options import MAX_MESSAGE_BYTES
 from surreal.spec import ExperimentSpec
 
 # Environment variables a component reads (kept here so launchers and the entry point agree).
@@ -65,6 +67,23 @@ def local_split(agents: int, cpus: int | None = None, learners: int = 1) -> list
 def pod_split(agents: int, agents_per_pod: int) -> list[int]:
     """Agents per actor pod: `agents_per_pod` each (one pod template serves them all)."""
     return [agents_per_pod] * math.ceil(agents / agents_per_pod)
+
+
+def fragment_problem(spec: ExperimentSpec, split: Sequence[int], knob: str) -> str | None:
+    """Why the workers of `split` could not send their experience (a fragment over the protocol's
+    message limit, which the learner would refuse whole at every try), or None. `knob`: how the
+    user lowers the agents of one worker on this backend."""
+    if spec.resolved is None or not split:
+        return None
+    size = get_algorithm(spec.algo).fragment_bytes(spec.config, spec.resolved, max(split))
+    if size <= MAX_MESSAGE_BYTES:
+        return None
+    return (
+        f"a worker of {max(split)} agent{'s' if max(split) > 1 else ''} would send fragments of {size / 2**20:.0f} MiB, over the "
+        f"{MAX_MESSAGE_BYTES // 2**20} MiB message limit: lower {spec.algo}.fragment_length "
+        f"({spec.config.fragment_length}) or {spec.algo}.envs_per_agent ({spec.config.envs_per_agent}), "
+        f"or {knob}"
+    )
 
 
 def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> Program:

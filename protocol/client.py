@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from surreal.protocol.auth import TOKEN_METADATA_KEY
 from surreal.protocol.codec import decode_map, encode_map
-from surreal.protocol.options import client_options
+from surreal.protocol.options import MAX_MESSAGE_BYTES, client_options
 from surreal.protocol.types import EvalReport, Params
 from surreal.protocol.v1 import surreal_pb2 as pb
 from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
@@ -162,7 +162,7 @@ class LearnerClient:
         address: str,
         token: str,
         *,
-        max_message_bytes: int = 64 * 2**20,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
         tls_root: bytes | None = None,
     ) -> None:
         options = client_options(max_message_bytes)

@@ -24,6 +24,8 @@ MIN_CLIENT_PING_SECONDS = 5.0  # the server accepts client pings at most this of
 RECONNECT_SECONDS = (0.5, 5.0)  # first and longest wait between a channel's connection attempts
 RESOLVE_SECONDS = 1.0  # a channel re-resolves its target's name at most this often
 
+MAX_MESSAGE_BYTES = 64 * 2**20  # the largest message either end takes: a fragment, a parameter set
+
 Options = list[tuple[str, int]]
 
 

@@ -26,7 +26,7 @@ from surreal.protocol.auth import TokenInterceptor
 from surreal.protocol.codec import TensorSpec, encode_map
 from surreal.protocol.experience import ExperienceService
 from surreal.protocol.messages import Undecodable, peer_host, tolerant
-from surreal.protocol.options import server_options
+from surreal.protocol.options import MAX_MESSAGE_BYTES, server_options
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.stats import Counters
 from surreal.protocol.types import EvalReport, Fragment, Params
@@ -132,7 +132,7 @@ class LearnerServer:
         host: str = "127.0.0.1",
         port: int = 0,
         credits_per_stream: int = 2,
-        max_message_bytes: int = 64 * 2**20,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
         max_streams: int = 16,
         status_provider: Callable[[], dict] | None = None,
         on_eval: Callable[[EvalReport], None] | None = None,

@@ -171,6 +171,17 @@ def check_config(cfg: PPOConfig, env: EnvRef | str, *, resolved: ResolvedEnv | N
                          "scales its uint8 input itself")  # fmt: skip
 
 
+def fragment_bytes(cfg: PPOConfig, resolved: ResolvedEnv, agents_in_worker: int) -> int:
+    """The size of the fragment a worker of `agents_in_worker` agents sends (fragment.py's
+    tensors), give or take its truncations and episode results beyond one per env: T+1 rows of
+    observations (uint8 images or float32 vectors), then T rows of action, log-prob, reward and the
+    two done flags, for each of its envs."""
+    n, t = agents_in_worker * cfg.envs_per_agent, cfg.fragment_length
+    obs = resolved.obs_dim * (1 if resolved.image_shape is not None else 4)
+    action = 8 if resolved.discrete else 4 * resolved.action_dim
+    return n * (t + 1) * obs + n * t * (action + 4 + 4 + 1 + 1) + n * (obs + 8 * 3)
+
+
 def check_local(cfg: PPOConfig) -> None:
     """Raise ValueError if this machine cannot give the learner the device `cfg` asks for (a
     local run; a cluster's learner pod checks its own when it starts)."""

@@ -132,6 +132,16 @@ def test_agents_that_do_not_fill_whole_pods_are_rejected() -> None:
         kr.render(make_spec(agents=10, agents_per_pod=4), token="t")
 
 
+def test_a_pod_whose_fragments_exceed_the_message_limit_is_refused() -> None:
+    """20 Breakout agents to a pod send 70 MiB fragments (4 stacked 84x84 frames per step), over
+    the protocol's 64 MiB limit; 10 to a pod fit."""
+    atari = {"env": "ALE/Breakout-v5", "agents": 20}
+    with pytest.raises(kr.RenderError, match=r"a worker of 20 agents would send fragments of 70 MiB.*"
+                       r"agents_per_pod \(20\)"):  # fmt: skip
+        kr.render(make_spec(**atari, agents_per_pod=20), token="t")
+    kr.render(make_spec(**atari, agents_per_pod=10), token="t")
+
+
 def test_containers_run_exactly_the_program_argv_and_env() -> None:
     spec = make_spec(agents=3)
     objects = by_kind_name(kr.render(spec, token="t"))
