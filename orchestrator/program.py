@@ -78,8 +78,9 @@ def fragment_problem(spec: ExperimentSpec, split: Sequence[int], knob: str) -> s
     size = get_algorithm(spec.algo).fragment_bytes(spec.config, spec.resolved, max(split))
     if size <= MAX_MESSAGE_BYTES:
         return None
+    agents = f"{max(split)} agent{'s' if max(split) > 1 else ''}"
     return (
-        f"a worker of {max(split)} agent{'s' if max(split) > 1 else ''} would send fragments of {size / 2**20:.0f} MiB, over the "
+        f"a worker of {agents} would send fragments of {size / 2**20:.0f} MiB, over the "
         f"{MAX_MESSAGE_BYTES // 2**20} MiB message limit: lower {spec.algo}.fragment_length "
         f"({spec.config.fragment_length}) or {spec.algo}.envs_per_agent ({spec.config.envs_per_agent}), "
         f"or {knob}"
