@@ -61,6 +61,7 @@ class RankGroup:
             raise ValueError("a group of several ranks needs a store")
         self.rank, self.size, self.store = rank, size, store
         self.restarts = 0  # times the elastic agent restarted the group before this one
+        self.collective_seconds = 0.0  # spent in collectives (waiting for the slowest rank included)
         self._beats = 0
         self._beat_at = float("-inf")
         # peer -> (its last heartbeat count seen, when it changed: local monotonic clock)
@@ -76,7 +77,9 @@ class RankGroup:
     def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` summed over the ranks, in place (the same bytes on every rank)."""
         if self.size > 1:
+            started = time.perf_counter()
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+            self.collective_seconds += time.perf_counter() - started
         return tensor
 
     def gather(self, obj: Any) -> list[Any]:
@@ -84,7 +87,9 @@ class RankGroup:
         if self.size == 1:
             return [obj]
         out: list[Any] = [None] * self.size
+        started = time.perf_counter()
         dist.all_gather_object(out, obj)
+        self.collective_seconds += time.perf_counter() - started
         return out
 
     def broadcast(self, obj: Any) -> Any:

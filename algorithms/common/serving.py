@@ -52,6 +52,7 @@ RELEASE_SECONDS = 60.0  # the longest the learner serves, after the end, for wor
 # still open this long after the end (or after it opened it, if later) is not listening (a buggy
 # or hostile peer) and is not waited for.
 HANG_UP_SECONDS = 10.0
+HOLD_POLL_SECONDS = 0.001  # how often a learner rank waiting for its group looks again (a store read)
 
 
 def max_streams(num_agents: int) -> int:
@@ -77,6 +78,9 @@ WIRE_REJECTIONS = (
 
 class LearnerCore(Protocol):
     final_evaluated: bool
+
+    @property
+    def holding(self) -> bool: ...  # a learner rank waits for its group's update, taking nothing
 
     @property
     def done(self) -> bool: ...  # the run's step budget is used up
@@ -170,7 +174,10 @@ class ServingLoop:
         while not core.done:
             if preemption.requested():
                 return self._preempted()
-            fragment = server.next_fragment(timeout=0.25)
+            # A learner rank that committed to the group's next update takes nothing more until
+            # the group runs it: its workers wait for credits, and each rank's batch stays its share.
+            holding = core.holding
+            fragment = None if holding else server.next_fragment(timeout=0.25)
             if fragment is not None:
                 if fragment.worker_id in self._known:
                     self._known[fragment.worker_id] = time.time()
@@ -182,6 +189,8 @@ class ServingLoop:
                 while core.ready() and not preemption.requested():  # ES bursts: several updates
                     core.update()
                 server.publish(params := core.params())
+            elif holding:
+                time.sleep(HOLD_POLL_SECONDS)
             server.release()
             self.tick()
         while core.ready():  # the fragment that finished the run may leave a batch

@@ -56,6 +56,8 @@ class ESMaster(LearnerProgress):
     `agents` is the count served now, if a scale changed it (default: `num_agents`); the hand-out
     and update sizes follow it, here and on every `set_agents`."""
 
+    holding = False  # one master: it never waits for a group
+
     def __init__(
         self,
         cfg: ESConfig,

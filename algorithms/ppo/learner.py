@@ -100,6 +100,7 @@ class PPOLearner(LearnerProgress):
         self._committed = False
         self.rank_env_steps = [0] * self.group.size  # env steps each rank took in, since it formed
         self.rank_streams = [0] * self.group.size
+        self.update_seconds = 0.0  # in update(), since this process started (collectives included)
         self.device = resolve_device(cfg.device)
         torch.manual_seed(seed)  # the initial weights are drawn on the CPU: the same on any device
         self.net = make_network(cfg, spaces).to(self.device)
@@ -129,6 +130,11 @@ class PPOLearner(LearnerProgress):
     @property
     def done(self) -> bool:
         return self.counters.env_steps >= self.total_steps
+
+    @property
+    def holding(self) -> bool:
+        """This rank committed to the group's next update and waits for the others."""
+        return self._committed
 
     def ready(self) -> bool:
         """A batch is due: enough steps buffered, or the run is done and some are left. Of a rank:
@@ -229,6 +235,13 @@ class PPOLearner(LearnerProgress):
         weights, optimizer state and version) if no fragment was usable or the loss or a gradient
         was not finite. Of a rank: the whole group's update (every rank calls it once all have
         committed), on the union of their batches."""
+        started = time.perf_counter()
+        try:
+            return self._update()
+        finally:
+            self.update_seconds += time.perf_counter() - started
+
+    def _update(self) -> dict[str, float]:
         cfg, c = self.cfg, self.counters
         batch, self._batch, self._batch_steps = self._batch, [], 0
         if self.group.size > 1:
@@ -468,6 +481,7 @@ class PPOLearner(LearnerProgress):
                 **self.contract_status(recent, c.dropped_fragments, connected_actors),
                 "rejected_fragments": dict(c.rejected),
                 "skipped_updates": c.skipped_updates,
+                "update_seconds": self.update_seconds,  # in updates since this process started
             }
         # Of a group: the experiment's counters (as of the last update), this rank's streams now
         # and the others' as of the last update, and what each rank took in.
@@ -479,6 +493,9 @@ class PPOLearner(LearnerProgress):
             "rejected_fragments": dict(c.rejected),
             "skipped_updates": c.skipped_updates,
             "group_restarts": self.group.restarts,
+            # since this rank started: in updates, and in their collectives (benchmarks read them)
+            "update_seconds": self.update_seconds,
+            "collective_seconds": self.group.collective_seconds,
             "learners": [{"rank": r, "env_steps": s, "connected_actors": n}
                          for r, (s, n) in enumerate(zip(self.rank_env_steps, streams, strict=True))],
         }  # fmt: skip

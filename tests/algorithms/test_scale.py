@@ -129,6 +129,7 @@ def test_initial_agents_prefers_the_last_scale(tmp_path: Path) -> None:
 
 class FakeCore:
     final_evaluated = False
+    holding = False
     done = False
 
     def __init__(self) -> None:
