@@ -29,17 +29,21 @@ def read_json(path: Path) -> dict[str, Any]:
 def start_learner(tmp: Path, flags: dict[str, Any], overrides: dict[str, str] | None = None,
                   ) -> tuple[subprocess.Popen[bytes], str]:  # fmt: skip
     """`surreal component learner` for the spec of `flags` (as `surreal create` would build it),
-    on a free port of 127.0.0.1, files in `tmp`; its address."""
+    on free ports of 127.0.0.1 (one per learner rank: `flags["learners"]`), files in `tmp`; its
+    address (the ranks', comma-separated)."""
     from surreal.spec import build_spec
 
-    port = free_port()
+    ports: list[int] = []
+    while len(ports) < int(flags.get("learners", 1)):
+        port = free_port()
+        ports.append(port) if port not in ports else None
+    addr = ",".join(f"127.0.0.1:{p}" for p in ports)
     spec = build_spec("bench", flags=flags, overrides=overrides)
     (tmp / "spec.yaml").write_text(spec.to_yaml())
-    env = {**os.environ, "SURREAL_LEARNER_ADDR": f"127.0.0.1:{port}", "SURREAL_TOKEN": TOKEN,
-           "SURREAL_EXP_DIR": str(tmp)}  # fmt: skip
+    env = {**os.environ, "SURREAL_LEARNER_ADDR": addr, "SURREAL_TOKEN": TOKEN, "SURREAL_EXP_DIR": str(tmp)}
     argv = [sys.executable, "-m", "surreal", "component", "learner", "--spec", str(tmp / "spec.yaml")]
     log = (tmp / "learner.log").open("wb")
-    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT), f"127.0.0.1:{port}"
+    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT), addr
 
 
 def rss_line(rss: list[tuple[float, int]]) -> str:

@@ -9,13 +9,15 @@ T steps of its envs, 128 x 1 at 64 agents and more), made by a real PPOActor onc
 (1) protocol: the learner's server alone (decode, check against the schema, queue, credit), the
     fragments taken and dropped: the most experience the protocol can take in.
 (2) ppo: the real learner component (`surreal component learner`, default preset for M agents, on
-    the CPU here) checking and training on what arrives.
+    the CPU here) checking and training on what arrives; with `--learners 1,2,...` once per rank
+    count (learner ranks: actor i sends to rank i % N), with each update's time in collectives
+    (the all-reduces, waiting for the slowest rank included) and its share of the update.
 
 For each: fragments/s and env steps/s taken, updates/s, the p50/p99 of a fragment's wait for a
 credit, the learner's CPU and RSS over time, failed calls (must be 0).
 
     python benchmarks/learner_ceiling.py [--streams 64,256,512] [--seconds 20] [--clients 4]
-                                         [--modes protocol,ppo]
+                                         [--modes protocol,ppo] [--learners 1,2]
 
 Shared machines are noisy: read one run's figures together.
 """
@@ -149,8 +151,9 @@ async def _actor(addr: str, worker: str, payload, window: tuple[float, float], s
             call.cancel()
 
 
-def _client_process(addr: str, workers: list[str], agents: int, window: tuple[float, float],
+def _client_process(addrs: list[str], workers: list[str], agents: int, window: tuple[float, float],
                     out: mp.Queue) -> None:  # fmt: skip
+    """Actor `sim-i` sends to the learner rank i % len(addrs), as a worker of index i does."""
     from surreal.protocol.codec import encode_map
     from surreal.protocol.v1 import surreal_pb2 as pb
 
@@ -168,7 +171,10 @@ def _client_process(addr: str, workers: list[str], agents: int, window: tuple[fl
     async def main() -> list[ClientStats]:
         stats = [ClientStats(waits=[], errors=[]) for _ in workers]
         await asyncio.gather(
-            *(_actor(addr, w, payload, window, s) for w, s in zip(workers, stats, strict=True))
+            *(
+                _actor(addrs[int(w.rsplit("-", 1)[1]) % len(addrs)], w, payload, window, s)
+                for w, s in zip(workers, stats, strict=True)
+            )  # fmt: skip
         )
         return stats
 
@@ -182,7 +188,7 @@ def _client_process(addr: str, workers: list[str], agents: int, window: tuple[fl
 # --- one measurement ---------------------------------------------------------------------------
 
 
-def measure(mode: str, streams: int, seconds: float, clients: int) -> dict:
+def measure(mode: str, streams: int, seconds: float, clients: int, learners: int = 1) -> dict:
     import psutil
 
     from surreal.protocol import LearnerClient
@@ -195,33 +201,39 @@ def measure(mode: str, streams: int, seconds: float, clients: int) -> dict:
         learner.start()
         pid, addr = learner.pid, f"127.0.0.1:{port}"
     else:
-        proc, addr = start_learner(tmp, {"algo": "ppo", "env": ENV_ID, "agents": streams, "steps": 10**12},
-                                   {"eval_interval": str(10**12)})  # fmt: skip
+        flags = {"algo": "ppo", "env": ENV_ID, "agents": streams, "steps": 10**12, "learners": learners}
+        proc, addr = start_learner(tmp, flags, {"eval_interval": str(10**12)})
         pid = proc.pid
     try:
-        probe = LearnerClient(addr, TOKEN)
+        addrs = addr.split(",")
+        probe = LearnerClient(addrs[0], TOKEN)
         probe.wait_ready(120.0)
         now = time.monotonic()
         window = (now + START_SECONDS, now + START_SECONDS + seconds)
         out: mp.Queue = ctx.Queue()
         names = np.array_split(np.array([f"sim-{i}" for i in range(streams)]), clients)
-        procs = [ctx.Process(target=_client_process, args=(addr, list(n), streams, window, out))
+        procs = [ctx.Process(target=_client_process, args=(addrs, list(n), streams, window, out))
                  for n in names]  # fmt: skip
         for p in procs:
             p.start()
         learner_proc = psutil.Process(pid)
+        if learners > 1:  # the ranks are the learner component's children (the elastic agent's)
+            wait_ranks = time.monotonic() + 60
+            while len(learner_proc.children()) < learners and time.monotonic() < wait_ranks:
+                time.sleep(0.1)
+        group = [learner_proc, *learner_proc.children()]
         rss: list[tuple[float, int]] = []
         gets: list[float] = []  # seconds a Parameters.Get (the full weights) took, once a second
         while time.monotonic() < window[0]:
             time.sleep(0.05)
-        before, cpu0 = _progress(probe, tmp, mode), learner_proc.cpu_times()
+        before, cpu0 = _progress(probe, tmp, mode), _cpu(group)
         while time.monotonic() < window[1]:
-            rss.append((time.monotonic() - window[0], learner_proc.memory_info().rss))
+            rss.append((time.monotonic() - window[0], sum(p.memory_info().rss for p in group)))
             asked = time.monotonic()
             probe.get_params(-1, timeout=120.0)
             gets.append(time.monotonic() - asked)
             time.sleep(max(0.0, 1.0 - gets[-1]))
-        after, cpu1 = _progress(probe, tmp, mode), learner_proc.cpu_times()
+        after, cpu1 = _progress(probe, tmp, mode), _cpu(group)
         results = [out.get(timeout=120) for _ in procs]
         for p in procs:
             p.join(60)
@@ -245,9 +257,28 @@ def measure(mode: str, streams: int, seconds: float, clients: int) -> dict:
         "get_max_ms": 1e3 * max(gets),
         "wait_p50_ms": 1e3 * float(np.percentile(waits, 50)) if len(waits) else float("nan"),
         "wait_p99_ms": 1e3 * float(np.percentile(waits, 99)) if len(waits) else float("nan"),
-        "cpu": (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / seconds,
+        "cpu": (cpu1 - cpu0) / seconds,
+        "update_ms": _per_update(before, after, "update_seconds"),
+        "collective_ms": _per_update(before, after, "collective_seconds"),
         "rss": rss,
     }
+
+
+def _cpu(procs) -> float:
+    """CPU seconds used so far by `procs` (the learner, and its ranks)."""
+    total = 0.0
+    for p in procs:
+        t = p.cpu_times()
+        total += t.user + t.system
+    return total
+
+
+def _per_update(before: dict, after: dict, key: str) -> float:
+    """Milliseconds of `key` (a cumulative status figure of rank 0) per update in the window."""
+    updates = after.get("updates", 0) - before.get("updates", 0)
+    if key not in after or key not in before or updates <= 0:
+        return float("nan")
+    return 1e3 * (after[key] - before[key]) / updates
 
 
 def _progress(probe, tmp: Path, mode: str) -> dict:
@@ -271,17 +302,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="measured window per run")
     parser.add_argument("--clients", type=int, default=2, help="processes the actors are spread over")
     parser.add_argument("--modes", default="protocol,ppo", help="protocol, ppo or both")
+    parser.add_argument("--learners", default="1", help="ppo: learner ranks, comma-separated (1,2)")
     args = parser.parse_args()
     from surreal.algorithms.ppo.presets import preset_for
 
     print(f"{ENV_ID} fragments, {args.seconds:.0f} s windows, actors in {args.clients} processes, "
           f"{os.cpu_count()} cores", flush=True)  # fmt: skip
-    for mode in args.modes.split(","):
+    runs = [(mode, 1) if mode == "protocol" else (mode, int(n)) for mode in args.modes.split(",")
+            for n in (args.learners.split(",") if mode == "ppo" else ["1"])]  # fmt: skip
+    for mode, learners in runs:
         for streams in (int(s) for s in args.streams.split(",")):
             cfg = preset_for(ENV_ID, streams)
-            r = measure(mode, streams, args.seconds, args.clients)
+            r = measure(mode, streams, args.seconds, args.clients, learners)
             half = [b for t, b in r["rss"] if t >= r["rss"][-1][0] / 2]
-            print(f"({1 if mode == 'protocol' else 2}) {mode:8s} M={streams:<4d} fragment "
+            name = mode if mode == "protocol" else f"ppo x{learners}"
+            print(f"({1 if mode == 'protocol' else 2}) {name:8s} M={streams:<4d} fragment "
                   f"{cfg.fragment_length}x{cfg.envs_per_agent}: {r['fragments_per_s']:8,.0f} fragments/s "
                   f"{r['steps_per_s']:9,.0f} env steps/s  {r['updates_per_s']:5.2f} updates/s  "
                   f"credit wait p50 {r['wait_p50_ms']:7.1f} ms p99 {r['wait_p99_ms']:7.1f} ms  "
@@ -289,6 +324,12 @@ def main() -> None:
             print(f"    learner RSS {rss_line(r['rss'])}; second half {min(half) / 2**20:.1f}.."
                   f"{max(half) / 2**20:.1f} MiB; Parameters.Get under this load p50 "
                   f"{r['get_p50_ms']:.0f} ms, max {r['get_max_ms']:.0f} ms", flush=True)  # fmt: skip
+            if mode == "ppo" and learners > 1:
+                share = r["collective_ms"] / r["update_ms"] if r["update_ms"] > 0 else float("nan")
+                print(f"    per update (rank 0): {r['update_ms']:.0f} ms, of which collectives "
+                      f"{r['collective_ms']:.0f} ms ({share:.0%})", flush=True)  # fmt: skip
+            elif mode == "ppo":
+                print(f"    per update: {r['update_ms']:.0f} ms", flush=True)
             if r["errors"]:
                 print(f"    failed calls said: {'; '.join(r['errors'][:5])}", flush=True)
 
