@@ -48,6 +48,7 @@ from surreal.orchestrator.containers_plan import (
 from surreal.orchestrator.containers_run import Engine, Run, claim_dir, engine_for, remove_run
 from surreal.orchestrator.home import HomeLauncher, tail_log, wait_until
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
+from surreal.orchestrator.program import ranks_problem
 from surreal.orchestrator.supervisor import LOG_DIR, write_atomic, write_json_atomic
 from surreal.spec import ExperimentSpec, load_yaml_file
 
@@ -184,6 +185,9 @@ class ContainersLauncher(HomeLauncher):
             raise LauncherError(
                 f"--agents must be a positive multiple of agents_per_pod ({per_pod}), got {agents}"
             )
+        problem = ranks_problem(int(spec.get("learners") or 1), agents // per_pod, "pod")
+        if problem is not None:
+            raise LauncherError(f"experiment {name!r}: {problem}")
         plan = plan_from_dict(record["plan"])
         if learner_metrics(plan).get("done"):
             raise LauncherError(f"experiment {name!r} has done its steps; nothing to scale")

@@ -40,7 +40,7 @@ from surreal.orchestrator.kube_errors import (
 from surreal.orchestrator.kube_exec import Exec, pod_exec
 from surreal.orchestrator.kube_pods import EXP_DIR, TB_PORT, Placement
 from surreal.orchestrator.kube_portforward import Dial, PortForward, pod_dialer
-from surreal.orchestrator.program import LEARNER_PORT
+from surreal.orchestrator.program import LEARNER_PORT, ranks_problem
 from surreal.spec import ExperimentSpec
 
 log = logging.getLogger(__name__)
@@ -280,12 +280,16 @@ class KubeLauncher:
         written in its container), then the root gets the count (for `list`) and the actors'
         Indexed Job its completions and parallelism, together (an elastic Indexed Job: pods of
         the indexes dropped are stopped, new indexes start). Returns the actor pods."""
-        per_pod = int(self.spec_of(name, namespace).get("agents_per_pod", 1))
+        spec = self.spec_of(name, namespace)
+        per_pod = int(spec.get("agents_per_pod", 1))
         if agents < 1 or agents % per_pod:
             raise KubeError(
                 f"--agents must be a positive multiple of agents_per_pod ({per_pod}), got {agents}"
             )
         replicas = agents // per_pod
+        problem = ranks_problem(int(spec.get("learners", 1)), replicas, "pod")
+        if problem is not None:
+            raise KubeError(f"experiment {name!r}: {problem}")
         learner = ks.ready_pod(self.pods(namespace, f"surreal.io/experiment={name}"), "learner")
         if learner is None:
             raise KubeError(

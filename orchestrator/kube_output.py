@@ -102,6 +102,8 @@ def helm_values(
         "env": spec.env,
         "envKwargs": dict(spec.env_kwargs),
         "agents": spec.agents,
+        # Written only for ranks, so that values files of one learner stay as they were.
+        **({"learners": spec.learners} if spec.learners > 1 else {}),
         "agentsPerPod": spec.agents_per_pod,
         "steps": spec.steps,
         "seed": spec.seed,

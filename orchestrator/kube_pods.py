@@ -6,7 +6,7 @@ choice made here, and tests/kube compare the two object by object.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from surreal.orchestrator.components import Component
@@ -76,6 +76,12 @@ def pod_security() -> dict[str, Any]:
     }
 
 
+def rank_ports(ports: Sequence[int]) -> dict[str, int]:
+    """Port name -> port of each learner rank: "grpc" for rank 0 (the probes' and the one a single
+    learner has), "grpc-R" for rank R."""
+    return {("grpc" if rank == 0 else f"grpc-{rank}"): port for rank, port in enumerate(ports)}
+
+
 def grpc_probes(port: int) -> dict[str, Any]:
     """The learner serves grpc.health.v1 without auth. Startup allows for importing torch and
     loading a checkpoint; liveness is lenient because a long update holds the GIL."""
@@ -122,8 +128,11 @@ def component_container(
     image: str,
     pull_policy: str,
     resources: Mapping[str, Mapping[str, str]],
+    ports: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """The container that runs `component.argv` with exactly `component.env`."""
+    """The container that runs `component.argv` with exactly `component.env`; it listens on
+    `ports` (a learner's ranks), or on `component.port`. The probes ask the first port: rank 0's
+    server is up once the group has formed (every rank restores rank 0's checkpoint first)."""
     container: dict[str, Any] = {
         "name": component.role,
         "image": image,
@@ -133,9 +142,11 @@ def component_container(
         "args": list(component.argv[1:]),
         "env": [{"name": k, "value": v} for k, v in sorted(component.env.items())],
     }
-    if component.port is not None:
-        container["ports"] = [{"name": "grpc", "containerPort": component.port, "protocol": "TCP"}]
-        container.update(grpc_probes(component.port))
+    ports = tuple(ports) or ((component.port,) if component.port is not None else ())
+    if ports:
+        container["ports"] = [{"name": name, "containerPort": port, "protocol": "TCP"}
+                              for name, port in rank_ports(ports).items()]  # fmt: skip
+        container.update(grpc_probes(ports[0]))
     container["resources"] = {kind: dict(v) for kind, v in resources.items()}
     container["securityContext"] = container_security()
     container["volumeMounts"] = component_mounts()

@@ -31,7 +31,16 @@ from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.orchestrator import kube_pods as pods
 from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.kube_pods import Placement
-from surreal.orchestrator.program import LEARNER_PORT, Target, fragment_problem, make_program, pod_split
+from surreal.orchestrator.program import (
+    LEARNER_PORT,
+    Target,
+    fragment_problem,
+    learner_ports,
+    make_program,
+    pod_split,
+    rank_addrs,
+    ranks_problem,
+)
 from surreal.spec import ExperimentSpec
 
 __all__ = [
@@ -136,8 +145,9 @@ def kube_spec(spec: ExperimentSpec) -> ExperimentSpec:
 def kube_target(spec: ExperimentSpec) -> Target:
     return Target(
         spec_path=pods.SPEC_PATH,
-        # The Service's short name: every pod of the experiment lives in its namespace.
-        learner_addr=f"{object_names(spec.name)['learner']}:{LEARNER_PORT}",
+        # The Service's short name (every pod of the experiment lives in its namespace), a port per
+        # learner rank: the ranks run in the learner's pod, rank r on LEARNER_PORT + r.
+        learner_addr=rank_addrs(object_names(spec.name)["learner"], LEARNER_PORT, spec.learners),
         bind_host="0.0.0.0",
         exp_dir=pods.EXP_DIR,
         command=("surreal",),
@@ -160,6 +170,9 @@ def check_capacity(spec: ExperimentSpec) -> None:
 def kube_program(spec: ExperimentSpec) -> Program:
     check_capacity(spec)
     split = pod_split(spec.agents, spec.agents_per_pod)
+    problem = ranks_problem(spec.learners, len(split), "pod")
+    if problem is not None:
+        raise RenderError(f"{problem}: raise --agents or lower agents_per_pod ({spec.agents_per_pod})")
     problem = fragment_problem(spec, split, f"agents_per_pod ({spec.agents_per_pod})")
     if problem is not None:
         raise RenderError(problem)
@@ -192,14 +205,14 @@ def render(
     if pvc:
         objects.append(ctx.claim())
     objects += [
-        ctx.service("learner", LEARNER_PORT, "grpc"),
+        ctx.service("learner", pods.rank_ports(ctx.learner_ports)),
         ctx.disruption_budget(),
         ctx.job(program.component("learner"), 1),
         ctx.job(actors[0], len(actors)),
         ctx.job(program.component("evaluator"), 1),
     ]
     if pvc:  # TensorBoard reads the learner's claim
-        objects += [ctx.service("tensorboard", pods.TB_PORT, "http"), ctx.tensorboard()]
+        objects += [ctx.service("tensorboard", {"http": pods.TB_PORT}), ctx.tensorboard()]
     return objects
 
 
@@ -252,17 +265,23 @@ class _Ctx:
             "spec": {
                 "podSelector": {"matchLabels": selector(name, "learner")},
                 "policyTypes": ["Ingress"],
-                # Only this experiment's pods, in this namespace, reach the learner's port.
+                # Only this experiment's pods, in this namespace, reach the learner's ports (a
+                # port per rank; the ranks' own collectives stay inside the pod, on its loopback).
                 "ingress": [
                     {
                         "from": [{"podSelector": {"matchLabels": {"surreal.io/experiment": name}}}],
-                        "ports": [{"protocol": "TCP", "port": LEARNER_PORT}],
+                        "ports": [{"protocol": "TCP", "port": port} for port in self.learner_ports],
                     }
                 ],
             },
         }
 
-    def service(self, role: str, port: int, port_name: str) -> dict[str, Any]:
+    @property
+    def learner_ports(self) -> tuple[int, ...]:
+        """The port of each learner rank, by rank (the program's learner address says them)."""
+        return learner_ports(kube_target(self.spec).learner_addr)
+
+    def service(self, role: str, ports: Mapping[str, int]) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "Service",
@@ -270,7 +289,8 @@ class _Ctx:
             "spec": {
                 "type": "ClusterIP",
                 "selector": selector(self.spec.name, role),
-                "ports": [{"name": port_name, "port": port, "targetPort": port_name, "protocol": "TCP"}],
+                "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
+                          for name, port in ports.items()],  # fmt: skip
             },
         }
 
@@ -287,8 +307,9 @@ class _Ctx:
 
     def pod_template(self, component: Component) -> dict[str, Any]:
         container = pods.component_container(
-            component, self.spec.image, self.settings.image_pull_policy, self.resources(component)
-        )
+            component, self.spec.image, self.settings.image_pull_policy, self.resources(component),
+            ports=self.learner_ports if component.role == "learner" else (),
+        )  # fmt: skip
         if component.role == "learner":
             data = (
                 {"persistentVolumeClaim": {"claimName": self.names["claim"]}}

@@ -13,7 +13,7 @@ from surreal.orchestrator import local
 from surreal.orchestrator.components import ACTOR_ROLE
 from surreal.orchestrator.home import HomeLauncher, tail_log, wait_until
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
-from surreal.orchestrator.program import ENV_LEARNER_ADDR, local_split, rescaled
+from surreal.orchestrator.program import ENV_LEARNER_ADDR, local_split, ranks_problem, rescaled
 from surreal.orchestrator.supervisor import TERMINAL_PHASES
 from surreal.spec import ExperimentSpec
 
@@ -76,9 +76,9 @@ class LocalLauncher(HomeLauncher):
             program = local.load_program(exp_dir)
             learner = program.learner
             learners = len(learner.env[ENV_LEARNER_ADDR].split(",")) if learner is not None else 1
-            if agents < learners:
-                raise LauncherError(f"experiment {name!r} has {learners} learner ranks, each of which "
-                                    f"needs an agent: --agents must be at least {learners}")  # fmt: skip
+            problem = ranks_problem(learners, agents, "process")
+            if problem is not None:
+                raise LauncherError(f"experiment {name!r}: {problem}; --agents must be at least {learners}")
             program = rescaled(program, local_split(agents, learners=learners))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise LauncherError(f"experiment {name!r}: its program.json cannot be scaled ({exc})") from None

@@ -35,7 +35,9 @@ ENV_JOB_INDEX = "JOB_COMPLETION_INDEX"
 ENV_TERMINATION_LOG = "SURREAL_TERMINATION_LOG"
 ENV_IMPORT_PATH = IMPORT_PATH_VAR  # folders a component imports a user's environment module from
 
-LEARNER_PORT = 6000  # in a pod; locally a free port is chosen at create time
+LEARNER_PORT = 6000  # rank 0's in a pod (rank r listens on LEARNER_PORT + r); locally free ports
+# A learner's memory: one rank's, and each further rank's (its own network, optimizer and batch).
+LEARNER_MEMORY_MB = 2048
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,16 @@ def local_split(agents: int, cpus: int | None = None, learners: int = 1) -> list
 def pod_split(agents: int, agents_per_pod: int) -> list[int]:
     """Agents per actor pod: `agents_per_pod` each (one pod template serves them all)."""
     return [agents_per_pod] * math.ceil(agents / agents_per_pod)
+
+
+def ranks_problem(learners: int, workers: int, unit: str) -> str | None:
+    """Why `workers` actor workers (processes, pods: `unit`) cannot feed `learners` learner ranks
+    (each serves the workers whose index modulo `learners` is its rank: a rank without one would
+    hold every update of the group), or None."""
+    if workers >= learners:
+        return None
+    return (f"{learners} learner ranks need an actor {unit} each, and there would be {workers} "
+            f"(every rank serves its own {unit}s)")  # fmt: skip
 
 
 def fragment_problem(spec: ExperimentSpec, split: Sequence[int], knob: str) -> str | None:
@@ -102,14 +114,27 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
         env.update({k: str(v) for k, v in extra.pop("env", {}).items()})  # type: ignore[attr-defined]
         return Component(name=name, role=role, argv=argv, env=env, index=index, **extra)  # type: ignore[arg-type]
 
-    port = int(target.learner_addr.split(",")[0].rsplit(":", 1)[1])  # rank 0's
+    ranks = len(learner_ports(target.learner_addr))
     learner_env = {ENV_BIND_HOST: target.bind_host}
     if target.termination_log:
         learner_env[ENV_TERMINATION_LOG] = target.termination_log
-    learner = component("learner", env=learner_env, cpu=1.0, memory_mb=2048, port=port)
+    # Learner ranks run side by side (one pod on a cluster): a core and a learner's memory each.
+    learner = component("learner", env=learner_env, cpu=float(ranks), memory_mb=LEARNER_MEMORY_MB * ranks,
+                        port=learner_ports(target.learner_addr)[0])  # fmt: skip
     evaluator = component("evaluator", cpu=0.5, memory_mb=1024)
     template = component("actor", 0, cpu=1.0, memory_mb=1024)
     return Program(experiment=spec.name, components=(learner, *actor_group(template, split), evaluator))
+
+
+def learner_ports(learner_addr: str) -> tuple[int, ...]:
+    """The port of each learner rank, by rank, from a learner address ("host:port", comma-separated
+    for ranks)."""
+    return tuple(int(addr.rsplit(":", 1)[1]) for addr in learner_addr.split(","))
+
+
+def rank_addrs(host: str, first_port: int, learners: int) -> str:
+    """The learner address of `learners` ranks that listen on `host`, rank r on `first_port` + r."""
+    return ",".join(f"{host}:{first_port + rank}" for rank in range(learners))
 
 
 def actor_group(template: Component, split: Sequence[int]) -> list[Component]:

@@ -144,7 +144,7 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     code = 1
     try:
         code = int(main(spec.config, ctx))
-        if role == "learner":
+        if role == "learner" and rank_from_environ() is None:  # the learner, or its ranks' agent
             write_termination_message(ctx.exp_dir, code)
     finally:
         exit_within(EXIT_SECONDS, code)

@@ -269,14 +269,17 @@ def loopback_interface() -> str | None:
     return None
 
 
-def launch_ranks(learners: int, exp_dir: Path) -> int:
+def launch_ranks(learners: int) -> int:
     """Run this very component (sys.argv) as `learners` ranks under torch's elastic agent, on
     this machine: a rank that fails (or is killed) makes the agent stop the others and start the
     whole group again (MAX_GROUP_RESTARTS times), and the new group resumes from rank 0's last
-    checkpoint. The rendezvous and the ranks' store are files in `exp_dir/ranks`; gloo listens on
+    checkpoint. The rendezvous and the ranks' store are files in a private temporary folder (a
+    pod's /tmp: never the checkpoint volume, which may be a network filesystem); gloo listens on
     the loopback. Returns 0 when every rank finished, EXIT_PREEMPTED after SIGTERM (each rank
     got it; rank 0 saved), 1 when the group failed for good (the log names the rank and why)."""
+    import shutil
     import sys
+    import tempfile
     import uuid
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -285,8 +288,7 @@ def launch_ranks(learners: int, exp_dir: Path) -> int:
 
     from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 
-    folder = exp_dir / "ranks"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="surreal-ranks-"))
     run_id = uuid.uuid4().hex[:12]
     # The agent then opens no TCP store of its own: the ranks use files (ENV_STORE).
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
@@ -309,5 +311,7 @@ def launch_ranks(learners: int, exp_dir: Path) -> int:
     except ChildFailedError as exc:
         log.error("learner ranks failed after %d group restarts:\n%s", MAX_GROUP_RESTARTS, exc.format_msg())
         return 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     log.info("every learner rank finished")
     return 0

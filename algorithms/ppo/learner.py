@@ -593,7 +593,7 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     version is evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
     cfg.validate()
     if ctx.learners > 1 and rank_from_environ() is None:
-        return launch_ranks(ctx.learners, ctx.exp_dir)  # this process starts and watches the ranks
+        return launch_ranks(ctx.learners)  # this process starts and watches the ranks
     torch.set_num_threads(cfg.learner_threads)
     spaces = spaces_for(ctx.env)
     group = group_from_environ(ctx.learners)

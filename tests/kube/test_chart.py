@@ -131,6 +131,7 @@ CASES = {
     "claim of a storage class": (dict(), None, kr.RenderSettings(storage_class="fast", storage_size="9Gi")),
     "environment kwargs": (dict(env="Pendulum-v1", overrides={"env_kwargs.g": "9.81"}), None, None),
     "a Kueue queue": (dict(agents=4, queue="team-a"), None, None),
+    "learner ranks": (dict(agents=64, agents_per_pod=8, learners=4, gpu=4), None, None),
 }  # fmt: skip
 
 
@@ -275,6 +276,9 @@ def test_values_schema_rejects_bad_values() -> None:
         ({"agents": 10, "agentsPerPod": 4}, "exp1", "must be a multiple of agentsPerPod"),
         ({}, "x" * 41, "longer than 40 characters"),
         ({}, "Exp_1", "DNS-1123"),
+        ({"agents": 8, "agentsPerPod": 4, "learners": 3}, "exp1",
+         "3 learner ranks need an actor pod each, and there would be 2"),
+        ({"algo": "es", "learners": 2}, "exp1", "es trains with one learner"),
     ],
 )
 def test_chart_refuses_what_the_cli_refuses(values: dict, name: str, message: str) -> None:

@@ -33,6 +33,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, Any], dict[str, str], str]] = {
         "yaml",
     ),
     "ppo-gpu.yaml": ("ppo-gpu", {"agents": 16, "gpu": 1}, {}, "yaml"),
+    "ppo-ranks.yaml": ("ppo-ranks", {"agents": 64, "learners": 4}, {}, "yaml"),
 }
 
 

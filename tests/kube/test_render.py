@@ -258,6 +258,38 @@ def test_only_the_experiments_pods_reach_the_learner() -> None:
     assert rule["ports"] == [{"protocol": "TCP", "port": 6000}]
 
 
+def test_learner_ranks_run_in_the_learner_pod_each_on_its_own_port() -> None:
+    """`--learners 3`: one learner pod (the elastic agent and its ranks) sized for three, a port per
+    rank named in the container, the Service and the NetworkPolicy, and every component told each
+    rank's address; actor pods reach rank index % 3 through it."""
+    objects = by_kind_name(kr.render(make_spec(agents=6, learners=3), token="t"))
+    job = objects[("Job", "exp1-learner")]
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 1
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    ports = [(p["name"], p["containerPort"]) for p in container["ports"]]
+    assert ports == [("grpc", 6000), ("grpc-1", 6001), ("grpc-2", 6002)]
+    assert container["startupProbe"]["grpc"] == {"port": 6000}  # rank 0: up once the group formed
+    assert container["resources"]["limits"] == {"cpu": "3", "memory": "6144Mi"}
+    service = objects[("Service", "exp1-learner")]
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        ("grpc", 6000, "grpc"), ("grpc-1", 6001, "grpc-1"), ("grpc-2", 6002, "grpc-2")]  # fmt: skip
+    [rule] = objects[("NetworkPolicy", "exp1-learner")]["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [6000, 6001, 6002]
+    addr = "exp1-learner:6000,exp1-learner:6001,exp1-learner:6002"
+    for (kind, _), obj in objects.items():
+        if kind == "Job":
+            env = {e["name"]: e["value"] for e in obj["spec"]["template"]["spec"]["containers"][0]["env"]}
+            assert env["SURREAL_LEARNER_ADDR"] == addr
+    for version in KUBE_VERSIONS:
+        for obj in objects.values():
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_learner_ranks_need_an_actor_pod_each() -> None:
+    with pytest.raises(kr.RenderError, match="3 learner ranks need an actor pod each, and there would be 2"):
+        kr.render(make_spec(agents=4, agents_per_pod=2, learners=3), token="t")
+
+
 def test_shm_is_memory_and_the_exp_dir_is_writable_scratch_for_actors() -> None:
     objects = by_kind_name(kr.render(make_spec(), token="t"))
     pod = objects[("Job", "exp1-actor")]["spec"]["template"]["spec"]

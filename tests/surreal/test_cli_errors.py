@@ -43,12 +43,15 @@ CASES = [
     (["create", "e1", "--algo", "ppo", "--agents", "two"], "'two' is not a valid integer"),
     (["create", "E_1", "--algo", "ppo"], "invalid experiment name 'E_1'"),
     (["create", "e1", "--algo", "ppo", "--set", "=3"], "expected KEY=VALUE"),
-    (["create", "e1", "--algo", "ppo", "--learners", "0"], "learners must be a positive integer"),
+    (["create", "e1", "--algo", "ppo", "--learners", "0"], "learners must be an integer from 1 to 64, got 0"),
     (["create", "e1", "--algo", "ppo", "--agents", "2", "--learners", "3"],
      "every learner rank needs an agent of its own, and there are 2"),
     (["create", "e1", "--algo", "es", "--learners", "2"], "es trains with one learner"),
-    (["create", "e1", "--algo", "ppo", "--learners", "2", "--backend", "kube"],
-     "several learner ranks run on the local backend only for now"),
+    (["create", "e1", "--algo", "ppo", "--learners", "65", "--agents", "65"],
+     "learners must be an integer from 1 to 64, got 65"),
+    (["create", "e1", "--algo", "ppo", "--agents", "4", "--learners", "3", "--backend", "kube",
+      "--set", "agents_per_pod=2", "--dry-run"],
+     "3 learner ranks need an actor pod each, and there would be 2"),
     # A fragment over the protocol's 64 MiB message limit, which the learner would refuse at every
     # try: 20 Breakout envs x 129 rows x 4 stacked 84x84 frames.
     (["create", "e1", "--algo", "ppo", "--env", "ALE/Breakout-v5", "--set", "envs_per_agent=20"],

@@ -47,6 +47,37 @@ each to its Python name, so a change on one side only fails the tests.
 {{- div $agents $per -}}
 {{- end -}}
 
+{{/* Learner ranks: each serves the actor pods of its index modulo the ranks, so each needs one;
+ES trains with one learner (the CLI's refusals, word for word). */}}
+{{- define "surreal.learners" -}}
+{{- $learners := int (.Values.learners | default 1) -}}
+{{- if gt $learners 1 -}}
+{{- if eq .Values.algo "es" -}}
+{{- fail (printf "learners %d: es trains with one learner (its results are a few numbers per episode; one learner is never its bottleneck)" $learners) -}}
+{{- end -}}
+{{- $pods := include "surreal.workers" . | int -}}
+{{- if lt $pods $learners -}}
+{{- fail (printf "%d learner ranks need an actor pod each, and there would be %d (every rank serves its own pods)" $learners $pods) -}}
+{{- end -}}
+{{- end -}}
+{{- $learners -}}
+{{- end -}}
+
+{{/* The learner's address: the Service's name with a port per rank, 6000 + rank. */}}
+{{- define "surreal.learnerAddr" -}}
+{{- $name := include "surreal.name" . -}}
+{{- $addrs := list -}}
+{{- range $rank := until (include "surreal.learners" . | int) -}}
+{{- $addrs = append $addrs (printf "%s-learner:%d" $name (add 6000 $rank)) -}}
+{{- end -}}
+{{- join "," $addrs -}}
+{{- end -}}
+
+{{/* Port name of a learner rank: grpc for rank 0, grpc-R for rank R. */}}
+{{- define "surreal.rankPortName" -}}
+{{- if eq (int .) 0 -}}grpc{{- else -}}grpc-{{ . }}{{- end -}}
+{{- end -}}
+
 {{/* Labels; call with (dict "root" $ "component" ROLE). */}}
 {{- define "surreal.labels" -}}
 app.kubernetes.io/name: surreal
@@ -124,7 +155,7 @@ CLI writes it, is exactly the component's (orchestrator/program.py). */}}
 {{- $name := include "surreal.name" .root -}}
 {{- $env := dict
   "SURREAL_EXP_DIR" "/var/lib/surreal"
-  "SURREAL_LEARNER_ADDR" (printf "%s-learner:6000" $name)
+  "SURREAL_LEARNER_ADDR" (include "surreal.learnerAddr" .root)
   "SURREAL_TOKEN_FILE" "/var/run/secrets/surreal/token"
 -}}
 {{- if eq .role "learner" -}}
@@ -146,9 +177,11 @@ CLI writes it, is exactly the component's (orchestrator/program.py). */}}
     {{- end }}
   {{- if eq .role "learner" }}
   ports:
-    - name: grpc
-      containerPort: 6000
+    {{- range $rank := until (include "surreal.learners" .root | int) }}
+    - name: {{ include "surreal.rankPortName" $rank }}
+      containerPort: {{ add 6000 $rank }}
       protocol: TCP
+    {{- end }}
   startupProbe:
     grpc: {port: 6000}
     periodSeconds: 5
