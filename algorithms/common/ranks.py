@@ -41,13 +41,20 @@ ENV_RUN_ID = "TORCHELASTIC_RUN_ID"
 ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 ENV_STORE = "SURREAL_RANKS_STORE"  # "file:FOLDER" or "tcp:HOST:PORT"
 
-COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)  # forming the group, and any one collective
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)  # any one collective (a lost peer's raises)
+# Forming the group: the ranks are started together, and one starts in seconds (torch imported, the
+# spec read); one that has not joined by then is not coming (hung, or stuck before it could fail).
+JOIN_TIMEOUT = datetime.timedelta(seconds=60)
 PEER_TIMEOUT_SECONDS = 60.0  # a peer silent this long (hung, or gone without a word) is lost
 HEARTBEAT_SECONDS = 1.0
 
 
 class PeerLost(RuntimeError):
     """Another rank left or went silent: this group cannot update any more."""
+
+
+class GroupNotFormed(RuntimeError):
+    """Some ranks did not join the group in time; the message names them."""
 
 
 class RankGroup:
@@ -191,12 +198,30 @@ def open_store(spec: str, rank: int, size: int, generation: str) -> dist.Store:
     raise ValueError(f"{ENV_STORE}={spec!r}: expected file:FOLDER or tcp:HOST:PORT")
 
 
-def join_group(rank: int, size: int, store: dist.Store) -> RankGroup:
-    """Form the gloo process group of `size` ranks on `store` (waits COLLECTIVE_TIMEOUT at most for
-    the others: a rank that never comes up fails the group in bounded time)."""
-    if size > 1:
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=size,
-                                timeout=COLLECTIVE_TIMEOUT)  # fmt: skip
+def join_group(
+    rank: int,
+    size: int,
+    store: dist.Store,
+    *,
+    join_timeout: datetime.timedelta = JOIN_TIMEOUT,
+    timeout: datetime.timedelta = COLLECTIVE_TIMEOUT,
+) -> RankGroup:
+    """Form the gloo process group of `size` ranks on `store`. A rank that never comes up fails
+    the group in bounded time: GroupNotFormed after `join_timeout`, naming the ranks that did not
+    join. Every collective of the group then raises after `timeout` rather than wait for a peer
+    that is gone."""
+    if size == 1:
+        return RankGroup()
+    store.set(f"joined/{rank}", "1")
+    deadline = time.monotonic() + join_timeout.total_seconds()
+    while not store.check([f"joined/{r}" for r in range(size)]):
+        if time.monotonic() >= deadline:
+            missing = [r for r in range(size) if not store.check([f"joined/{r}"])]
+            raise GroupNotFormed(f"learner rank{'s' if len(missing) > 1 else ''} "
+                                 f"{', '.join(map(str, missing))} of {size} did not join the group "
+                                 f"within {join_timeout.total_seconds():.0f} s")  # fmt: skip
+        time.sleep(0.05)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
     return RankGroup(rank, size, store)
 
 

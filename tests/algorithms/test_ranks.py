@@ -4,7 +4,9 @@ batches; the ranks agree on every decision and end with the same parameters."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import multiprocessing
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,17 @@ import numpy as np
 import pytest
 import torch
 
+from surreal.algorithms.common import ranks as ranks_module
 from surreal.algorithms.common.envs import spaces_for
-from surreal.algorithms.common.ranks import RankGroup, join_group, open_store
+from surreal.algorithms.common.ranks import (
+    HEARTBEAT_SECONDS,
+    PEER_TIMEOUT_SECONDS,
+    GroupNotFormed,
+    PeerLost,
+    RankGroup,
+    join_group,
+    open_store,
+)
 from surreal.algorithms.ppo import learner as learner_module
 from surreal.algorithms.ppo.actor import PPOActor
 from surreal.algorithms.ppo.learner import PPOLearner
@@ -193,3 +204,84 @@ def test_the_group_of_one_has_no_store_and_identity_collectives():
     assert group.all_committed(0)
     with pytest.raises(ValueError, match="needs a store"):
         RankGroup(0, 2)
+
+
+# --- faults: a rank that never comes, one that goes silent or leaves, a collective left alone ---
+
+
+def test_a_rank_that_never_joins_fails_the_group_in_bounded_time(tmp_path):
+    """Rank 1 never starts: rank 0 gives up after the join timeout and names it, instead of
+    waiting (the learner then fails and says why)."""
+    store = open_store(f"file:{tmp_path}", 0, 2, "gen")
+    started = time.monotonic()
+    with pytest.raises(GroupNotFormed, match=r"^learner rank 1 of 2 did not join the group within 1 s$"):
+        join_group(0, 2, store, join_timeout=datetime.timedelta(seconds=1))
+    assert time.monotonic() - started < 30.0  # 1 s and a poll; the bar only catches "forever"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_silent_peer_is_lost_after_the_peer_timeout_and_a_leaving_one_at_once(tmp_path, monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(ranks_module.time, "monotonic", clock)
+    store = torch.distributed.FileStore(str(tmp_path / "store"), 2)
+    me, peer = RankGroup(0, 2, store), RankGroup(1, 2, store)
+    for _ in range(3):  # both beat: nobody is lost
+        peer.heartbeat()
+        me.keep_alive()
+        clock.now += HEARTBEAT_SECONDS
+    clock.now += PEER_TIMEOUT_SECONDS - 2 * HEARTBEAT_SECONDS  # the peer falls silent
+    me.keep_alive()
+    clock.now += 2 * HEARTBEAT_SECONDS
+    with pytest.raises(PeerLost, match=r"learner rank 1 has been silent for 6\d s"):
+        me.keep_alive()
+
+    other = RankGroup(0, 2, torch.distributed.FileStore(str(tmp_path / "store2"), 2))
+    RankGroup(1, 2, other.store).leave(137)
+    clock.now += HEARTBEAT_SECONDS
+    with pytest.raises(PeerLost, match=r"learner rank 1 left \(exit 137\)"):
+        other.keep_alive()
+
+
+def _join_then(rank: int, store_dir: str, out: Any) -> None:
+    """Rank 0 sums; rank 1 joins, then never takes part (as if hung) until it is killed."""
+    try:
+        group = join_group(rank, 2, open_store(f"file:{store_dir}", rank, 2, "gen"),
+                           timeout=datetime.timedelta(seconds=3))  # fmt: skip
+        if rank == 1:
+            out.put((rank, "joined"))
+            time.sleep(600)
+        started = time.monotonic()
+        try:
+            group.all_sum(torch.ones(4))
+            out.put((rank, "returned"))
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            out.put((rank, f"raised after {time.monotonic() - started:.1f} s: {exc}"))
+    except BaseException:  # noqa: BLE001
+        out.put((rank, traceback.format_exc()))
+
+
+def test_no_rank_waits_in_a_collective_forever(tmp_path):
+    """A peer that joined and then never runs the collective (hung): the all-reduce raises after
+    the group's timeout (3 s here, COLLECTIVE_TIMEOUT in a run) and the rank fails, to be
+    restarted from the checkpoint with its group."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_join_then, args=(r, str(tmp_path / "store"), out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        said = dict(out.get(timeout=TIMEOUT) for _ in range(2))
+    finally:
+        for p in procs:
+            p.kill()
+            p.join(10)
+    assert said[1] == "joined"
+    assert said[0].startswith("raised after "), said[0]
+    assert float(said[0].split()[2]) < 60.0, said[0]  # 3 s and the transport's own; not forever

@@ -83,6 +83,33 @@ def test_create_solves_cartpole_then_list_status_logs_and_delete(cli: Cli) -> No
     assert cli.run("status", "c1", ok=False).returncode == 1
 
 
+def test_two_learner_ranks_in_the_learner_container_solve_cartpole(cli: Cli) -> None:
+    """`--learners 2` in containers: one learner container runs both ranks (the elastic agent),
+    rank r on port 6000 + r of the learner's name; actor-0 sends to rank 0, actor-1 to rank 1. The
+    local test's steps, seed and bar (test_learner_ranks.py). 10 runs of this test on the 2-core
+    machine: final eval return min 500.0, median 500.0; the bar 400 keeps a margin below them
+    (random play scores about 22)."""
+    out = cli.run("create", "r2", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
+                  "--learners", "2", "--steps", "100000", "--seed", "1", "--backend", "containers",
+                  timeout=900.0)  # fmt: skip
+    assert "r2: Succeeded" in out.stderr, out.stderr
+    st = cli.status("r2")
+    print(f"eval return {st['eval_return']}, best {st['best_eval_return']}, learners {st['learners']}")
+    assert st["env_steps"] >= 100_000 and st["eval_return"] >= 400.0, st
+    assert st["group_restarts"] == 0, st
+    per_rank = [r["env_steps"] for r in st["learners"]]
+    assert len(per_rank) == 2 and min(per_rank) > 0.3 * sum(per_rank), st["learners"]
+    assert [(j["role"], j["state"]) for j in st["jobs"]] == [
+        ("learner", "Complete"), ("actor", "Complete"), ("evaluator", "Complete")]  # fmt: skip
+    assert len([c for c in st["components"] if c["role"] == "learner"]) == 1  # one pod, two ranks
+    learner_log = cli.run("logs", "r2", "learner").stdout
+    assert "rank 1 INFO" in learner_log and "every learner rank finished" in learner_log, learner_log[-3000:]
+    assert "connected to the learner at r2-learner:6000" in cli.run("logs", "r2", "actor-0").stdout
+    assert "connected to the learner at r2-learner:6001" in cli.run("logs", "r2", "actor-1").stdout
+    cli.run("delete", "r2")
+    assert cli.containers("r2") == []
+
+
 def test_scale_starts_and_stops_actor_containers_and_the_learner_follows(cli: Cli) -> None:
     cli.run("create", "sc", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--steps", "50000000",
             "--backend", "containers", "--detach", timeout=300.0)  # fmt: skip
