@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 
-def resolve_device(name: str):  # -> torch.device (torch is imported here, not at spec time)
-    """`name` as PPOConfig.validate() accepts it. "auto": the first CUDA device when torch sees
-    one, else the CPU. "cuda" (or "cuda:N") when torch sees no such device raises ValueError
-    saying why, instead of training elsewhere."""
+def resolve_device(name: str, rank: int = 0):  # -> torch.device (torch imported here, not at spec time)
+    """`name` as PPOConfig.validate() accepts it. "auto": a CUDA device when torch sees one, else
+    the CPU. Of learner rank `rank`, "auto" and "cuda" mean its own GPU where there are several
+    (rank modulo the devices torch sees: a pod given `--gpu N` for N ranks gives each rank one).
+    "cuda" (or "cuda:N") when torch sees no such device raises ValueError saying why, instead of
+    training elsewhere."""
     import torch
 
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
+    if device.type == "cuda" and device.index is None and torch.cuda.device_count() > 1:
+        device = torch.device("cuda", rank % torch.cuda.device_count())
     if device.type == "cuda":
         if not torch.cuda.is_available():
             build = "built without CUDA" if torch.version.cuda is None else "no CUDA device visible"

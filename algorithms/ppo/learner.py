@@ -101,7 +101,7 @@ class PPOLearner(LearnerProgress):
         self.rank_env_steps = [0] * self.group.size  # env steps each rank took in, since it formed
         self.rank_streams = [0] * self.group.size
         self.update_seconds = 0.0  # in update(), since this process started (collectives included)
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(cfg.device, self.group.rank)
         torch.manual_seed(seed)  # the initial weights are drawn on the CPU: the same on any device
         self.net = make_network(cfg, spaces).to(self.device)
         self._params = list(self.net.parameters())

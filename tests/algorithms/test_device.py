@@ -29,6 +29,20 @@ def test_auto_is_cuda_when_torch_sees_a_gpu_and_the_cpu_otherwise():
     assert resolve_device("cpu").type == "cpu"
 
 
+def test_each_learner_rank_trains_on_its_own_gpu_where_there_are_several(monkeypatch):
+    """A pod given `--gpu 4` for 4 ranks: rank r takes cuda:r (modulo the devices seen); a device
+    named by its index stays that one, and with one GPU every rank shares it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert [resolve_device("auto", r) for r in range(5)] == [
+        torch.device("cuda", i) for i in (0, 1, 2, 3, 0)]  # fmt: skip
+    assert resolve_device("cuda", 2) == torch.device("cuda", 2)
+    assert resolve_device("cuda:1", 3) == torch.device("cuda", 1)
+    assert resolve_device("cpu", 3) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("auto", 3) == torch.device("cuda")
+
+
 @pytest.mark.skipif(CUDA, reason="needs a machine without a GPU")
 def test_asking_for_cuda_without_one_fails_saying_why():
     with pytest.raises(ValueError, match="device=cuda but torch .* sees no GPU"):
