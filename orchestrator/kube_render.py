@@ -289,8 +289,10 @@ class _Ctx:
             "spec": {
                 "type": "ClusterIP",
                 "selector": selector(self.spec.name, role),
-                "ports": [{"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
-                          for name, port in ports.items()],  # fmt: skip
+                "ports": [
+                    {"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
+                    for name, port in ports.items()
+                ],  # fmt: skip
             },
         }
 

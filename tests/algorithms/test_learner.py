@@ -229,7 +229,7 @@ def test_status_has_the_contract_fields():
         "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
         "best_eval_return", "steps_per_second", "elapsed_seconds", "dropped_fragments",
         "connected_actors", "done", "rejected_fragments", "skipped_updates", "checkpoint_version",
-        "checkpoint_age_seconds",
+        "checkpoint_age_seconds", "update_seconds",
     }  # fmt: skip
     assert status["env_steps"] == 32 and status["connected_actors"] == 3
     json.dumps(status)

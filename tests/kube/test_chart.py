@@ -276,8 +276,11 @@ def test_values_schema_rejects_bad_values() -> None:
         ({"agents": 10, "agentsPerPod": 4}, "exp1", "must be a multiple of agentsPerPod"),
         ({}, "x" * 41, "longer than 40 characters"),
         ({}, "Exp_1", "DNS-1123"),
-        ({"agents": 8, "agentsPerPod": 4, "learners": 3}, "exp1",
-         "3 learner ranks need an actor pod each, and there would be 2"),
+        (
+            {"agents": 8, "agentsPerPod": 4, "learners": 3},
+            "exp1",
+            "3 learner ranks need an actor pod each, and there would be 2",
+        ),
         ({"algo": "es", "learners": 2}, "exp1", "es trains with one learner"),
     ],
 )
