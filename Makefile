@@ -48,6 +48,7 @@ bench: install
 	$(BIN)/python benchmarks/learner_ceiling.py
 	$(BIN)/python benchmarks/learner_update.py
 	$(BIN)/python benchmarks/checkpoint_write.py
+	$(BIN)/python benchmarks/pixel_bytes.py
 
 clean:
 	rm -rf $(VENV) .surreal .pytest_cache .ruff_cache .mypy_cache

@@ -24,6 +24,7 @@ from surreal.algorithms.common.reconnect import work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.fragment import obs_stats_dim
+from surreal.algorithms.ppo.frames import encode_stacks
 from surreal.algorithms.ppo.policy import NumpyPolicy, policy_from_params
 from surreal.protocol.client import ExperienceStream, LearnerClient
 from surreal.protocol.types import Params
@@ -55,7 +56,8 @@ class PPOActor:
         self.version = params.version
 
     def collect(self) -> dict[str, np.ndarray]:
-        """Step every env `fragment_length` times with the current policy; return the fragment."""
+        """Step every env `fragment_length` times with the current policy; return the fragment as
+        it travels (fragment.experience_schema: images as new frames, frames.py)."""
         cfg, sp, policy = self.cfg, self.spaces, self.policy
         if policy is None:
             raise RuntimeError("collect() before set_params(): the actor has no policy yet")
@@ -97,7 +99,7 @@ class PPOActor:
         if norm is not None:
             tr_obs = norm(tr_obs)
         return {
-            "obs": obs,
+            **(encode_stacks(obs) if sp.pixels else {"obs": obs}),  # images: each new frame once
             "actions": actions,
             "logprobs": logprobs,
             "rewards": rewards,

@@ -1,6 +1,7 @@
 """The fragment an actor sends: its tensors (checked by the protocol against the schema), and
 what the learner checks before it trusts one: that the tensors fit together and that every value
-is one an honest actor could have sent. A fragment that fails is rejected whole."""
+is one an honest actor could have sent. A fragment that fails is rejected whole. Image
+observations travel as new frames (frames.py); `open_fragment` rebuilds their stacks first."""
 
 from __future__ import annotations
 
@@ -10,12 +11,27 @@ import numpy as np
 
 from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.frames import stacks_problem, with_stacks
 from surreal.protocol.codec import TensorSpec
 
 
 def obs_stats_dim(spaces: EnvSpaces) -> int:
     """Length of the observation statistics: images are scaled in the CNN and never normalized."""
     return 0 if spaces.pixels else spaces.obs_dim
+
+
+def _obs_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
+    """Observations [T+1, N, ...] (row T bootstraps): float32 vectors as they are (normalized);
+    uint8 images [C, H, W] as frames.py sends them: the newest frame of every step, and the older
+    C-1 frames of the K' stacks that are not the previous step's shifted by one frame, at (t, n)."""
+    if spaces.image_shape is None:
+        return {"obs": TensorSpec("float32", (None, None, spaces.obs_dim))}
+    c, h, w = spaces.image_shape
+    return {
+        "obs_frames": TensorSpec("uint8", (None, None, h, w)),  # [T+1, N, H, W]
+        "obs_keys": TensorSpec("uint8", (None, c - 1, h, w)),  # [K', C-1, H, W]
+        "obs_key_index": TensorSpec("int64", (None, 2)),  # [K', 2], row-major order
+    }
 
 
 def experience_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
@@ -26,14 +42,15 @@ def experience_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
     obs = tuple(spaces.obs_shape)
     actions = TensorSpec("int64", (None, None)) if spaces.discrete else TensorSpec("float32", (None, None, a))
     return {
-        "obs": TensorSpec(obs_dtype, (None, None, *obs)),  # [T+1, N, ...] normalized; row T bootstraps
+        **_obs_schema(spaces),
         "actions": actions,  # [T, N] or [T, N, A], unclipped samples
         "logprobs": TensorSpec("float32", (None, None)),  # behaviour policy log-probs [T, N]
         "rewards": TensorSpec("float32", (None, None)),  # raw rewards [T, N]
         "terminated": TensorSpec("bool", (None, None)),
         "truncated": TensorSpec("bool", (None, None)),
         "trunc_index": TensorSpec("int64", (None, 2)),  # (t, n) of each truncated step [K, 2]
-        "trunc_obs": TensorSpec(obs_dtype, (None, *obs)),  # their final observations, normalized
+        # their final observations, normalized; images as whole stacks (time limits only: rare)
+        "trunc_obs": TensorSpec(obs_dtype, (None, *obs)),
         "obs_count": TensorSpec("float64", (1,)),  # moments of the raw observations seen
         "obs_mean": TensorSpec("float64", (s,)),
         "obs_m2": TensorSpec("float64", (s,)),
@@ -47,7 +64,7 @@ def experience_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
 
 # Why the learner rejects a whole fragment (counted per reason in status and TensorBoard).
 REJECT_REASONS = (
-    "malformed",  # tensors whose shapes do not fit together
+    "malformed",  # tensors whose shapes do not fit together, or image frames that rebuild no stacks
     "non_finite",  # NaN or infinity in any float tensor
     "bad_action",  # a discrete action outside [0, n)
     "out_of_range",  # a reward beyond max_abs_reward, a normalized observation beyond obs_clip,
@@ -65,10 +82,25 @@ class Rejection(NamedTuple):
     detail: str  # for the log
 
 
+def open_fragment(
+    t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: PPOConfig
+) -> tuple[dict[str, np.ndarray], None] | tuple[None, Rejection]:
+    """The fragment as the learner trains on it (image stacks rebuilt into `obs` [T+1, N, C, H, W]
+    before anything reads them) and None; or None and why the learner must not train on it."""
+    if spaces.image_shape is not None:
+        problem = stacks_problem(t, spaces.image_shape)
+        if problem is not None:
+            return None, Rejection("malformed", problem)
+        t = with_stacks(t)
+    rejection = check_fragment(t, spaces, cfg)
+    return (t, None) if rejection is None else (None, rejection)
+
+
 def check_fragment(t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: PPOConfig) -> Rejection | None:
-    """Why the learner must not train on a fragment, or None. The protocol has checked each
-    tensor's dtype and rank against the experience schema; this checks that they fit together and
-    that every value is one an honest actor with this config could have sent."""
+    """Why the learner must not train on a fragment (its image stacks rebuilt: open_fragment), or
+    None. The protocol has checked each wire tensor's dtype and rank against the experience schema;
+    this checks that they fit together and that every value is one an honest actor with this
+    config could have sent."""
     problem = _shape_problem(t)
     if problem is not None:
         return Rejection("malformed", problem)

@@ -36,7 +36,7 @@ from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.device import resolve_device
 from surreal.algorithms.ppo.evaluator import eval_policy
-from surreal.algorithms.ppo.fragment import REJECT_REASONS, check_fragment, experience_schema, obs_stats_dim
+from surreal.algorithms.ppo.fragment import REJECT_REASONS, experience_schema, obs_stats_dim, open_fragment
 from surreal.algorithms.ppo.loss import compute_gae, ppo_loss
 from surreal.algorithms.ppo.networks import make_network
 from surreal.protocol.ratelimit import RejectionLog
@@ -169,11 +169,12 @@ class PPOLearner(LearnerProgress):
 
     def add_fragment(self, fragment: Fragment) -> bool:
         """Account for a fragment; keep it for the next update unless stale. True if kept."""
-        t, p = fragment.tensors, self._pending
+        p = self._pending
         if self.done:
             return False
-        rejection = check_fragment(t, self.spaces, self.cfg)
-        if rejection is not None:
+        t, rejection = open_fragment(fragment.tensors, self.spaces, self.cfg)  # image stacks rebuilt
+        if t is None:
+            assert rejection is not None
             self._reject(fragment.worker_id, *rejection)
             return False
         steps = t["rewards"].size

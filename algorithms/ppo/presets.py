@@ -174,12 +174,18 @@ def check_config(cfg: PPOConfig, env: EnvRef | str, *, resolved: ResolvedEnv | N
 def fragment_bytes(cfg: PPOConfig, resolved: ResolvedEnv, agents_in_worker: int) -> int:
     """The size of the fragment a worker of `agents_in_worker` agents sends (fragment.py's
     tensors), give or take its truncations and episode results beyond one per env: T+1 rows of
-    observations (uint8 images or float32 vectors), then T rows of action, log-prob, reward and the
-    two done flags, for each of its envs."""
+    observations, then T rows of action, log-prob, reward and the two done flags, for each of its
+    envs. A row of observations is a float32 vector, or for images (frames.py) at most the new frame
+    plus a key stack's other C-1 frames and its (t, n): a bound, as every row is a key where every
+    step ends an episode or the image is not a frame stack. A frame-stacked row is most often the
+    new frame alone (Breakout's fragments are ~4x smaller: benchmarks/pixel_bytes.py), but no
+    episode length is promised, so the create-time check assumes none."""
     n, t = agents_in_worker * cfg.envs_per_agent, cfg.fragment_length
-    obs = resolved.obs_dim * (1 if resolved.image_shape is not None else 4)
+    pixels = resolved.image_shape is not None
+    obs = resolved.obs_dim * (1 if pixels else 4)
+    row = obs + (2 * 8 if pixels else 0)  # a key's obs_key_index entry
     action = 8 if resolved.discrete else 4 * resolved.action_dim
-    return n * (t + 1) * obs + n * t * (action + 4 + 4 + 1 + 1) + n * (obs + 8 * 3)
+    return n * (t + 1) * row + n * t * (action + 4 + 4 + 1 + 1) + n * (obs + 8 * 3)
 
 
 def check_local(cfg: PPOConfig) -> None:

@@ -76,13 +76,17 @@ def test_parameters_of_another_network_are_refused_with_a_clear_error() -> None:
 
 
 def test_images_travel_as_uint8_and_float_images_are_refused_by_the_schema() -> None:
-    schema = experience_schema(SMALL)
-    assert schema["obs"].dtype == np.uint8 and schema["trunc_obs"].dtype == np.uint8
-    schema["obs"].check("obs", np.zeros((3, 2, 2, 20, 20), np.uint8))
+    schema = experience_schema(SMALL)  # images travel as new frames (frames.py): never whole in obs
+    assert "obs" not in schema and schema["trunc_obs"].dtype == np.uint8
+    assert schema["obs_frames"].dtype == np.uint8 and schema["obs_keys"].dtype == np.uint8
+    schema["obs_frames"].check("obs_frames", np.zeros((3, 2, 20, 20), np.uint8))
+    schema["obs_keys"].check("obs_keys", np.zeros((2, 1, 20, 20), np.uint8))  # the older C-1 frames
     with pytest.raises(CodecError, match="dtype float32, expected uint8"):
-        schema["obs"].check("obs", np.zeros((3, 2, 2, 20, 20), np.float32))
+        schema["obs_frames"].check("obs_frames", np.zeros((3, 2, 20, 20), np.float32))
     with pytest.raises(CodecError):
-        schema["obs"].check("obs", np.zeros((3, 2, 800), np.uint8))  # flattened: not an image
+        schema["obs_frames"].check("obs_frames", np.zeros((3, 2, 400), np.uint8))  # flattened
+    with pytest.raises(CodecError):
+        schema["obs_keys"].check("obs_keys", np.zeros((2, 2, 20, 20), np.uint8))  # whole stacks
 
 
 def test_the_learner_trains_a_cnn_on_an_actors_uint8_fragments() -> None:
@@ -94,7 +98,9 @@ def test_the_learner_trains_a_cnn_on_an_actors_uint8_fragments() -> None:
     actor.set_params(learner.params())
     before = {k: v.copy() for k, v in learner.params().weights.items()}
     fragment = actor.collect()
-    assert fragment["obs"].dtype == np.uint8 and fragment["obs"].shape == (17, 4, 1, 16, 16)
+    # One channel: every observation is its new frame, and the keys of row 0 hold no older frames.
+    assert fragment["obs_frames"].dtype == np.uint8 and fragment["obs_frames"].shape == (17, 4, 16, 16)
+    assert fragment["obs_keys"].shape == (4, 0, 16, 16) and "obs" not in fragment
     assert fragment["obs_mean"].shape == (0,)  # images are never normalized: no statistics travel
     assert learner.add_fragment(Fragment("w0", actor.version, fragment))
     stats = learner.update()
