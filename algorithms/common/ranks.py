@@ -6,8 +6,12 @@ batch. An update is collective: the ranks combine their counters and normalizati
 average gradients minibatch by minibatch (torch.distributed, gloo on CPU), so that after every
 update each rank holds the same weights, optimizer state and version.
 
-Collectives start only when every rank has committed to the same update (`commit`, then
-`all_committed` until true): a commitment is a key in the group's store, polled without blocking,
+An update is due when the group as a whole holds a batch (`add_steps` counts each rank's intake in
+the store), whichever ranks' actors sent it: as with one learner, a faster actor fills more of it
+and nothing waits for the slowest, so the data is as fresh as one learner's; a rank whose actors
+sent nothing takes part with no rows. Collectives start only when every rank has committed to the
+same update (`commit`, then `all_committed` until true): a commitment is a key in the group's
+store, polled without blocking,
 so a rank waiting for its peers' data keeps serving, reporting status and hearing SIGTERM. Once all
 have committed the collectives of the update run at once, each bounded by COLLECTIVE_TIMEOUT. A
 peer that stops heart-beating for PEER_TIMEOUT_SECONDS, or that leaves, ends the wait with
@@ -108,6 +112,19 @@ class RankGroup:
         return box[0]
 
     # --- agreeing when to run collectives (through the store; never blocks) ---
+
+    def add_steps(self, round_: int, steps: int) -> None:
+        """This rank took `steps` more env steps for update `round_` (the group's batch count)."""
+        if self.size > 1:
+            assert self.store is not None
+            self.store.add(f"steps/{round_}", steps)
+
+    def group_steps(self, round_: int) -> int:
+        """Env steps the whole group has taken for update `round_` so far."""
+        if self.size == 1:
+            raise RuntimeError("a group of one counts its own steps")
+        assert self.store is not None
+        return int(self.store.add(f"steps/{round_}", 0))
 
     def commit(self, round_: int) -> None:
         """This rank will run update `round_`'s collectives as soon as every rank has committed."""

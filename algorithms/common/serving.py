@@ -53,6 +53,11 @@ RELEASE_SECONDS = 60.0  # the longest the learner serves, after the end, for wor
 # or hostile peer) and is not waited for.
 HANG_UP_SECONDS = 10.0
 HOLD_POLL_SECONDS = 0.001  # how often a learner rank waiting for its group looks again (a store read)
+# How long a learner rank waits for a fragment before it looks whether its group holds a batch
+# (one counter read in the group's store): an update's start is late by this at most. A single
+# learner knows its batch without looking, and waits longer.
+RANK_POLL_SECONDS = 0.005
+FRAGMENT_WAIT_SECONDS = 0.25
 
 
 def max_streams(num_agents: int) -> int:
@@ -126,6 +131,7 @@ class ServingLoop:
         self.group = group or RankGroup()
         self.evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
         self.status_path = ctx.exp_dir / "status.json" if self.group.is_root else None
+        self._fragment_wait = RANK_POLL_SECONDS if self.group.size > 1 else FRAGMENT_WAIT_SECONDS
         self.scale_path = ctx.exp_dir / SCALE_FILE
         rank = self.group.rank
         self.workers_path = ctx.exp_dir / (WORKERS_FILE if rank == 0 else f"workers-{rank}.json")
@@ -177,7 +183,7 @@ class ServingLoop:
             # A learner rank that committed to the group's next update takes nothing more until
             # the group runs it: its workers wait for credits, and each rank's batch stays its share.
             holding = core.holding
-            fragment = None if holding else server.next_fragment(timeout=0.25)
+            fragment = None if holding else server.next_fragment(timeout=self._fragment_wait)
             if fragment is not None:
                 if fragment.worker_id in self._known:
                     self._known[fragment.worker_id] = time.time()

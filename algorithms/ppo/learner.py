@@ -93,9 +93,8 @@ class PPOLearner(LearnerProgress):
     ) -> None:
         cfg.validate()
         self.cfg, self.spaces, self.total_steps = cfg, spaces, total_steps
-        # Learner ranks (ranks.py): each takes a share of the batch from its own actors.
+        # Learner ranks (ranks.py): each takes what its own actors send; the group's batch is theirs.
         self.group = group or RankGroup()
-        self._share = math.ceil(cfg.steps_per_update / self.group.size)
         self._round = 0  # updates this group did since it formed: the commitment's key
         self._committed = False
         self.rank_env_steps = [0] * self.group.size  # env steps each rank took in, since it formed
@@ -138,16 +137,15 @@ class PPOLearner(LearnerProgress):
 
     def ready(self) -> bool:
         """A batch is due: enough steps buffered, or the run is done and some are left. Of a rank:
-        its share of the batch is buffered and every other rank has committed to the update too
-        (the wait never blocks; PeerLost if a peer left or went silent)."""
-        local = self._batch_steps >= self._share or (self.done and self._batch_steps > 0)
+        the group's ranks together hold a batch and every rank has committed to the update (the
+        wait never blocks; PeerLost if a peer left or went silent)."""
         if self.group.size == 1:
-            return local
+            return self._batch_steps >= self.cfg.steps_per_update or (self.done and self._batch_steps > 0)
         if self.done:  # the group ends together, after the update that reached total_steps
             return False
         self.group.keep_alive()
         if not self._committed:
-            if not local:
+            if self.group.group_steps(self._round) < self.cfg.steps_per_update:
                 return False
             self.group.commit(self._round)
             self._committed = True
@@ -190,6 +188,7 @@ class PPOLearner(LearnerProgress):
         if kept:
             self._batch.append((t, lag, fragment.worker_id))
             self._batch_steps += steps
+            self.group.add_steps(self._round, steps)
         else:
             p.dropped_fragments += 1
         if self.group.size == 1:

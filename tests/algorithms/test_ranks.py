@@ -165,6 +165,19 @@ def test_ranks_with_uneven_shares_and_several_minibatches_stay_identical(tmp_pat
         assert [s["grad_steps"] for s in r["stats"]] == [8.0, 8.0]
 
 
+def test_the_group_updates_when_it_holds_a_batch_even_if_one_rank_brought_nothing(tmp_path):
+    """An update is due when the group holds a batch, whoever's actors sent it (one learner takes
+    whichever actor is faster too): rank 0 brings A+B, rank 1 nothing (its actor slow, or gone),
+    and both end where one learner on A+B does."""
+    frags = fragments(FULL_BATCH, 4)
+    (reference,) = run_group(tmp_path, {"cfg": FULL_BATCH, "batches": [[frags]]}, size=1)
+    ranks = run_group(tmp_path, {"cfg": FULL_BATCH, "batches": [[frags], [[]]]})
+    for result in ranks:
+        assert_same(result["state"], reference["state"], atol=1e-6)
+        assert result["stats"][0]["batch_steps"] == 128
+    assert [r["env_steps"] for r in ranks[0]["status"]["learners"]] == [128, 0]
+
+
 def test_a_non_finite_loss_on_one_rank_skips_the_update_on_every_rank(tmp_path):
     """Trust checks decide the same way everywhere: rank 1's loss goes NaN, and both ranks keep
     their weights and version (the update is counted as skipped on both)."""
