@@ -18,8 +18,7 @@ from pathlib import Path
 from surreal.algorithms.common import preemption
 from surreal.algorithms.common.env_ref import import_path_from_environ
 from surreal.algorithms.common.envs import use_resolved
-from surreal.algorithms.common.ranks import rank_from_environ
-from surreal.algorithms.common.run import RunContext
+from surreal.algorithms.common.run import RunContext, rank_from_environ
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
 from surreal.protocol.ratelimit import RateLimitFilter

@@ -37,10 +37,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from surreal.algorithms.common.run import ENV_RANK, ENV_WORLD_SIZE, rank_from_environ
+
 log = logging.getLogger(__name__)
 
-ENV_RANK = "RANK"  # set by torch's elastic agent (torchrun) for each worker
-ENV_WORLD_SIZE = "WORLD_SIZE"
 ENV_RUN_ID = "TORCHELASTIC_RUN_ID"
 ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 ENV_STORE = "SURREAL_RANKS_STORE"  # "file:FOLDER" or "tcp:HOST:PORT"
@@ -113,11 +113,13 @@ class RankGroup:
 
     # --- agreeing when to run collectives (through the store; never blocks) ---
 
-    def add_steps(self, round_: int, steps: int) -> None:
-        """This rank took `steps` more env steps for update `round_` (the group's batch count)."""
-        if self.size > 1:
-            assert self.store is not None
-            self.store.add(f"steps/{round_}", steps)
+    def add_steps(self, round_: int, steps: int) -> int:
+        """This rank took `steps` more env steps for update `round_`; the group's count with them
+        (the order of the adds orders the fragments, so the ranks agree which one filled the batch)."""
+        if self.size == 1:
+            raise RuntimeError("a group of one counts its own steps")
+        assert self.store is not None
+        return int(self.store.add(f"steps/{round_}", steps))
 
     def group_steps(self, round_: int) -> int:
         """Env steps the whole group has taken for update `round_` so far."""
@@ -186,17 +188,6 @@ class RankGroup:
     def close(self) -> None:
         if self.size > 1 and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def rank_from_environ() -> tuple[int, int] | None:
-    """(rank, world size) from the elastic agent's variables, or None outside a group."""
-    rank, size = os.environ.get(ENV_RANK), os.environ.get(ENV_WORLD_SIZE)
-    if rank is None or size is None:
-        return None
-    try:
-        return int(rank), int(size)
-    except ValueError:
-        raise ValueError(f"{ENV_RANK}={rank!r} and {ENV_WORLD_SIZE}={size!r} must be integers") from None
 
 
 def open_store(spec: str, rank: int, size: int, generation: str) -> dist.Store:

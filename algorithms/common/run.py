@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,22 @@ from typing import Any
 import numpy as np
 
 from surreal.algorithms.common.env_ref import EnvRef
+
+# Learner ranks (ranks.py) are started by torch's elastic agent, which names each its rank. Read
+# here, without torch, so that every component can ask whether it is one.
+ENV_RANK = "RANK"
+ENV_WORLD_SIZE = "WORLD_SIZE"
+
+
+def rank_from_environ() -> tuple[int, int] | None:
+    """(rank, world size) from the elastic agent's variables, or None outside a group."""
+    rank, size = os.environ.get(ENV_RANK), os.environ.get(ENV_WORLD_SIZE)
+    if rank is None or size is None:
+        return None
+    try:
+        return int(rank), int(size)
+    except ValueError:
+        raise ValueError(f"{ENV_RANK}={rank!r} and {ENV_WORLD_SIZE}={size!r} must be integers") from None
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,9 @@ from surreal.algorithms.common.ranks import (
     flat_grads,
     group_from_environ,
     launch_ranks,
-    rank_from_environ,
     set_flat_grads,
 )
-from surreal.algorithms.common.run import RunContext, progress_extras
+from surreal.algorithms.common.run import RunContext, progress_extras, rank_from_environ
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
@@ -114,6 +113,9 @@ class PPOLearner(LearnerProgress):
         self._init_progress()
         self._batch: list[tuple[dict[str, np.ndarray], int, str]] = []  # (tensors, policy lag, worker)
         self._batch_steps = 0
+        # Of a rank: fragments taken once the group's batch was full (the next update's, as with
+        # one learner, whose batch ends with the fragment that fills it).
+        self._carry: list[tuple[dict[str, np.ndarray], int, str]] = []
         # Whatever workers send, the log gets one line per interval about it (protocol/ratelimit.py).
         self._rejections = RejectionLog(log, "fragment")
         self._skips = RejectionLog(log, "update")
@@ -185,12 +187,19 @@ class PPOLearner(LearnerProgress):
         p.ret.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
         lag = self.counters.version - fragment.policy_version
         kept = 0 <= lag <= self.cfg.max_policy_lag  # < 0: a version this learner never had
-        if kept:
-            self._batch.append((t, lag, fragment.worker_id))
-            self._batch_steps += steps
-            self.group.add_steps(self._round, steps)
-        else:
+        entry = (t, lag, fragment.worker_id)
+        if not kept:
             p.dropped_fragments += 1
+        elif (
+            self.group.size > 1
+            and self.group.add_steps(self._round, steps) - steps >= self.cfg.steps_per_update
+        ):
+            # The group's batch was full before this fragment came: it is the next update's.
+            self._carry.append(entry)
+            self.group.add_steps(self._round + 1, steps)
+        else:
+            self._batch.append(entry)
+            self._batch_steps += steps
         if self.group.size == 1:
             self._apply_pending()
         return kept
@@ -243,7 +252,8 @@ class PPOLearner(LearnerProgress):
 
     def _update(self) -> dict[str, float]:
         cfg, c = self.cfg, self.counters
-        batch, self._batch, self._batch_steps = self._batch, [], 0
+        batch, self._batch, self._carry = self._batch, self._carry, []
+        self._batch_steps = sum(t["rewards"].size for t, _, _ in self._batch)
         if self.group.size > 1:
             self._committed = False
             self._round += 1

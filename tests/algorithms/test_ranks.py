@@ -155,7 +155,7 @@ def test_ranks_with_uneven_shares_and_several_minibatches_stay_identical(tmp_pat
     """Rank 0 brings 3 fragments, rank 1 one (the group's minibatches are then uneven per rank),
     over two updates of 4 minibatches each: the ranks agree on the number of gradient steps and
     hold identical weights after each update."""
-    cfg = dataclasses.replace(FULL_BATCH, minibatch_size=32, epochs=2, steps_per_update=64)
+    cfg = dataclasses.replace(FULL_BATCH, minibatch_size=32, epochs=2, steps_per_update=128)
     frags = fragments(cfg, 8, seed=5)
     batches = [[frags[0:3], frags[4:7]], [frags[3:4], frags[7:8]]]
     ranks = run_group(tmp_path, {"cfg": cfg, "batches": batches})
@@ -176,6 +176,54 @@ def test_the_group_updates_when_it_holds_a_batch_even_if_one_rank_brought_nothin
         assert_same(result["state"], reference["state"], atol=1e-6)
         assert result["stats"][0]["batch_steps"] == 128
     assert [r["env_steps"] for r in ranks[0]["status"]["learners"]] == [128, 0]
+
+
+def _late_fragment_main(rank: int, store_dir: str, cfg: Any, frags: list[Fragment], out: Any) -> None:
+    try:
+        group = join_group(rank, 2, open_store(f"file:{store_dir}", rank, 2, "test"))
+        learner = PPOLearner(cfg, spaces_for(ENV), 10_000, seed=1, group=group)
+        assert group.store is not None
+        if rank == 0:  # fills the group's batch alone
+            for fragment in frags[:2]:
+                learner.add_fragment(fragment)
+            group.store.set("rank 0 added", "1")
+        else:  # then its fragment comes
+            group.store.wait(["rank 0 added"])
+            learner.add_fragment(frags[2])
+        while not learner.ready():
+            pass
+        stats = learner.update()
+        out.put((rank, {"batch_steps": stats["batch_steps"], "next": len(learner._batch),
+                        "next_count": group.group_steps(1)}))  # fmt: skip
+        learner.close()
+        group.close()
+    except BaseException:  # noqa: BLE001 - reported to the test
+        out.put((rank, traceback.format_exc()))
+
+
+def test_a_fragment_taken_after_the_groups_batch_is_full_is_the_next_updates(tmp_path):
+    """One learner's batch ends with the fragment that fills it, and so does the group's: rank 1's
+    fragment, taken once rank 0's two filled the batch, waits for the next update (counted there)
+    instead of growing this one."""
+    cfg = dataclasses.replace(FULL_BATCH, steps_per_update=64, minibatch_size=64)
+    frags = fragments(cfg, 3)
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_late_fragment_main, args=(r, str(tmp_path / "store"), cfg, frags, out))
+             for r in range(2)]  # fmt: skip
+    for p in procs:
+        p.start()
+    try:
+        said = dict(out.get(timeout=TIMEOUT) for _ in range(2))
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    for rank in (0, 1):
+        assert not isinstance(said[rank], str), said[rank]
+        assert said[rank]["batch_steps"] == 64 and said[rank]["next_count"] == 32
+    assert (said[0]["next"], said[1]["next"]) == (0, 1)
 
 
 def test_a_non_finite_loss_on_one_rank_skips_the_update_on_every_rank(tmp_path):
