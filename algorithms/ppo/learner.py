@@ -9,9 +9,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import math
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -378,8 +378,16 @@ class PPOLearner(LearnerProgress):
                 shuffled = [data[k][perm].tensor_split(n_minibatches) for k in keys]
             else:
                 shuffled = [data[k][perm].chunk(n_minibatches) for k in keys]
-            for obs, actions, old_logp, adv, returns, old_values in zip(*shuffled, strict=True):
+            # Of ranks: every minibatch's advantage mean and std over the group, in one collective.
+            adv_stats = self._group_adv_stats(shuffled[keys.index("advantages")]) if ranked else None
+            for i, (obs, actions, old_logp, adv, returns, old_values) in enumerate(
+                zip(*shuffled, strict=True)
+            ):
                 if ranked:
+                    assert adv_stats is not None
+                    mean, std, count = adv_stats[i]
+                    if cfg.norm_adv and adv is not None and len(adv) and count > 1:
+                        adv = (adv - mean) / (std + 1e-8)
                     row, ok = self._ranked_step(obs, actions, old_logp, adv, returns, old_values)
                     finite &= ok
                     rows_stats.append(row)
@@ -421,22 +429,12 @@ class PPOLearner(LearnerProgress):
                      returns: torch.Tensor | None, old_values: torch.Tensor | None,
                      ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """One gradient step of the group on this rank's piece of the minibatch (None or empty:
-        none). The gradient is the mean over the group's minibatch: each rank's mean gradient
-        weighted by its rows, summed, divided by the rows of all. Advantages are normalized with
-        the group minibatch's mean and std. Returns (the loss stats times this rank's rows, then its
-        rows; whether its loss and the gradient were finite)."""
+        none; advantages already normalized over the group's minibatch). The gradient is the mean
+        over the group's minibatch: each rank's mean gradient weighted by its rows, summed, divided
+        by the rows of all. Returns (the loss stats times this rank's rows, then its rows; whether
+        its loss and the gradient were finite)."""
         cfg, group = self.cfg, self.group
         n = 0 if obs is None else len(obs)
-        if cfg.norm_adv:  # two small sums over the group: the minibatch's mean, then its variance
-            zero = torch.zeros((), dtype=torch.float64)
-            local = adv.double().sum().cpu() if adv is not None and n else zero
-            count = torch.tensor(float(n), dtype=torch.float64)
-            total_n, total = group.all_sum(torch.stack([count, local])).tolist()
-            mean = total / max(total_n, 1.0)
-            local_sq = ((adv.double() - mean) ** 2).sum().cpu() if adv is not None and n else zero
-            sq = float(group.all_sum(local_sq.reshape(1))[0])
-            if adv is not None and n and total_n > 1:
-                adv = (adv - mean) / (math.sqrt(sq / (total_n - 1)) + 1e-8)
         self.optimizer.zero_grad(set_to_none=True)
         if n:
             assert obs is not None and actions is not None and old_logp is not None
@@ -460,6 +458,22 @@ class PPOLearner(LearnerProgress):
         self.optimizer.step()
         weighted = torch.cat([row.cpu(), torch.tensor([float(n)], dtype=torch.float64)])
         return weighted, ok & torch.isfinite(norm).cpu()
+
+    def _group_adv_stats(self, pieces: Sequence[torch.Tensor | None]) -> list[list[float]]:
+        """(mean, unbiased std, count) of each minibatch's advantages over the group, from this
+        rank's `pieces` of them: their counts, sums and sums of squares summed in one collective
+        per epoch (float64) instead of two per minibatch beside the gradient's."""
+        local = torch.zeros((len(pieces), 3), dtype=torch.float64)
+        for i, adv in enumerate(pieces):
+            if adv is not None and len(adv):
+                a = adv.detach().double().cpu()
+                local[i] = torch.stack(
+                    [torch.tensor(float(len(a)), dtype=torch.float64), a.sum(), (a * a).sum()]
+                )
+        n, total, sq = self.group.all_sum(local).unbind(1)
+        mean = total / n.clamp(min=1.0)
+        var = ((sq - n * mean * mean) / (n - 1).clamp(min=1.0)).clamp(min=0.0)
+        return torch.stack([mean, var.sqrt(), n], 1).tolist()  # type: ignore[no-any-return]
 
     def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
         """Copies of the weights and the optimizer state, to undo an update that went non-finite."""
