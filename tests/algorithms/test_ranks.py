@@ -92,25 +92,28 @@ def _rank_main(rank: int, size: int, store_dir: str, job: dict[str, Any], out: A
         out.put((rank, traceback.format_exc()))
 
 
-def run_group(tmp_path: Path, job: dict[str, Any], size: int = 2) -> list[dict[str, Any]]:
-    """Run `job` on `size` rank processes; each rank's result."""
+def spawn(target: Any, size: int, *args: Any, linger: float = 10.0) -> dict[int, Any]:
+    """`target(rank, *args, out)` in `size` processes; what each put on `out` as (rank, result),
+    by rank. Processes still alive `linger` seconds after the last result are killed."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, size, str(tmp_path / "store"), job, out))
-             for r in range(size)]  # fmt: skip
+    procs = [ctx.Process(target=target, args=(r, *args, out)) for r in range(size)]
     for p in procs:
         p.start()
-    results: dict[int, Any] = {}
     try:
-        for _ in range(size):
-            rank, result = out.get(timeout=TIMEOUT)
-            assert not isinstance(result, str), f"rank {rank} failed:\n{result}"
-            results[rank] = result
+        return dict(out.get(timeout=TIMEOUT) for _ in range(size))
     finally:
         for p in procs:
-            p.join(timeout=10)
+            p.join(timeout=linger)
             if p.is_alive():
                 p.kill()
+
+
+def run_group(tmp_path: Path, job: dict[str, Any], size: int = 2) -> list[dict[str, Any]]:
+    """Run `job` on `size` rank processes; each rank's result."""
+    results = spawn(_rank_main, size, size, str(tmp_path / "store"), job)
+    for rank, result in results.items():
+        assert not isinstance(result, str), f"rank {rank} failed:\n{result}"
     return [results[r] for r in range(size)]
 
 
@@ -206,20 +209,7 @@ def test_a_fragment_taken_after_the_groups_batch_is_full_is_the_next_updates(tmp
     fragment, taken once rank 0's two filled the batch, waits for the next update (counted there)
     instead of growing this one."""
     cfg = dataclasses.replace(FULL_BATCH, steps_per_update=64, minibatch_size=64)
-    frags = fragments(cfg, 3)
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_late_fragment_main, args=(r, str(tmp_path / "store"), cfg, frags, out))
-             for r in range(2)]  # fmt: skip
-    for p in procs:
-        p.start()
-    try:
-        said = dict(out.get(timeout=TIMEOUT) for _ in range(2))
-    finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
+    said = spawn(_late_fragment_main, 2, str(tmp_path / "store"), cfg, fragments(cfg, 3))
     for rank in (0, 1):
         assert not isinstance(said[rank], str), said[rank]
         assert said[rank]["batch_steps"] == 64 and said[rank]["next_count"] == 32
@@ -332,17 +322,7 @@ def test_no_rank_waits_in_a_collective_forever(tmp_path):
     """A peer that joined and then never runs the collective (hung): the all-reduce raises after
     the group's timeout (3 s here, COLLECTIVE_TIMEOUT in a run) and the rank fails, to be
     restarted from the checkpoint with its group."""
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_join_then, args=(r, str(tmp_path / "store"), out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        said = dict(out.get(timeout=TIMEOUT) for _ in range(2))
-    finally:
-        for p in procs:
-            p.kill()
-            p.join(10)
+    said = spawn(_join_then, 2, str(tmp_path / "store"), linger=0.0)  # rank 1 sleeps: killed
     assert said[1] == "joined"
     assert said[0].startswith("raised after "), said[0]
     assert float(said[0].split()[2]) < 60.0, said[0]  # 3 s and the transport's own; not forever

@@ -33,9 +33,10 @@ def ranks(cli: Cli, name: str) -> dict[int, psutil.Process]:
 
 def test_two_learner_ranks_solve_cartpole_within_100k_steps(cli: Cli) -> None:
     """The single learner's test (test_cli_learning.py) with `--learners 2`: the same steps, seed
-    and bar (the best evaluation reaches 475 of 500). 10 runs on the 2-core machine: best eval
-    return min 500.0, median 500.0 (every run); `make repeat
-    TESTS=tests/integration/test_learner_ranks.py::test_two_learner_ranks_solve_cartpole_within_100k_steps`."""
+    and bar (the best evaluation reaches 475 of 500). 10 runs on the 2-core machine (the group's
+    batch, one advantage collective per epoch): best eval return min 500.0, median 500.0 (every
+    run), rank 0 taking in 28-32k of the 100k steps; `make repeat
+    TESTS=tests/integration/test_learner_ranks.py`."""
     cli.run("create", "ranks2", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
             "--learners", "2", "--steps", "100000", "--seed", "1", timeout=1200.0)  # fmt: skip
     status = cli.status("ranks2")
@@ -58,7 +59,9 @@ def test_two_learner_ranks_solve_cartpole_within_100k_steps(cli: Cli) -> None:
 def test_a_killed_rank_restarts_the_group_from_the_checkpoint_and_the_run_succeeds(cli: Cli) -> None:
     """SIGKILL to rank 1 mid-run: torch's elastic agent stops rank 0 and starts both again; they
     resume from rank 0's checkpoint (`checkpoint_seconds`=2), and the run ends Succeeded. What
-    is lost is the work since that checkpoint; the test prints it."""
+    is lost is the work since that checkpoint; the test prints it. The bar (checkpoint_seconds +
+    5 s) against the measured lag from the checkpoint to the kill, 10 runs on the 2-core machine:
+    min 0.13 s, median 0.95 s, max 2.04 s; every run resumed at the checkpoint's counters."""
     seconds = 2.0
     cli.run("create", "ranks-kill", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
             "--learners", "2", "--steps", "60000", "--seed", "1", "--set", "eval_episodes=2",

@@ -100,3 +100,32 @@ def test_sigkill_loses_at_most_checkpoint_seconds(cli: Cli) -> None:
     learner = next(c for c in cli.state("pre-kill")["components"] if c["name"] == "learner")
     assert (learner["restarts"], learner["failures"]) == (1, 1), learner  # a crash, unlike SIGTERM
     cli.run("delete", "pre-kill")
+
+
+def test_sigterm_to_learner_ranks_loses_no_update(cli: Cli) -> None:
+    """`--learners 2`: SIGTERM to the learner (torch's elastic agent) reaches both ranks; rank 0
+    saves the version the group has, the agent exits 143 (a disruption, not a failure), and the
+    restarted group resumes exactly that version, then the run ends Succeeded."""
+    cli.run("create", "pre-ranks", *QUICK, "--learners", "2", "--set", "checkpoint_every=100000",
+            "--set", "checkpoint_seconds=100000", "--detach", timeout=30.0)  # fmt: skip
+    wait_for(lambda: running(cli, "pre-ranks", min_updates=5), 120.0, "5 updates")
+    victim = cli.component("pre-ranks", "learner")
+
+    os.kill(victim["pid"], signal.SIGTERM)
+    wait_for(lambda: dead(victim["pid"]), 60.0, "the learner to exit", poll=0.01)
+    how, *counters = resumed(cli, "pre-ranks")
+    log = cli.run("logs", "pre-ranks", "learner", "--lines", "100000").stdout
+    saves = SAVED.findall(log)
+    assert len(saves) == 1, f"expected rank 0's clean checkpoint on SIGTERM only:\n{log}"
+    version, env_steps, updates = map(int, saves[0])
+    print(f"SIGTERM: rank 0 saved version {version}, {env_steps} env steps, {updates} updates; "
+          f"the group resumed {how} {counters}")  # fmt: skip
+    assert "learner ranks stopped by signal" in log and "exit code 143" in log, log
+    assert (how, *counters) == ("clean", version, env_steps, updates), (saves, how, counters)
+
+    final = wait_for(lambda: ended(cli, "pre-ranks"), RUN_TIMEOUT, "the end", poll=0.5)
+    assert final["phase"] == "Succeeded" and final["env_steps"] >= STEPS, final
+    learner = next(c for c in cli.state("pre-ranks")["components"] if c["name"] == "learner")
+    assert (learner["restarts"], learner["failures"]) == (1, 0), learner
+    cli.run("delete", "pre-ranks")
+    assert not cli.leftovers()

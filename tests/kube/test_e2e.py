@@ -95,6 +95,25 @@ def test_a_run_completes_frees_its_pods_and_survives_a_learner_eviction(cluster:
         cluster.delete(name, NAMESPACE)
 
 
+def test_two_learner_ranks_in_the_learner_pod_finish_a_run(cluster: KubeLauncher) -> None:
+    """`--learners 2`: one learner pod runs both ranks (ports 6000 and 6001 of the learner's
+    Service), each actor pod reaches its rank, and the run completes with both ranks' intake."""
+    name = f"e2e-{secrets.token_hex(3)}"
+    spec = make_spec(name, agents=2, learners=2, steps=40_000, namespace=NAMESPACE,
+                     image=os.environ.get("SURREAL_E2E_IMAGE", kr.DEFAULT_IMAGE))  # fmt: skip
+    cluster.create(spec)
+    try:
+        wait_for(
+            "the run to end", lambda: cluster.status(name, NAMESPACE)["phase"] in ("Succeeded", "Failed")
+        )
+        st = cluster.status(name, NAMESPACE)
+        assert st["phase"] == "Succeeded" and st["env_steps"] >= 40_000, st
+        assert st["group_restarts"] == 0, st  # the termination message carries it
+        assert {j["state"] for j in st["jobs"]} == {"Complete"}, st["jobs"]
+    finally:
+        cluster.delete(name, NAMESPACE)
+
+
 def test_missing_namespace_on_a_real_cluster(cluster: KubeLauncher) -> None:
     spec = make_spec("e2e-nons", namespace=f"surreal-missing-{secrets.token_hex(3)}", image="x")
     with pytest.raises(NamespaceMissing):
