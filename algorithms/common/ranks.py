@@ -11,12 +11,12 @@ the store), whichever ranks' actors sent it: as with one learner, a faster actor
 and nothing waits for the slowest, so the data is as fresh as one learner's; a rank whose actors
 sent nothing takes part with no rows. Collectives start only when every rank has committed to the
 same update (`commit`, then `all_committed` until true): a commitment is a key in the group's
-store, polled without blocking,
-so a rank waiting for its peers' data keeps serving, reporting status and hearing SIGTERM. Once all
-have committed the collectives of the update run at once, each bounded by COLLECTIVE_TIMEOUT. A
-peer that stops heart-beating for PEER_TIMEOUT_SECONDS, or that leaves, ends the wait with
-`PeerLost`: the group is restarted (torch's elastic agent locally) and resumes from rank 0's
-checkpoint, which rank 0 broadcasts to the others at start.
+store, polled without blocking, so a rank waiting for its peers keeps serving, reporting status
+and hearing SIGTERM. Once all have committed the collectives of the update run at once, each
+bounded by COLLECTIVE_TIMEOUT. A peer that stops heart-beating for PEER_TIMEOUT_SECONDS, or that
+leaves, ends the wait with `PeerLost`: the group is restarted (torch's elastic agent, in the
+learner's process or pod) and resumes from rank 0's checkpoint, which rank 0 broadcasts to the
+others at start. A rank that never joins fails the group after JOIN_TIMEOUT (`GroupNotFormed`).
 
 The process group is formed from what torch's elastic agent gives every worker (RANK, WORLD_SIZE,
 TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT) and a store named by SURREAL_RANKS_STORE: a

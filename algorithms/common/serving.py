@@ -181,7 +181,8 @@ class ServingLoop:
             if preemption.requested():
                 return self._preempted()
             # A learner rank that committed to the group's next update takes nothing more until
-            # the group runs it: its workers wait for credits, and each rank's batch stays its share.
+            # the group runs it (what came now would be the next update's): its workers wait for
+            # credits meanwhile.
             holding = core.holding
             fragment = None if holding else server.next_fragment(timeout=self._fragment_wait)
             if fragment is not None:
