@@ -20,8 +20,7 @@ others at start. A rank that never joins fails the group after JOIN_TIMEOUT (`Gr
 
 The process group is formed from what torch's elastic agent gives every worker (RANK, WORLD_SIZE,
 TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT) and a store named by SURREAL_RANKS_STORE: a
-folder for FileStores (one machine; no port is opened but gloo's, on the loopback) or host:port of
-rank 0's TCPStore.
+folder for FileStores (one machine or pod; no port is opened but gloo's, on the loopback).
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ log = logging.getLogger(__name__)
 
 ENV_RUN_ID = "TORCHELASTIC_RUN_ID"
 ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
-ENV_STORE = "SURREAL_RANKS_STORE"  # "file:FOLDER" or "tcp:HOST:PORT"
+ENV_STORE = "SURREAL_RANKS_STORE"  # "file:FOLDER"
 
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)  # any one collective (a lost peer's raises)
 # Forming the group: the ranks are started together, and one starts in seconds (torch imported, the
@@ -190,20 +189,15 @@ class RankGroup:
             dist.destroy_process_group()
 
 
-def open_store(spec: str, rank: int, size: int, generation: str) -> dist.Store:
+def open_store(spec: str, size: int, generation: str) -> dist.Store:
     """The store that SURREAL_RANKS_STORE names, for one generation of the group (a restarted
-    group starts from an empty one)."""
+    group starts from an empty one): a FileStore, as the ranks share one machine (or pod)."""
     kind, _, where = spec.partition(":")
     if kind == "file" and where:
         folder = Path(where)
         folder.mkdir(parents=True, exist_ok=True)
         return dist.FileStore(str(folder / f"store-{generation}"), size)
-    if kind == "tcp" and ":" in where:
-        host, port = where.rsplit(":", 1)
-        store = dist.TCPStore(host, int(port), size, is_master=rank == 0, timeout=COLLECTIVE_TIMEOUT,
-                              wait_for_workers=False)  # fmt: skip
-        return dist.PrefixStore(generation, store)
-    raise ValueError(f"{ENV_STORE}={spec!r}: expected file:FOLDER or tcp:HOST:PORT")
+    raise ValueError(f"{ENV_STORE}={spec!r}: expected file:FOLDER")
 
 
 def join_group(
@@ -248,7 +242,7 @@ def group_from_environ(learners: int) -> RankGroup:
     if not spec:
         raise ValueError(f"{ENV_STORE} is not set (the rank launcher sets it)")
     generation = f"{os.environ.get(ENV_RUN_ID, 'run')}-{os.environ.get(ENV_RESTART_COUNT, '0')}"
-    store = open_store(spec, rank, size, generation)
+    store = open_store(spec, size, generation)
     started = time.monotonic()
     group = join_group(rank, size, store)
     group.restarts = int(os.environ.get(ENV_RESTART_COUNT, "0") or 0)

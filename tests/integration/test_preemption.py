@@ -37,27 +37,32 @@ def resumed(cli: Cli, name: str) -> tuple[str, int, int, int]:
     return how, int(version), int(env_steps), int(updates)
 
 
-def test_sigterm_to_the_learner_loses_no_update(cli: Cli) -> None:
-    # No count-based or timed checkpoint before the SIGTERM: what the restart finds is the one
-    # the SIGTERM wrote.
-    cli.run("create", "pre-term", *QUICK, "--set", "checkpoint_every=100000",
+def sigterm_and_resume(cli: Cli, name: str, *flags: str) -> tuple[dict, str, list[int], tuple]:
+    """Create `name` (QUICK and `flags`) with no count-based or timed checkpoint, so that what the
+    restart finds is the one the SIGTERM wrote; SIGTERM its learner after 5 updates. (the learner
+    that was stopped, its log, what it saved: version, env steps, updates, and the restart's
+    resume line: how, version, env steps, updates)."""
+    cli.run("create", name, *QUICK, *flags, "--set", "checkpoint_every=100000",
             "--set", "checkpoint_seconds=100000", "--detach", timeout=30.0)  # fmt: skip
-    wait_for(lambda: running(cli, "pre-term", min_updates=5), 90.0, "5 updates")
-    victim = cli.component("pre-term", "learner")
-
+    wait_for(lambda: running(cli, name, min_updates=5), 120.0, "5 updates")
+    victim = cli.component(name, "learner")
     os.kill(victim["pid"], signal.SIGTERM)
-    wait_for(lambda: dead(victim["pid"]), 30.0, "the learner to exit", poll=0.01)
-    how, *counters = resumed(cli, "pre-term")
-    log = cli.run("logs", "pre-term", "learner", "--lines", "100000").stdout
+    wait_for(lambda: dead(victim["pid"]), 60.0, "the learner to exit", poll=0.01)
+    resume = resumed(cli, name)
+    log = cli.run("logs", name, "learner", "--lines", "100000").stdout
     saves = SAVED.findall(log)
     assert len(saves) == 1, f"expected the SIGTERM's clean checkpoint only:\n{log}"
-    version, env_steps, updates = map(int, saves[0])
-    print(f"SIGTERM saved version {version}, {env_steps} env steps, {updates} updates; "
-          f"resumed {how} {counters}")  # fmt: skip
+    saved = [int(x) for x in saves[0]]
+    print(f"SIGTERM saved version {saved[0]}, {saved[1]} env steps, {saved[2]} updates; resumed {resume}")
+    return victim, log, saved, resume
+
+
+def test_sigterm_to_the_learner_loses_no_update(cli: Cli) -> None:
+    victim, log, (version, env_steps, updates), (how, *counters) = sigterm_and_resume(cli, "pre-term")
     assert "exit code 143" in log and "a disruption, not a failure" in log, log
     assert updates >= 5
     # The restart resumes exactly what the stopped learner had: same version, steps and updates.
-    assert (how, *counters) == ("clean", version, env_steps, updates), (saves, how, counters)
+    assert (how, *counters) == ("clean", version, env_steps, updates), (how, counters)
 
     wait_for(lambda: restarted(cli, "pre-term", "learner", victim["pid"]), 60.0, "a new learner")
     final = wait_for(lambda: ended(cli, "pre-term"), RUN_TIMEOUT, "the end", poll=0.5)
@@ -106,22 +111,11 @@ def test_sigterm_to_learner_ranks_loses_no_update(cli: Cli) -> None:
     """`--learners 2`: SIGTERM to the learner (torch's elastic agent) reaches both ranks; rank 0
     saves the version the group has, the agent exits 143 (a disruption, not a failure), and the
     restarted group resumes exactly that version, then the run ends Succeeded."""
-    cli.run("create", "pre-ranks", *QUICK, "--learners", "2", "--set", "checkpoint_every=100000",
-            "--set", "checkpoint_seconds=100000", "--detach", timeout=30.0)  # fmt: skip
-    wait_for(lambda: running(cli, "pre-ranks", min_updates=5), 120.0, "5 updates")
-    victim = cli.component("pre-ranks", "learner")
-
-    os.kill(victim["pid"], signal.SIGTERM)
-    wait_for(lambda: dead(victim["pid"]), 60.0, "the learner to exit", poll=0.01)
-    how, *counters = resumed(cli, "pre-ranks")
-    log = cli.run("logs", "pre-ranks", "learner", "--lines", "100000").stdout
-    saves = SAVED.findall(log)
-    assert len(saves) == 1, f"expected rank 0's clean checkpoint on SIGTERM only:\n{log}"
-    version, env_steps, updates = map(int, saves[0])
-    print(f"SIGTERM: rank 0 saved version {version}, {env_steps} env steps, {updates} updates; "
-          f"the group resumed {how} {counters}")  # fmt: skip
+    _, log, (version, env_steps, updates), (how, *counters) = sigterm_and_resume(
+        cli, "pre-ranks", "--learners", "2"
+    )
     assert "learner ranks stopped by signal" in log and "exit code 143" in log, log
-    assert (how, *counters) == ("clean", version, env_steps, updates), (saves, how, counters)
+    assert (how, *counters) == ("clean", version, env_steps, updates), (how, counters)
 
     final = wait_for(lambda: ended(cli, "pre-ranks"), RUN_TIMEOUT, "the end", poll=0.5)
     assert final["phase"] == "Succeeded" and final["env_steps"] >= STEPS, final
