@@ -49,6 +49,7 @@ bench: install
 	$(BIN)/python benchmarks/learner_update.py
 	$(BIN)/python benchmarks/checkpoint_write.py
 	$(BIN)/python benchmarks/pixel_bytes.py
+	$(BIN)/python benchmarks/render_scale.py
 
 clean:
 	rm -rf $(VENV) .surreal .pytest_cache .ruff_cache .mypy_cache

@@ -41,6 +41,13 @@ class FrozenEnv(Mapping[str, str]):
     def __len__(self) -> int:
         return len(self._data)
 
+    def __eq__(self, other: object) -> bool:
+        # Two FrozenEnvs compare their dicts directly (Mapping's __eq__ would copy both first):
+        # render compares every actor's env with the first one's.
+        if isinstance(other, FrozenEnv):
+            return self._data == other._data
+        return super().__eq__(other)
+
     def __hash__(self) -> int:
         return hash(self._key)
 
@@ -108,6 +115,18 @@ class Component:
         return cls(**data)
 
 
+def duplicate_names(names: Iterable[str]) -> list[str]:
+    """The names that occur more than once, sorted; one pass with a set (linear, whatever the count)."""
+    seen: set[str] = set()
+    duplicates: set[str] = set()
+    for name in names:
+        if name in seen:
+            duplicates.add(name)
+        else:
+            seen.add(name)
+    return sorted(duplicates)
+
+
 @dataclass(frozen=True)
 class Program:
     """Every component of one experiment."""
@@ -119,8 +138,7 @@ class Program:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "components", tuple(self.components))
-        names = [c.name for c in self.components]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        duplicates = duplicate_names(c.name for c in self.components)
         if duplicates:
             raise ValueError(f"duplicate component names: {duplicates}")
         if sum(c.role == LEARNER_ROLE for c in self.components) > 1:

@@ -390,3 +390,40 @@ def test_dry_run_outputs() -> None:
     assert values["agents"] == 4 and values["config"] == spec.to_dict()["ppo"]
     with pytest.raises(kr.RenderError, match="unknown output 'xml'"):
         ko.dry_run(spec, "xml", token="t")
+
+
+def test_many_agents_render_in_one_pass_over_the_actors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """20,000 actor pods (not timed): each component is built once, the names are checked in one
+    pass through a set (tests/orchestrator: no comparison between distinct names), each actor's
+    env is compared once with the others', and the output is the one actor Job whatever the count."""
+    from surreal.orchestrator import components
+
+    agents = 20_000
+    counts = {"built": 0, "env_compared": 0}
+    checked: list[int] = []
+    post_init, env_eq, duplicates = (components.Component.__post_init__, components.FrozenEnv.__eq__,
+                                     components.duplicate_names)  # fmt: skip
+
+    def built(self: components.Component) -> None:
+        counts["built"] += 1
+        post_init(self)
+
+    def env_compared(self: components.FrozenEnv, other: object) -> bool:
+        counts["env_compared"] += 1
+        return env_eq(self, other)
+
+    def names_checked(names: Any) -> list[str]:
+        names = list(names)
+        checked.append(len(names))
+        return duplicates(names)
+
+    monkeypatch.setattr(components.Component, "__post_init__", built)
+    monkeypatch.setattr(components.FrozenEnv, "__eq__", env_compared)
+    monkeypatch.setattr(components, "duplicate_names", names_checked)
+    objects = list(yaml.safe_load_all(ko.dry_run(make_spec(agents=agents), "yaml", token="t")))
+    assert counts["built"] == agents + 3  # learner, evaluator, the actors' template, each actor
+    assert checked == [agents + 2]  # one program, checked once
+    assert counts["env_compared"] <= agents  # the actors alike: each against the first one's
+    actors = by_kind_name(objects)[("Job", "exp1-actor")]
+    assert actors["spec"]["completions"] == actors["spec"]["parallelism"] == agents
+    assert len(objects) == len(kr.render(make_spec(agents=4), token="t"))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from surreal.orchestrator.components import Component, FrozenEnv, Program
+from surreal.orchestrator.components import Component, FrozenEnv, Program, duplicate_names
 
 
 def _learner(**overrides: object) -> Component:
@@ -69,3 +69,47 @@ def test_program_rejects_duplicates_and_two_learners() -> None:
         Program("exp1", (_learner(), _learner(name="learner2")))
     with pytest.raises(ValueError, match="unknown component fields"):
         Component.from_dict({**_learner().to_dict(), "gpu": 1})
+
+
+def _actor(name: str, index: int = 0) -> Component:
+    return Component(name, "actor", ("surreal", "component", "actor"), index=index)
+
+
+def test_duplicate_names_are_refused_each_named_once_and_sorted() -> None:
+    actors = [_actor(f"actor-{i}", i) for i in range(5)]
+    with pytest.raises(ValueError, match=r"^duplicate component names: \['actor-1', 'actor-3'\]$"):
+        Program("exp1", (_learner(), *actors, actors[3], actors[1], actors[3]))
+    assert duplicate_names(["b", "a", "b", "c", "a", "b"]) == ["a", "b"]
+    assert duplicate_names(f"actor-{i}" for i in range(1000)) == []
+
+
+class _CountedName(str):
+    """A component name that counts how often it is compared and hashed."""
+
+    compared = 0
+    hashed = 0
+
+    def __eq__(self, other: object) -> bool:
+        _CountedName.compared += 1
+        return str.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        _CountedName.hashed += 1
+        return str.__hash__(self)
+
+
+def test_the_duplicate_check_looks_at_each_name_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What makes a program of 100,000 actors take seconds and not minutes: names go through a set
+    (one hash each, no comparison between distinct names). Counting every name against every other
+    (names.count) made N * (N - 1) comparisons; here that would be 4 million."""
+    n = 2000
+    actors = [_actor(_CountedName(f"actor-{i}"), i) for i in range(n)]
+    monkeypatch.setattr(_CountedName, "compared", 0)
+    monkeypatch.setattr(_CountedName, "hashed", 0)
+    program = Program("exp1", actors)
+    assert len(program.group("actor")) == n
+    assert _CountedName.hashed <= 2 * n
+    assert _CountedName.compared == 0  # distinct names never meet in the set
+    with pytest.raises(ValueError, match=r"duplicate component names: \['actor-7'\]"):
+        Program("exp1", (*actors, _actor(_CountedName("actor-7"), 7)))
+    assert _CountedName.compared <= 2  # the one duplicate, found by its hash
