@@ -14,6 +14,7 @@ environment nor builds one.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -25,6 +26,7 @@ from typing import Any
 import yaml
 
 from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv
+from surreal.algorithms.common.scale import MAX_SCALE_AGENTS
 from surreal.algorithms.registry import get_algorithm
 
 # Experiment names become Kubernetes object names with suffixes such as "-evaluator" and a StatefulSet
@@ -35,6 +37,17 @@ BACKENDS = ("local", "containers", "kube")
 # Learner ranks average gradients every update: past a few dozen the all-reduce, not the update,
 # is what they spend their time on (benchmarks/learner_ceiling.py), and each rank is a port.
 MAX_LEARNERS = 64
+# One bound for create and scale (and the learner's scale.json): past a million agents the hand-outs
+# and the actors' Job are absurd, and every count below fits the protocol's and numpy's integers.
+MAX_AGENTS = MAX_SCALE_AGENTS
+# numpy's legacy seeding, gymnasium's and torch's all take an unsigned 32-bit seed; components derive
+# theirs from it through SeedSequence-style arithmetic, which any Python int survives.
+MAX_SEED = 2**32 - 1
+MAX_STEPS = 10**13  # about 300 years at a million steps a second
+MAX_GPU = MAX_LEARNERS  # a GPU per learner rank at most
+# Every integer a spec holds is stored by numpy, torch or the protocol as a signed 64-bit number.
+MAX_INT = 2**63 - 1
+NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # a DNS-1123 label, at most 63 long
 TOP_LEVEL_KEYS = (
     "algo",
     "env",
@@ -128,28 +141,59 @@ def _plain(value: Any) -> Any:
 
 
 def validate_name(name: str) -> None:
+    """The rule every command applies to the NAME it is given, before anything touches the disk or
+    a cluster: a name that passes is one path component under the experiments folder (no '/', no
+    '.' or '..') and a valid Kubernetes name."""
+    if not isinstance(name, str) or not name:
+        raise SpecError("an experiment name is required (a DNS-1123 label such as exp1)")
     if len(name) > MAX_NAME_LENGTH:
-        raise SpecError(f"invalid experiment name {name!r}: longer than {MAX_NAME_LENGTH} characters")
-    if not NAME_RE.match(name):
+        raise SpecError(
+            f"invalid experiment name {name[:60]!r}{'...' if len(name) > 60 else ''}: longer than "
+            f"{MAX_NAME_LENGTH} characters"
+        )
+    if not NAME_RE.fullmatch(name):
         raise SpecError(
             f"invalid experiment name {name!r}: use lower-case letters, digits and '-', "
             "starting with a letter and ending with a letter or digit (a DNS-1123 label)"
         )
 
 
-def load_yaml_file(path: Path) -> dict[str, Any]:
+# A spec or config file is a few KiB; one far larger is not one (and is not read whole).
+MAX_YAML_BYTES = 1 << 20
+
+
+def load_yaml_file(path: Path, what: str = "config file") -> dict[str, Any]:
+    """The mapping in YAML file `path`, or one SpecError naming `what` and the path: unreadable,
+    not UTF-8 text (a binary file), malformed YAML, too large, or not a mapping."""
+    where = f"{what} {str(path)!r}"
     try:
-        data = yaml.safe_load(path.read_text())
+        with open(path, "rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
     except OSError as exc:
-        raise SpecError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+        raise SpecError(f"cannot read {where}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise SpecError(f"{where} is larger than {MAX_YAML_BYTES >> 20} MiB: not a spec")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{where} is not UTF-8 text (byte {exc.start} is 0x{raw[exc.start]:02x})") from None
+    return parse_yaml(text, where)
+
+
+def parse_yaml(text: str, where: str) -> dict[str, Any]:
+    """The mapping in YAML `text`, or one SpecError naming `where` it came from."""
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"malformed YAML in config file {str(path)!r}{where}") from None
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"malformed YAML in {where}{at}") from None
+    except RecursionError:  # a hostile file of deeply nested brackets
+        raise SpecError(f"{where} nests too deeply to be a spec") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise SpecError(f"config file {str(path)!r} must hold a mapping of keys to values")
+        raise SpecError(f"{where} must hold a mapping of keys to values")
     return data
 
 
@@ -175,7 +219,20 @@ def build_spec(
 
     `flags` holds only the flags the user gave (None values are ignored).
     """
+    _refuse_empty(flags, overrides or {})
     return _build_spec(name, flags=flags, config_file=config_file, overrides=overrides, resolved=None)
+
+
+# Settings whose empty value would silently become a default: a user who gives one empty meant
+# something else (an unset shell variable, most often).
+NOT_EMPTY = ("algo", "env", "backend", "namespace", "image")
+
+
+def _refuse_empty(flags: Mapping[str, Any], overrides: Mapping[str, str]) -> None:
+    for key in NOT_EMPTY:
+        for source, value in ((f"--{key}", flags.get(key)), (f"--set {key}", overrides.get(key))):
+            if isinstance(value, str) and not value.strip():
+                raise SpecError(f"{source} is empty: give a value, or leave it out for the default")
 
 
 def _build_spec(
@@ -193,6 +250,10 @@ def _build_spec(
     top: dict[str, Any] = {}
     algo_section: dict[str, Any] = {}
     for key, value in file_data.items():
+        if key in NOT_EMPTY and isinstance(value, str) and not value.strip():
+            raise SpecError(
+                f"{key} is empty in config file {str(config_file)!r}: give a value or leave it out"
+            )
         if key in TOP_LEVEL_KEYS:
             top[key] = value
         elif key == RESOLVED:
@@ -351,19 +412,33 @@ def _coerce(key: str, target: Any, value: Any) -> Any:
         if target is int:
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
-            return int(str(value).replace("_", "")) if isinstance(value, str) else int(value)
+            whole = int(str(value).replace("_", "")) if isinstance(value, str) else int(value)
+            if abs(whole) > MAX_INT:
+                raise SpecError(f"{key}: {_short(value)} does not fit a 64-bit integer")
+            return whole
         if target is float:
             if isinstance(value, bool):
                 raise ValueError
-            return float(value)
+            number = float(value)
+            if not math.isfinite(number):
+                raise SpecError(f"{key}: expected a finite number, got {_short(value)}")
+            return number
         if target is str:
             if not isinstance(value, str | int | float):
                 raise ValueError
             return str(value)
-    except (ValueError, TypeError):  # TypeError: a list or mapping where a scalar belongs
+    except SpecError:
+        raise
+    except (ValueError, TypeError, OverflowError):  # TypeError: a list or mapping for a scalar
         names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-        raise SpecError(f"{key}: expected {names.get(target, target)}, got {value!r}") from None
+        raise SpecError(f"{key}: expected {names.get(target, target)}, got {_short(value)}") from None
     return value
+
+
+def _short(value: Any) -> str:
+    """A value for an error line: its repr, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def _to_bool(value: Any) -> bool:
@@ -377,11 +452,20 @@ def _to_bool(value: Any) -> bool:
     raise ValueError
 
 
+def check_agents(agents: int, what: str = "agents") -> None:
+    """The agent counts an experiment may have: the same bound at create and at scale."""
+    if isinstance(agents, bool) or not isinstance(agents, int) or not 1 <= agents <= MAX_AGENTS:
+        raise SpecError(f"{what} must be an integer from 1 to {MAX_AGENTS:,}, got {_short(agents)}")
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise SpecError(f"{name} must be an integer from {low:,} to {high:,}, got {value:,}")
+
+
 def _validate(spec: ExperimentSpec) -> None:
-    if spec.agents < 1:
-        raise SpecError(f"agents must be a positive integer, got {spec.agents}")
-    if spec.steps < 1:
-        raise SpecError(f"steps must be a positive integer, got {spec.steps}")
+    check_agents(spec.agents)
+    _check_range("steps", spec.steps, 1, MAX_STEPS)
     if not 1 <= spec.learners <= MAX_LEARNERS:
         raise SpecError(f"learners must be an integer from 1 to {MAX_LEARNERS}, got {spec.learners}")
     if spec.learners > 1:
@@ -395,15 +479,19 @@ def _validate(spec: ExperimentSpec) -> None:
                 f"learners {spec.learners}: every learner rank needs an agent of its "
                 f"own, and there are {spec.agents} (raise --agents)"
             )
-    if spec.seed < 0:
-        raise SpecError(f"seed must be >= 0, got {spec.seed}")
+    _check_range("seed", spec.seed, 0, MAX_SEED)
     if spec.backend not in BACKENDS:
         raise SpecError(f"unknown backend {spec.backend!r} (known: {', '.join(BACKENDS)})")
-    if spec.agents_per_pod < 1:
-        raise SpecError(f"agents_per_pod must be a positive integer, got {spec.agents_per_pod}")
-    if spec.gpu < 0:
-        raise SpecError(f"gpu must be >= 0, got {spec.gpu}")
-    if spec.queue and (len(spec.queue) > 63 or not NAME_RE.match(spec.queue)):
+    check_agents(spec.agents_per_pod, "agents_per_pod")
+    _check_range("gpu", spec.gpu, 0, MAX_GPU)
+    if len(spec.namespace) > 63 or not NAMESPACE_RE.fullmatch(spec.namespace):
+        raise SpecError(
+            f"invalid namespace {_short(spec.namespace)}: a DNS-1123 label of at most 63 characters "
+            "(lower-case letters, digits and '-', starting and ending with one of the first two)"
+        )
+    if spec.image != spec.image.strip() or any(c.isspace() for c in spec.image):
+        raise SpecError(f"invalid image {_short(spec.image)}: an image reference has no spaces")
+    if spec.queue and (len(spec.queue) > 63 or not NAME_RE.fullmatch(spec.queue)):
         raise SpecError(
             f"invalid queue {spec.queue!r}: a Kueue LocalQueue's name, a DNS-1123 label of at most 63 "
             "characters (lower-case letters, digits and '-')"
@@ -454,33 +542,38 @@ def load_spec_file(path: Path) -> ExperimentSpec:
     none: it cannot resolve an environment; so did surreal before it existed) is resolved here,
     once, as `surreal create` does.
     """
-    where = f"spec file {str(path)!r}"
     try:
-        data = load_yaml_file(path)
-        name = data.pop("name", None)
-        if not isinstance(name, str):
-            raise SpecError(f"name must be the experiment name, got {name!r}")
-        algo = data.get("algo")
-        if not isinstance(algo, str) or not algo:
-            raise SpecError(f"algo must name the algorithm, got {algo!r}")
-        try:
-            get_algorithm(algo)
-        except ValueError as exc:
-            raise SpecError(str(exc)) from None
-        section = data.pop(algo, None) or {}
-        if not isinstance(section, dict):
-            raise SpecError(f"{algo} must be a mapping of {algo} settings, got {section!r}")
-        raw_resolved = data.pop(RESOLVED, None)
-        for key in data:
-            if key not in TOP_LEVEL_KEYS:
-                raise SpecError(f"unknown key {key!r}")
-        resolved = _resolved_section(raw_resolved) if raw_resolved is not None else None
-        return _build_spec(
-            name,
-            flags=data,
-            overrides={f"{algo}.{k}": v for k, v in section.items()},
-            resolved=resolved,
-        )
+        return spec_from_dict(load_yaml_file(path, "spec file"))
     except SpecError as exc:
         message = str(exc)
-        raise SpecError(message if str(path) in message else f"{where}: {message}") from None
+        raise SpecError(message if str(path) in message else f"spec file {str(path)!r}: {message}") from None
+
+
+def spec_from_dict(data: dict[str, Any]) -> ExperimentSpec:
+    """A spec file's mapping (load_spec_file; the kube launcher reads it from the ConfigMap) as the
+    ExperimentSpec it describes, checked as at create."""
+    data = dict(data)
+    name = data.pop("name", None)
+    if not isinstance(name, str):
+        raise SpecError(f"name must be the experiment name, got {name!r}")
+    algo = data.get("algo")
+    if not isinstance(algo, str) or not algo:
+        raise SpecError(f"algo must name the algorithm, got {algo!r}")
+    try:
+        get_algorithm(algo)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    section = data.pop(algo, None) or {}
+    if not isinstance(section, dict):
+        raise SpecError(f"{algo} must be a mapping of {algo} settings, got {section!r}")
+    raw_resolved = data.pop(RESOLVED, None)
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise SpecError(f"unknown key {key!r}")
+    resolved = _resolved_section(raw_resolved) if raw_resolved is not None else None
+    return _build_spec(
+        name,
+        flags=data,
+        overrides={f"{algo}.{k}": v for k, v in section.items()},
+        resolved=resolved,
+    )

@@ -65,7 +65,8 @@ class ESConfig:
             self.policy == "linear" or (len(self.hidden_sizes) > 0 and min(self.hidden_sizes) >= 1),
             "hidden_sizes", "must be a non-empty list of widths >= 1", self.hidden_sizes,
         )  # fmt: skip
-        for name in ("sigma", "learning_rate", "obs_clip", "flush_interval", "final_eval_timeout"):
+        _check(0 < self.learning_rate <= 1, "learning_rate", "must be in (0, 1]", self.learning_rate)
+        for name in ("sigma", "obs_clip", "flush_interval", "final_eval_timeout"):
             _check(getattr(self, name) > 0, name, "must be > 0", getattr(self, name))
         for name in ("adam_beta1", "adam_beta2"):
             _check(0 <= getattr(self, name) < 1, name, "must be in [0, 1)", getattr(self, name))

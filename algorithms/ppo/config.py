@@ -78,7 +78,7 @@ class PPOConfig:
             "minibatch_size", "must be <= steps_per_update", self.minibatch_size,
         )  # fmt: skip
         _check(self.checkpoint_seconds > 0, "checkpoint_seconds", "must be > 0", self.checkpoint_seconds)
-        _check(self.learning_rate > 0, "learning_rate", "must be > 0", self.learning_rate)
+        _check(0 < self.learning_rate <= 1, "learning_rate", "must be in (0, 1]", self.learning_rate)
         _check(self.adam_eps > 0, "adam_eps", "must be > 0", self.adam_eps)
         _check(0 < self.gamma <= 1, "gamma", "must be in (0, 1]", self.gamma)
         _check(0 <= self.gae_lambda <= 1, "gae_lambda", "must be in [0, 1]", self.gae_lambda)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 import re
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import yaml
 from kube_support import CHART, make_spec
 
+from surreal import spec as spec_mod
 from surreal.algorithms.common import envs
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
@@ -304,3 +306,23 @@ def test_readme_documents_every_value() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     missing = [k for k in keys(values) if f"`{k}`" not in readme]
     assert not missing, f"README.md does not document {missing}"
+
+
+def test_values_schema_bounds_are_the_specs() -> None:
+    """The chart's values get the CLI's answer: the schema's bounds are the spec's constants, and
+    what the spec refuses at its edges the schema refuses too."""
+    props = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    assert props["agents"]["maximum"] == props["agentsPerPod"]["maximum"] == spec_mod.MAX_AGENTS
+    assert props["seed"]["maximum"] == spec_mod.MAX_SEED
+    assert props["steps"]["maximum"] == spec_mod.MAX_STEPS
+    assert props["gpu"]["maximum"] == spec_mod.MAX_GPU
+    assert props["learners"]["maximum"] == spec_mod.MAX_LEARNERS
+    with helm.Chart.load(CHART) as chart:
+        for ok in ({"seed": spec_mod.MAX_SEED}, {"agents": spec_mod.MAX_AGENTS}, {"namespace": "team-a"},
+                   {"namespace": "1team"}):  # fmt: skip
+            chart.validate_schema(chart.merge_values(ok))
+        for bad in ({"seed": spec_mod.MAX_SEED + 1}, {"agents": spec_mod.MAX_AGENTS + 1},
+                    {"steps": spec_mod.MAX_STEPS + 1}, {"gpu": spec_mod.MAX_GPU + 1}, {"namespace": "Bad_NS"},
+                    {"namespace": "n" * 64}, {"image": ""}, {"image": "surreal: local"}):  # fmt: skip
+            with pytest.raises(helm.HelmValuesError):
+                chart.validate_schema(chart.merge_values(bad))
