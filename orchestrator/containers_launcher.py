@@ -18,7 +18,6 @@ and their network (on Ctrl-C or SIGTERM too, then the phase is Stopped); the cla
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -35,7 +34,7 @@ import psutil
 import yaml
 
 from surreal.orchestrator import experiments as exps
-from surreal.orchestrator import kube_output, kube_render, kube_status
+from surreal.orchestrator import kube_output, kube_render, kube_status, local
 from surreal.orchestrator.containers_jobs import JobController
 from surreal.orchestrator.containers_plan import (
     ContainersError,
@@ -45,12 +44,27 @@ from surreal.orchestrator.containers_plan import (
     plan_to_dict,
     translate,
 )
-from surreal.orchestrator.containers_run import Engine, Run, claim_dir, engine_for, remove_run
+from surreal.orchestrator.containers_run import (
+    Engine,
+    Run,
+    claim_dir,
+    engine_for,
+    remove_containers_under,
+    remove_run,
+)
 from surreal.orchestrator.home import HomeLauncher, tail_log, wait_until
-from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
-from surreal.orchestrator.program import ranks_problem
+from surreal.orchestrator.launcher import (
+    CorruptFile,
+    Launched,
+    LauncherError,
+    Placement,
+    UsageError,
+    Watcher,
+    read_json,
+)
+from surreal.orchestrator.program import pod_split, workers_problem
 from surreal.orchestrator.supervisor import LOG_DIR, write_atomic, write_json_atomic
-from surreal.spec import ExperimentSpec, load_yaml_file
+from surreal.spec import ExperimentSpec
 
 RECORD = "containers.json"
 OBJECTS = "objects.yaml"
@@ -136,7 +150,7 @@ class ContainersLauncher(HomeLauncher):
     def status_of(self, exp_dir: Path) -> dict[str, Any]:
         record = read_record(exp_dir)
         plan = plan_from_dict(record["plan"])
-        spec = load_yaml_file(exp_dir / exps.SPEC_FILE)
+        spec = exps.read_spec(exp_dir)
         metrics = learner_metrics(plan)
         if "phase" in record:  # ended: what was kept
             out = kube_status.status(spec, [], metrics, backend=self.backend)
@@ -179,15 +193,15 @@ class ContainersLauncher(HomeLauncher):
             raise LauncherError(
                 f"experiment {name!r} is not running (phase {record['phase']}); nothing to scale"
             )
-        spec = load_yaml_file(exp_dir / exps.SPEC_FILE)
-        per_pod = int(spec.get("agents_per_pod") or 1)
+        spec = exps.load_spec(exp_dir)
+        per_pod = spec.agents_per_pod
         if agents % per_pod:
-            raise LauncherError(
+            raise UsageError(
                 f"--agents must be a positive multiple of agents_per_pod ({per_pod}), got {agents}"
             )
-        problem = ranks_problem(int(spec.get("learners") or 1), agents // per_pod, "pod")
+        problem = workers_problem(spec, pod_split(agents, per_pod), "pod", f"agents_per_pod ({per_pod})")
         if problem is not None:
-            raise LauncherError(f"experiment {name!r}: {problem}")
+            raise UsageError(f"experiment {name!r}: {problem}")
         plan = plan_from_dict(record["plan"])
         if learner_metrics(plan).get("done"):
             raise LauncherError(f"experiment {name!r} has done its steps; nothing to scale")
@@ -218,7 +232,14 @@ class ContainersLauncher(HomeLauncher):
     def delete_of(self, exp_dir: Path) -> None:
         """Stop the run's controller (it removes what it started), remove whatever is left (checked
         gone), then the folder."""
-        record = read_record(exp_dir)
+        try:
+            record = read_record(exp_dir)
+        except LauncherError:  # a corrupt record: find what ran from this folder instead
+            local.stop_strays(exp_dir)  # its controller, by its argument
+            engine = self.engine()
+            remove_containers_under(engine, exp_dir)
+            _remove_tree(exp_dir, engine)
+            return
         engine = self._engine_of(record)
         stop_controller(record)
         remove_run(engine, plan_from_dict(record["plan"]).run_id)
@@ -236,23 +257,24 @@ class ContainersLauncher(HomeLauncher):
 
 
 def read_record(exp_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((exp_dir / RECORD).read_text())
-    except (OSError, ValueError) as exc:
-        raise ContainersError(f"experiment {exp_dir.name!r}: unreadable {RECORD} ({exc})") from None
+    data = read_json(exp_dir / RECORD, required=True)
+    assert data is not None
     try:
         if not plan_from_dict(data["plan"]).run_id:
             raise ValueError("an empty run id")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ContainersError(
-            f"experiment {exp_dir.name!r}: {RECORD} is not a plan surreal wrote ({exc!r})"
-        ) from None
+        raise CorruptFile(exp_dir / RECORD, f"corrupt: not a plan surreal wrote ({exc!r})") from None
     return dict(data)
 
 
 def learner_metrics(plan: Plan) -> dict[str, Any]:
     """What the learner writes into its claim about once a second (status.json)."""
     return exps.read_metrics(claim_dir(plan))
+
+
+def poll_learner_metrics(plan: Plan) -> dict[str, Any]:
+    """learner_metrics for the controller's loop, which goes on past a corrupt file."""
+    return exps.poll_metrics(claim_dir(plan))
 
 
 # --- the controller -------------------------------------------------------------------------------
@@ -330,7 +352,7 @@ def control(exp_dir: Path, run: Run, watch: Watcher | None) -> str:
             if not exp_dir.exists() or all(_never_seen(p) for p in pods):
                 phase, problem = "Stopped", "its containers or its folder were removed meanwhile"
                 break
-            metrics = learner_metrics(run.plan)
+            metrics = poll_learner_metrics(run.plan)
             if watch is not None:
                 watch.tick(metrics)
             jobs = run.jobs()
@@ -449,9 +471,14 @@ def _engine_logs(engine: Engine, pod: str, *, follow: bool, lines: int | None) -
 def _remove_tree(path: Path, engine: Engine) -> None:
     """Remove an experiment's folder; files that rootless podman's containers wrote belong to
     other ids of the user namespace, so what plain removal leaves goes through `podman unshare`."""
-    shutil.rmtree(path, ignore_errors=True)
-    if path.exists() and engine.name == "podman":
-        engine("unshare", "rm", "-rf", str(path), check=False)
+    try:
+        exps.remove_dir(path)
+    except LauncherError:
+        if engine.name != "podman":
+            raise
+        engine("unshare", "rm", "-rf", "--one-file-system", "--", str(path), check=False)
+        if os.path.lexists(path):
+            exps.remove_dir(path)  # says what is left
 
 
 def _never_seen(pod: dict[str, Any]) -> bool:

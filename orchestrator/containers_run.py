@@ -482,6 +482,20 @@ def remove_run(engine: Engine, run_id: str) -> None:
         )
 
 
+def remove_containers_under(engine: Engine, workdir: Path) -> None:
+    """Every container that mounts a path inside `workdir` (an experiment whose record is lost:
+    its run id with it), and the networks of their runs."""
+    root = os.path.realpath(workdir)
+    ids = engine("ps", "-a", "-q", "--filter", f"label={RUN_LABEL}", check=False).split()
+    runs = set()
+    for info in engine.inspect(ids) if ids else []:
+        sources = [str(m.get("Source", "")) for m in info.get("Mounts") or []]
+        if any(src == root or src.startswith(root + os.sep) for src in sources):
+            runs.add(str((info.get("Config", {}).get("Labels") or {}).get(RUN_LABEL, "")))
+    for run_id in sorted(r for r in runs if r):
+        remove_run(engine, run_id)
+
+
 def _remove(engine: Engine, label: str) -> None:
     ids = engine("ps", "-a", "-q", "--filter", label, check=False).split()
     if ids:

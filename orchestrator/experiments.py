@@ -7,7 +7,6 @@ directory under a temporary name and renames it into place, so a failed create l
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -21,11 +20,11 @@ from typing import Any
 from surreal.algorithms.common.scale import SCALE_FILE, read_scale
 from surreal.orchestrator import local
 from surreal.orchestrator.components import Program
-from surreal.orchestrator.launcher import LauncherError
-from surreal.orchestrator.program import Target, fragment_problem, local_split, make_program
+from surreal.orchestrator.launcher import CorruptFile, LauncherError, read_json
+from surreal.orchestrator.program import LOCAL_KNOB, Target, local_split, make_program, workers_problem
 from surreal.orchestrator.sched_slice import slice_ms_from_env
 from surreal.orchestrator.supervisor import write_json_atomic
-from surreal.spec import ExperimentSpec
+from surreal.spec import ExperimentSpec, SpecError, load_spec_file, load_yaml_file, validate_name
 
 SPEC_FILE = "spec.yaml"
 TOKEN_FILE = "token"
@@ -61,19 +60,84 @@ class CreateRefused(ExperimentError):
     exit_code = 2
 
 
+class NameRefused(ExperimentError):
+    """A NAME that is not an experiment name (exit code 2): refused before anything is touched."""
+
+    exit_code = 2
+
+
+# What a folder surreal made holds from its first moment on (create writes spec.yaml first, and the
+# other files of each backend after it): a folder with none of them is not an experiment.
+EXPERIMENT_FILES = (SPEC_FILE, TOKEN_FILE, STATUS_FILE, "state.json", "program.json", "containers.json",
+                    "objects.yaml", "logs", "tb", "checkpoints")  # fmt: skip
+
+
 def experiments_root(home: Path) -> Path:
     return home / "experiments"
 
 
 def experiment_dir(home: Path, name: str) -> Path:
+    """`HOME/experiments/NAME`, for a NAME that passes the rule `create` applies (spec.validate_name):
+    one path component that is a Kubernetes name, so never '..', '.', 'a/b' or an absolute path."""
+    try:
+        validate_name(name)
+    except SpecError as exc:
+        raise NameRefused(str(exc)) from None
     return experiments_root(home) / name
 
 
 def existing_dir(home: Path, name: str) -> Path:
+    """The folder of experiment NAME, checked to be one: a real folder (not a symbolic link, which
+    could lead anywhere) directly inside the experiments folder, holding files surreal writes."""
     path = experiment_dir(home, name)
-    if not path.is_dir():
-        raise ExperimentError(f"no experiment named {name!r} in {experiments_root(home)}")
+    problem = folder_problem(home, path)
+    if problem is not None:
+        raise ExperimentError(problem)
     return path
+
+
+def folder_problem(home: Path, path: Path) -> str | None:
+    """Why `path` is not an experiment folder surreal may read or remove, or None."""
+    root = experiments_root(home)
+    if not os.path.lexists(path):
+        return f"no experiment named {path.name!r} in {root}"
+    if path.is_symlink():
+        return (f"{path} is a symbolic link (to {os.readlink(path)}), not an experiment folder: "
+                "surreal leaves it and what it points to alone")  # fmt: skip
+    if not path.is_dir():
+        return f"{path} is not a folder, so not an experiment: surreal leaves it alone"
+    if path.resolve().parent != root.resolve():
+        return f"{path} lies outside {root}: surreal leaves it alone"
+    if not any(os.path.lexists(path / f) for f in EXPERIMENT_FILES):
+        return (f"{path} holds none of the files of an experiment ({', '.join(EXPERIMENT_FILES)}): "
+                "surreal leaves it alone")  # fmt: skip
+    return None
+
+
+def load_spec(exp_dir: Path) -> ExperimentSpec:
+    """The experiment's spec, checked as every component checks it at start; CorruptFile naming
+    the file when it is not one."""
+    path = exp_dir / SPEC_FILE
+    try:
+        return load_spec_file(path)
+    except SpecError as exc:
+        raise CorruptFile(path, str(exc).replace(f"spec file {str(path)!r}: ", "")) from None
+
+
+def read_spec(exp_dir: Path) -> dict[str, Any]:
+    """The experiment's spec.yaml as a mapping; CorruptFile naming it when it is missing or is not
+    a spec (its full check is load_spec_file's, which components run)."""
+    path = exp_dir / SPEC_FILE
+    if not os.path.lexists(path):
+        raise CorruptFile(path, "missing (the experiment's spec; `surreal delete` still removes it)")
+    try:
+        data = load_yaml_file(path, "spec file")
+    except SpecError as exc:
+        raise CorruptFile(path, f"corrupt: {exc}".replace(f" {str(path)!r}", "")) from None
+    for key, kind in (("name", str), ("algo", str), ("env", str)):
+        if not isinstance(data.get(key), kind):
+            raise CorruptFile(path, f"corrupt: {key} is {data.get(key)!r}, not what surreal wrote")
+    return data
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -101,6 +165,15 @@ def user_import_path() -> tuple[str, ...]:
     return tuple(dict.fromkeys(paths))
 
 
+def checked_split(spec: ExperimentSpec) -> list[int]:
+    """The agents of each local actor process, refused (CreateRefused) where they could not run."""
+    split = local_split(spec.agents, learners=spec.learners)
+    problem = workers_problem(spec, split, "process", LOCAL_KNOB)
+    if problem is not None:
+        raise CreateRefused(problem)
+    return split
+
+
 def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
     """Create the experiment directory with everything needed to run it; return it and the program."""
     final = experiment_dir(home, spec.name)
@@ -117,11 +190,7 @@ def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
         token_file=str(final / TOKEN_FILE),
         import_path=user_import_path(),
     )
-    split = local_split(spec.agents, learners=spec.learners)
-    problem = fragment_problem(spec, split, "--agents (this machine runs one actor process per core)")
-    if problem is not None:
-        raise CreateRefused(problem)
-    program = make_program(spec, target, split)
+    program = make_program(spec, target, checked_split(spec))
 
     def write(staging: Path) -> None:
         token_path = staging / TOKEN_FILE
@@ -137,7 +206,7 @@ def create_dir(spec: ExperimentSpec, home: Path, write: Callable[[Path], None]) 
     name and renamed into place: a failed create leaves nothing, and of two concurrent creates of
     one name exactly one wins."""
     final = experiment_dir(home, spec.name)
-    if final.exists():
+    if os.path.lexists(final):  # a symbolic link by that name too: never replaced, never followed
         raise CreateRefused(
             f"experiment {spec.name!r} already exists in {experiments_root(home)} "
             f"(`surreal delete {spec.name}` removes it)"
@@ -178,18 +247,23 @@ def scaled_agents(exp_dir: Path, spec_agents: Any) -> Any:
 
 
 def read_metrics(exp_dir: Path) -> dict[str, Any]:
+    """What the learner last wrote to status.json ({} before its first write); CorruptFile when
+    the file is not what it writes."""
+    return read_json(exp_dir / STATUS_FILE) or {}
+
+
+def poll_metrics(exp_dir: Path) -> dict[str, Any]:
+    """read_metrics for a loop that must go on (a progress line, a controller): a corrupt file
+    reads as no news, and the commands that show it name it."""
     try:
-        data = json.loads((exp_dir / STATUS_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return read_metrics(exp_dir)
+    except CorruptFile:
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def status(exp_dir: Path) -> dict[str, Any]:
     """The contract's status object: spec identity, phase, learner metrics, components."""
-    from surreal.spec import load_yaml_file
-
-    spec = load_yaml_file(exp_dir / SPEC_FILE)
+    spec = read_spec(exp_dir)
     state = local.read_state(exp_dir)
     metrics = read_metrics(exp_dir)
     out: dict[str, Any] = {
@@ -219,6 +293,47 @@ def status(exp_dir: Path) -> dict[str, Any]:
 
 
 def delete(home: Path, name: str) -> None:
+    """Stop what runs of the experiment and remove its folder, whatever state its files are in."""
     path = existing_dir(home, name)
-    local.stop_experiment(path)
-    shutil.rmtree(path)
+    try:
+        local.stop_experiment(path)
+    except CorruptFile:
+        pass  # state.json cannot say which processes are its: stop_strays finds them all the same
+    local.stop_strays(path)
+    remove_dir(path)
+
+
+def remove_dir(path: Path) -> None:
+    """Remove an experiment's folder. Symbolic links inside are removed, never followed; folders
+    the user made read-only are made writable first (they are the user's own). One ExperimentError
+    names what could not be removed."""
+    try:
+        shutil.rmtree(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    _make_writable(path)
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        what = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
+        raise ExperimentError(f"cannot remove {path}: {exc.strerror or exc}{what}") from None
+
+
+def _make_writable(path: Path) -> None:
+    """Give the owner rwx on every folder in the tree (never through a symbolic link)."""
+    stack = [str(path)]
+    while stack:
+        top = stack.pop()
+        if os.path.islink(top):
+            continue
+        try:
+            os.chmod(top, os.stat(top).st_mode | 0o700)
+            with os.scandir(top) as entries:
+                stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue

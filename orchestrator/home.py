@@ -25,7 +25,6 @@ from surreal.orchestrator.launcher import (
     check_agents,
     check_port_free,
 )
-from surreal.spec import load_yaml_file
 
 T = TypeVar("T")
 
@@ -42,8 +41,8 @@ class HomeLauncher(Launcher):
     def owner(self, exp_dir: Path) -> HomeLauncher:
         """The launcher of the backend that made the experiment in `exp_dir`."""
         try:
-            backend = str(load_yaml_file(exp_dir / exps.SPEC_FILE).get("backend", "local"))
-        except (OSError, ValueError):  # no or a corrupt spec.yaml: still listed and deletable
+            backend = str(exps.read_spec(exp_dir).get("backend", "local"))
+        except LauncherError:  # no or a corrupt spec.yaml: still listed and deletable
             backend = "containers" if (exp_dir / "containers.json").exists() else "local"
         if backend == self.backend:
             return self
@@ -70,11 +69,10 @@ class HomeLauncher(Launcher):
     def list_experiments(self) -> list[dict[str, Any]]:
         rows = []
         for exp_dir in local.list_experiment_dirs(self.home):
-            if not (exp_dir / exps.SPEC_FILE).exists():
-                continue
             try:
+                exps.existing_dir(self.home, exp_dir.name)
                 rows.append(self.owner(exp_dir).status_of(exp_dir))
-            except (LauncherError, OSError, ValueError) as exc:  # one bad experiment hides no other
+            except LauncherError as exc:  # one bad experiment hides no other
                 unknown = dict.fromkeys(("algo", "env", "agents", "env_steps", "eval_return"))
                 rows.append({**unknown, "name": exp_dir.name, "backend": "?", "phase": "Unknown",
                              "problem": str(exc)})  # fmt: skip

@@ -287,6 +287,8 @@ class KubeLauncher:
                 f"--agents must be a positive multiple of agents_per_pod ({per_pod}), got {agents}"
             )
         replicas = agents // per_pod
+        # A pod's fragments are agents_per_pod's, which create checked against the message limit and
+        # scale does not change (the chart's specs name no resolved spaces to check them with).
         problem = ranks_problem(int(spec.get("learners", 1)), replicas, "pod")
         if problem is not None:
             raise KubeError(f"experiment {name!r}: {problem}")

@@ -17,6 +17,7 @@ the one line to show.
 
 from __future__ import annotations
 
+import json
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from surreal.spec import BACKENDS
+from surreal.spec import BACKENDS, SpecError
+from surreal.spec import check_agents as spec_check_agents
 
 if TYPE_CHECKING:
     from surreal.spec import ExperimentSpec
@@ -42,6 +44,42 @@ class UsageError(LauncherError):
     other bad command lines)."""
 
     exit_code = 2
+
+
+class CorruptFile(LauncherError):
+    """A file of an experiment's that is missing, unreadable or not what surreal wrote; the line
+    names the file and the problem (`delete` still removes such an experiment)."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def read_json(path: Path, *, required: bool = False) -> dict[str, Any] | None:
+    """The JSON object in `path`: None when it does not exist (unless `required`), CorruptFile
+    when it cannot be read, is not UTF-8 JSON, or holds something other than an object."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        if required:
+            raise CorruptFile(path, "missing") from None
+        return None
+    except OSError as exc:
+        raise CorruptFile(path, f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise CorruptFile(path, "corrupt: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        at = f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+        what = "empty" if not raw.strip() else f"not JSON ({at})"
+        raise CorruptFile(path, f"corrupt: {what}") from None
+    except RecursionError:
+        raise CorruptFile(path, "corrupt: nested too deeply") from None
+    if not isinstance(data, dict):
+        raise CorruptFile(path, f"corrupt: a JSON {type(data).__name__}, not an object")
+    return data
 
 
 class Forward(Protocol):
@@ -142,11 +180,12 @@ class Launcher(ABC):
 
 
 def check_agents(agents: int) -> None:
-    """The agent counts `scale` accepts: what the learner accepts from scale.json."""
-    from surreal.algorithms.common.scale import MAX_SCALE_AGENTS
-
-    if not 1 <= agents <= MAX_SCALE_AGENTS:
-        raise UsageError(f"--agents must be between 1 and {MAX_SCALE_AGENTS:,}, got {agents}")
+    """The agent counts `scale` accepts: the spec's bound at create (and the learner's for
+    scale.json)."""
+    try:
+        spec_check_agents(agents, "--agents")
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_port_free(port: int, host: str = "127.0.0.1") -> None:

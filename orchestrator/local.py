@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from typing import IO, Any
 import psutil
 
 from surreal.orchestrator.components import Program
+from surreal.orchestrator.launcher import CorruptFile, read_json
 from surreal.orchestrator.supervisor import (
     LOG_DIR,
     PROGRAM_FILE,
@@ -52,6 +54,8 @@ __all__ = [
     "tail_log",
 ]
 
+# A component's or pod's name: one path component (never '..' or a '/'), so logs/NAME.log stays in logs/.
+LOG_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
 SUPERVISOR_LOG = "supervisor"  # logs/supervisor.log: a detached supervisor's own output
 _CREATE_TIME_TOLERANCE = 0.05  # seconds; psutil reports the same value for the same process
 
@@ -120,11 +124,14 @@ def spawn_detached(
 
 
 def read_state(exp_dir: Path | str) -> dict[str, Any] | None:
-    """The supervisor's last state.json, or None if there is none yet."""
-    try:
-        return json.loads((Path(exp_dir) / STATE_FILE).read_text())
-    except FileNotFoundError:
-        return None
+    """The supervisor's last state.json, or None if there is none yet; CorruptFile naming it when
+    it is not what the supervisor writes."""
+    path = Path(exp_dir) / STATE_FILE
+    state = read_json(path)
+    if state is not None and (not isinstance(state.get("phase"), str)
+                              or not isinstance(state.get("components", []), list)):  # fmt: skip
+        raise CorruptFile(path, "corrupt: no phase or components as the supervisor writes them")
+    return state
 
 
 def is_alive(state: dict[str, Any] | None) -> bool:
@@ -172,6 +179,33 @@ def stop_experiment(exp_dir: Path | str, timeout: float = 20.0) -> None:
         _mark_stopped(exp_dir, state)
 
 
+def stop_strays(exp_dir: Path | str, grace: float = 5.0) -> None:
+    """Stop every surreal process that works on `exp_dir` (its path, or a path inside it, is one
+    of its arguments: a supervisor, a component, a containers controller), whatever state.json says
+    or whether it can be read. A shell or an editor in the folder is no surreal process."""
+    root = os.path.realpath(exp_dir)
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    strays = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if proc.info["pid"] in mine or not any(a == "surreal" or a.startswith("surreal.") for a in argv):
+            continue
+        if any(a == root or a.startswith(root + os.sep) for a in argv):
+            strays.append(proc)
+    for proc in strays:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(strays, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+
+
 def tail_log(
     exp_dir: Path | str,
     component: str,
@@ -187,8 +221,10 @@ def tail_log(
     exist) at the call if there is no such log.
     """
     log_dir = Path(exp_dir) / LOG_DIR
+    if not LOG_NAME_RE.fullmatch(component):
+        raise FileNotFoundError(f"no log for {component!r}: a component is named like learner or actor-0")
     path = log_dir / f"{component}.log"
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():
         known = sorted(p.stem for p in log_dir.glob("*.log")) if log_dir.is_dir() else []
         raise FileNotFoundError(f"no log for {component!r} in {log_dir} (logs: {known})")
     return _tail(path, Path(exp_dir), follow, lines, poll_seconds)
@@ -199,7 +235,8 @@ def list_experiment_dirs(home: Path | str) -> list[Path]:
     root = Path(home) / "experiments"
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    # symbolic links too (listed with their problem), but not create's hidden staging folders
+    return sorted(p for p in root.iterdir() if (p.is_dir() or p.is_symlink()) and not p.name.startswith("."))
 
 
 def _tail(path: Path, exp_dir: Path, follow: bool, lines: int | None, poll_seconds: float) -> Iterator[str]:

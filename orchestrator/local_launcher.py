@@ -13,7 +13,7 @@ from surreal.orchestrator import local
 from surreal.orchestrator.components import ACTOR_ROLE
 from surreal.orchestrator.home import HomeLauncher, tail_log, wait_until
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
-from surreal.orchestrator.program import ENV_LEARNER_ADDR, local_split, ranks_problem, rescaled
+from surreal.orchestrator.program import LOCAL_KNOB, local_split, rescaled, workers_problem
 from surreal.orchestrator.supervisor import TERMINAL_PHASES
 from surreal.spec import ExperimentSpec
 
@@ -29,6 +29,7 @@ class LocalLauncher(HomeLauncher):
         self.check_placement(placement)
         if output == "helm-values":
             raise UsageError("-o helm-values needs --backend kube")
+        exps.checked_split(spec)  # what create would refuse, a dry run refuses
         return json.dumps(spec.to_dict(), indent=2) + "\n" if output == "json" else spec.to_yaml()
 
     def create(
@@ -52,8 +53,13 @@ class LocalLauncher(HomeLauncher):
                 f"experiment {name!r}: {spec.algo} on {spec.env}, {spec.agents} agents in "
                 f"{len(program.group(ACTOR_ROLE))} actor processes, {spec.steps:,} steps; files in {exp_dir}"
             )
-        tick = (lambda: watch.tick(exps.read_metrics(exp_dir))) if watch is not None else None
-        exps.run_foreground(exp_dir, program, on_tick=tick)
+        tick = (lambda: watch.tick(exps.poll_metrics(exp_dir))) if watch is not None else None
+        try:
+            exps.run_foreground(exp_dir, program, on_tick=tick)
+        except KeyboardInterrupt:  # before the supervisor took the signals: nothing ran, keep nothing
+            if local.read_state(exp_dir) is None:
+                exps.delete(self.home, name)
+            raise
         return Launched(name, "", phase=exps.status(exp_dir)["phase"])
 
     def status_of(self, exp_dir: Path) -> dict[str, Any]:
@@ -72,14 +78,13 @@ class LocalLauncher(HomeLauncher):
         phase = local.current_phase(state)
         if phase in TERMINAL_PHASES or not local.is_alive(state):
             raise LauncherError(f"experiment {name!r} is not running (phase {phase}); nothing to scale")
+        spec = exps.load_spec(exp_dir)
+        split = local_split(agents, learners=spec.learners)
+        problem = workers_problem(spec, split, "process", LOCAL_KNOB)
+        if problem is not None:
+            raise UsageError(f"experiment {name!r}: {problem}")
         try:
-            program = local.load_program(exp_dir)
-            learner = program.learner
-            learners = len(learner.env[ENV_LEARNER_ADDR].split(",")) if learner is not None else 1
-            problem = ranks_problem(learners, agents, "process")
-            if problem is not None:
-                raise LauncherError(f"experiment {name!r}: {problem}; --agents must be at least {learners}")
-            program = rescaled(program, local_split(agents, learners=learners))
+            program = rescaled(local.load_program(exp_dir), split)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise LauncherError(f"experiment {name!r}: its program.json cannot be scaled ({exc})") from None
         exps.write_scale(exp_dir, agents)  # first, so the learner takes the new streams

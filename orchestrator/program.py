@@ -99,6 +99,15 @@ def fragment_problem(spec: ExperimentSpec, split: Sequence[int], knob: str) -> s
     )
 
 
+LOCAL_KNOB = "--agents (this machine runs one actor process per core)"
+
+
+def workers_problem(spec: ExperimentSpec, split: Sequence[int], unit: str, knob: str) -> str | None:
+    """Why actor workers of `split` agents each (processes or pods: `unit`) cannot run `spec`, or
+    None: what create and scale both ask, so a scale is refused exactly where a create would be."""
+    return ranks_problem(spec.learners, len(split), unit) or fragment_problem(spec, split, knob)
+
+
 def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> Program:
     """The learner, one actor worker per entry of `split` (its agents), and the evaluator."""
     common = {ENV_LEARNER_ADDR: target.learner_addr, ENV_EXP_DIR: target.exp_dir}

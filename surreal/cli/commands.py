@@ -1,17 +1,16 @@
-"""The `surreal` command. Commands only parse, call the orchestrator, and print."""
+"""The `surreal` commands. Each only parses, calls the orchestrator, and prints."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
 from surreal.algorithms.common.env_ref import extend_import_path
 from surreal.cli.common import (
+    NAME,
     ProgressLine,
     backend_options,
     call,
@@ -37,7 +36,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", type=NAME)
 @click.option("--algo", help="Algorithm: ppo or es.")
 @click.option("--env", "env_id", help="Environment id (default CartPole-v1), MODULE:ENV_ID or MODULE:CLASS.")
 @click.option("--agents", type=int, help="Logical agents (default 2).")
@@ -127,13 +126,16 @@ def list_cmd(output: str, backend: str, namespace: str, context: str | None) -> 
     pods = any("pods" in r for r in rows)  # kube rows: pods and who manages the release
     table(["NAME", "BACKEND", "ALGO", "ENV", "AGENTS", "PHASE", "STEPS", "EVAL RETURN",
            *(["PODS", "MANAGED BY"] if pods else [])],
-          [[r["name"], r.get("backend", backend), r["algo"], r["env"], r["agents"], r["phase"],
-            fmt(r.get("env_steps"), ",d"), fmt(r.get("eval_return")),
+          [[r["name"], r.get("backend", backend), r["algo"] or "-", r["env"] or "-", fmt(r["agents"], "d"),
+            r["phase"], fmt(r.get("env_steps"), ",d"), fmt(r.get("eval_return")),
             *([r.get("pods", "-"), r.get("managed_by") or "-"] if pods else [])] for r in rows])  # fmt: skip
+    for r in rows:  # what is wrong with a row that could not be read, one line each
+        if r.get("problem"):
+            click.echo(f"{r['name']}: {r['problem']}")
 
 
 @cli.command(name="status")
-@click.argument("name")
+@click.argument("name", type=NAME)
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
 @backend_options
 def status_cmd(name: str, output: str, backend: str, namespace: str, context: str | None) -> None:
@@ -170,10 +172,11 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", type=NAME)
 @click.argument("component", required=False, default="learner")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
-@click.option("-n", "--lines", type=int, default=100, help="Lines from the end to start with.")
+@click.option("-n", "--lines", type=click.IntRange(min=0), default=100,
+              help="Lines from the end to start with.")  # fmt: skip
 @click.option("--previous", is_flag=True, help="kube: the crashed container before its restart.")
 @backend_options
 def logs(name: str, component: str, follow: bool, lines: int, previous: bool, backend: str,
@@ -190,7 +193,7 @@ def logs(name: str, component: str, follow: bool, lines: int, previous: bool, ba
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", type=NAME)
 @click.option("--agents", type=int, required=True, help="Logical agents from now on.")
 @backend_options
 def scale(name: str, agents: int, backend: str, namespace: str, context: str | None) -> None:
@@ -199,7 +202,7 @@ def scale(name: str, agents: int, backend: str, namespace: str, context: str | N
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", type=NAME)
 @backend_options
 def delete(name: str, backend: str, namespace: str, context: str | None) -> None:
     """Stop an experiment and remove everything of it (files, containers or cluster objects)."""
@@ -207,8 +210,8 @@ def delete(name: str, backend: str, namespace: str, context: str | None) -> None
 
 
 @cli.command()
-@click.argument("name")
-@click.option("--port", type=int, default=6006)
+@click.argument("name", type=NAME)
+@click.option("--port", type=click.IntRange(1, 65535), default=6006, show_default=True)
 @backend_options
 def tensorboard(name: str, port: int, backend: str, namespace: str, context: str | None) -> None:
     """Serve the experiment's TensorBoard scalars on http://127.0.0.1:PORT."""
@@ -252,16 +255,3 @@ def supervise(exp_dir: Path) -> None:
 
 cli.add_command(provision)
 cli.add_command(plot)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: click errors become one line on stderr with exit code 2."""
-    run: Callable[..., Any] = cli.main
-    try:
-        run(args=argv, prog_name="surreal", standalone_mode=False)
-    except click.exceptions.Abort:
-        fail("aborted", code=130)
-    except click.ClickException as exc:
-        fail(exc.format_message(), code=exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)

@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from surreal.orchestrator.launcher import Launcher, LauncherError, open_launcher
+from surreal.spec import SpecError, validate_name
 
 T = TypeVar("T")
 
@@ -23,6 +24,23 @@ def home_dir() -> Path:
 def fail(message: str, code: int = 1) -> NoReturn:
     click.echo(f"surreal: error: {message}", err=True)
     sys.exit(code)
+
+
+class ExperimentName(click.ParamType):
+    """A NAME argument, checked by the rule `create` applies before any command touches the disk or
+    a cluster (so `..`, `a/b` or an absolute path never become a path)."""
+
+    name = "name"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            validate_name(value)
+        except SpecError as exc:
+            raise click.UsageError(str(exc)) from None
+        return str(value)
+
+
+NAME = ExperimentName()
 
 
 def backend_options(command: Callable[..., Any]) -> Callable[..., Any]:

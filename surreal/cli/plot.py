@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from surreal.cli.common import backend_options, fail, launcher_for
+from surreal.cli.common import NAME, backend_options, fail, launcher_for
 from surreal.orchestrator.launcher import LauncherError
 
 
 @click.command()
-@click.argument("names", metavar="NAME...", nargs=-1, required=True)
+@click.argument("names", metavar="NAME...", nargs=-1, required=True, type=NAME)
 @click.option(
     "-o",
     "--output",

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from surreal.cli import cli
+from surreal.cli.commands import cli
 
 
 def pod_specs(*args: str) -> dict[str, dict]:

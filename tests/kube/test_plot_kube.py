@@ -21,7 +21,7 @@ from kube_support import make_spec
 from kubernetes import client
 
 from surreal.algorithms.common.tb import Scalars
-from surreal.cli import cli
+from surreal.cli.commands import cli
 from surreal.orchestrator import plot
 from surreal.orchestrator.kube import ExperimentNotFound, KubeError, KubeLauncher
 from surreal.orchestrator.kube_exec import Exec, check_status, pod_exec

@@ -82,7 +82,7 @@ def test_a_restarted_learner_continues_the_curves(tmp_path: Path) -> None:
 def test_missing_experiments_and_missing_events_are_plot_errors(tmp_path: Path) -> None:
     with pytest.raises(PlotError, match="no experiment named 'nope'"):
         plot.read_local(tmp_path, "nope")
-    (tmp_path / "experiments" / "fresh").mkdir(parents=True)
+    (tmp_path / "experiments" / "fresh" / "logs").mkdir(parents=True)
     with pytest.raises(PlotError, match="experiment 'fresh' has no TensorBoard events yet"):
         plot.read_local(tmp_path, "fresh")
     scalars = Scalars(tmp_path / "experiments" / "early" / "tb")  # updates logged, no episode done

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from surreal.algorithms.common.tb import Scalars
-from surreal.cli import cli
+from surreal.cli.commands import cli
 
 RUNS = {
     "a": ([(100, 10.0), (200, 20.0)], [(200, 25.0)]),
@@ -27,7 +27,7 @@ def home(surreal_home: Path) -> Path:
         for step, value in evals:
             scalars.add("eval", {"mean_return": value}, step)
         scalars.close()
-    (surreal_home / "experiments" / "fresh").mkdir()  # created, learner not started yet
+    (surreal_home / "experiments" / "fresh" / "logs").mkdir(parents=True)  # created, learner not started
     return surreal_home
 
 
