@@ -47,4 +47,4 @@ def test_scale_refuses_what_it_cannot_do(cli: Cli) -> None:
     done = cli.run("scale", "tiny", "--agents", "4", ok=False)
     assert done.returncode == 1 and "is not running (phase Succeeded)" in done.stderr
     bad = cli.run("scale", "tiny", "--agents", "0", ok=False)
-    assert bad.returncode == 2 and "--agents must be between 1 and 1,000,000, got 0" in bad.stderr
+    assert bad.returncode == 2 and "--agents must be an integer from 1 to 1,000,000, got 0" in bad.stderr
