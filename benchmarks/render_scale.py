@@ -48,8 +48,9 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(a) for a in args.agents.split(",")]
 
-    from surreal.orchestrator import kube_render
-    from surreal.orchestrator.launcher import Placement, open_launcher
+    from surreal.orchestrator.backends import open_launcher
+    from surreal.orchestrator.kube import render as kube_render
+    from surreal.orchestrator.launcher import Placement
     from surreal.spec import build_spec
 
     launcher = open_launcher("kube", home=Path.home())  # the CLI's `--backend kube` launcher

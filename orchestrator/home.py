@@ -1,177 +1,331 @@
-"""Experiments that live on this machine, in `$SURREAL_HOME/experiments/NAME/`: the local and the
-containers backends share that home. Each experiment's spec.yaml records its backend, so a command
-that names an experiment is handled by the launcher that made it, whichever one it was asked of.
-"""
+"""The experiment home on this machine, `$SURREAL_HOME/experiments/NAME/`, which the local and the
+containers backends share: names and folders, the files every experiment has (spec.yaml, token,
+status.json, logs/), creating one whole or not at all, and removing one whatever state it is in."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+import re
+import shutil
+import tempfile
 import time
-from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any
 
-from surreal.orchestrator import experiments as exps
-from surreal.orchestrator import local
-from surreal.orchestrator.launcher import (
-    Forward,
-    Launcher,
-    LauncherError,
-    Placement,
-    UsageError,
-    check_agents,
-    check_port_free,
-)
+import psutil
 
-T = TypeVar("T")
+from surreal.algorithms.common.scale import SCALE_FILE, read_scale
+from surreal.orchestrator.files import read_json, write_json_atomic
+from surreal.orchestrator.launcher import CorruptFile, LauncherError
+from surreal.spec import ExperimentSpec, SpecError, load_spec_file, load_yaml_file, validate_name
+
+LOG_DIR = "logs"
 
 
-class HomeLauncher(Launcher):
-    """What local and containers experiments share: the home, listing, dispatch by backend, and
-    TensorBoard and plots read from the event files on this machine."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-
-    # --- dispatch --------------------------------------------------------------------------
-
-    def owner(self, exp_dir: Path) -> HomeLauncher:
-        """The launcher of the backend that made the experiment in `exp_dir`."""
-        try:
-            backend = str(exps.read_spec(exp_dir).get("backend", "local"))
-        except LauncherError:  # no or a corrupt spec.yaml: still listed and deletable
-            backend = "containers" if (exp_dir / "containers.json").exists() else "local"
-        if backend == self.backend:
-            return self
-        if backend == "containers":
-            from surreal.orchestrator.containers_launcher import ContainersLauncher
-
-            return ContainersLauncher(self.home)
-        if backend == "local":
-            from surreal.orchestrator.local_launcher import LocalLauncher
-
-            return LocalLauncher(self.home)
-        raise LauncherError(
-            f"experiment {exp_dir.name!r} records backend {backend!r}, not one of this home's"
-        )
-
-    def _dir(self, name: str) -> tuple[Path, HomeLauncher]:
-        exp_dir = exps.existing_dir(self.home, name)
-        return exp_dir, self.owner(exp_dir)
-
-    def check_placement(self, placement: Placement) -> None:
-        if placement.given:
-            raise UsageError("--pools and --provider place pods on a cluster: they need --backend kube")
-
-    def list_experiments(self) -> list[dict[str, Any]]:
-        rows = []
-        for exp_dir in local.list_experiment_dirs(self.home):
-            try:
-                exps.existing_dir(self.home, exp_dir.name)
-                rows.append(self.owner(exp_dir).status_of(exp_dir))
-            except LauncherError as exc:  # one bad experiment hides no other
-                unknown = dict.fromkeys(("algo", "env", "agents", "env_steps", "eval_return"))
-                rows.append({**unknown, "name": exp_dir.name, "backend": "?", "phase": "Unknown",
-                             "problem": str(exc)})  # fmt: skip
-        return rows
-
-    def status(self, name: str) -> dict[str, Any]:
-        exp_dir, owner = self._dir(name)
-        return owner.status_of(exp_dir)
-
-    def logs(
-        self,
-        name: str,
-        component: str,
-        *,
-        follow: bool = False,
-        lines: int | None = 100,
-        previous: bool = False,
-    ) -> Iterator[str]:
-        exp_dir, owner = self._dir(name)
-        return owner.logs_of(exp_dir, component, follow=follow, lines=lines, previous=previous)
-
-    def scale(self, name: str, agents: int) -> str:
-        check_agents(agents)
-        exp_dir, owner = self._dir(name)
-        return owner.scale_of(exp_dir, agents)
-
-    def delete(self, name: str) -> str:
-        exp_dir, owner = self._dir(name)
-        owner.delete_of(exp_dir)
-        return f"experiment {name!r} deleted"
-
-    def tensorboard(self, name: str, port: int) -> Forward:
-        exp_dir, owner = self._dir(name)
-        check_port_free(port)
-        return LocalTensorBoard(owner.tb_dir(exp_dir), port)
-
-    def events(self, name: str) -> Any:
-        from surreal.orchestrator import plot
-
-        exp_dir, owner = self._dir(name)
-        return plot.read_events(owner.tb_dir(exp_dir), name)
-
-    # --- per backend ------------------------------------------------------------------------
-
-    @abstractmethod
-    def status_of(self, exp_dir: Path) -> dict[str, Any]: ...
-
-    @abstractmethod
-    def logs_of(
-        self, exp_dir: Path, component: str, *, follow: bool, lines: int | None, previous: bool
-    ) -> Iterator[str]: ...
-
-    @abstractmethod
-    def scale_of(self, exp_dir: Path, agents: int) -> str: ...
-
-    @abstractmethod
-    def delete_of(self, exp_dir: Path) -> None: ...
-
-    @abstractmethod
-    def tb_dir(self, exp_dir: Path) -> Path: ...
+SPEC_FILE = "spec.yaml"
 
 
-def tail_log(exp_dir: Path, name: str, *, follow: bool = False, lines: int | None = 100) -> Iterator[str]:
-    """Lines of `exp_dir/logs/NAME.log`; a missing log is one line naming the ones there are."""
+TOKEN_FILE = "token"
+
+
+STATUS_FILE = "status.json"
+
+
+class ExperimentError(LauncherError):
+    """A lifecycle operation that cannot be done; the message says why."""
+
+
+class CreateRefused(ExperimentError):
+    """A create that cannot be right: the name is taken, a setting is malformed (exit code 2)."""
+
+    exit_code = 2
+
+
+class NameRefused(ExperimentError):
+    """A NAME that is not an experiment name (exit code 2): refused before anything is touched."""
+
+    exit_code = 2
+
+
+# What a folder surreal made holds from its first moment on (create writes spec.yaml first, and the
+# other files of each backend after it): a folder with none of them is not an experiment.
+EXPERIMENT_FILES = (SPEC_FILE, TOKEN_FILE, STATUS_FILE, "state.json", "program.json", "containers.json",
+                    "objects.yaml", "logs", "tb", "checkpoints")  # fmt: skip
+
+
+def experiments_root(home: Path) -> Path:
+    return home / "experiments"
+
+
+def experiment_dir(home: Path, name: str) -> Path:
+    """`HOME/experiments/NAME`, for a NAME that passes the rule `create` applies (spec.validate_name):
+    one path component that is a Kubernetes name, so never '..', '.', 'a/b' or an absolute path."""
     try:
-        return local.tail_log(exp_dir, name, follow=follow, lines=lines)
-    except FileNotFoundError as exc:
-        raise LauncherError(str(exc)) from None
+        validate_name(name)
+    except SpecError as exc:
+        raise NameRefused(str(exc)) from None
+    return experiments_root(home) / name
 
 
-class LocalTensorBoard:
-    """`tensorboard --logdir DIR` on 127.0.0.1:PORT, as a child process stopped by `close`."""
+def existing_dir(home: Path, name: str) -> Path:
+    """The folder of experiment NAME, checked to be one: a real folder (not a symbolic link, which
+    could lead anywhere) directly inside the experiments folder, holding files surreal writes."""
+    path = experiment_dir(home, name)
+    problem = folder_problem(home, path)
+    if problem is not None:
+        raise ExperimentError(problem)
+    return path
 
-    def __init__(self, tb_dir: Path, port: int) -> None:
-        self.address = f"127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "tensorboard.main", "--logdir", str(tb_dir), "--host", "127.0.0.1",
-                "--port", str(port)]  # fmt: skip
-        self._proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+
+def folder_problem(home: Path, path: Path) -> str | None:
+    """Why `path` is not an experiment folder surreal may read or remove, or None."""
+    root = experiments_root(home)
+    if not os.path.lexists(path):
+        return f"no experiment named {path.name!r} in {root}"
+    if path.is_symlink():
+        return (f"{path} is a symbolic link (to {os.readlink(path)}), not an experiment folder: "
+                "surreal leaves it and what it points to alone")  # fmt: skip
+    if not path.is_dir():
+        return f"{path} is not a folder, so not an experiment: surreal leaves it alone"
+    if path.resolve().parent != root.resolve():
+        return f"{path} lies outside {root}: surreal leaves it alone"
+    if not any(os.path.lexists(path / f) for f in EXPERIMENT_FILES):
+        return (f"{path} holds none of the files of an experiment ({', '.join(EXPERIMENT_FILES)}): "
+                "surreal leaves it alone")  # fmt: skip
+    return None
+
+
+def load_spec(exp_dir: Path) -> ExperimentSpec:
+    """The experiment's spec, checked as every component checks it at start; CorruptFile naming
+    the file when it is not one."""
+    path = exp_dir / SPEC_FILE
+    try:
+        return load_spec_file(path)
+    except SpecError as exc:
+        raise CorruptFile(path, str(exc).replace(f"spec file {str(path)!r}: ", "")) from None
+
+
+def read_spec(exp_dir: Path) -> dict[str, Any]:
+    """The experiment's spec.yaml as a mapping; CorruptFile naming it when it is missing or is not
+    a spec (its full check is load_spec_file's, which components run)."""
+    path = exp_dir / SPEC_FILE
+    if not os.path.lexists(path):
+        raise CorruptFile(path, "missing (the experiment's spec; `surreal delete` still removes it)")
+    try:
+        data = load_yaml_file(path, "spec file")
+    except SpecError as exc:
+        raise CorruptFile(path, f"corrupt: {exc}".replace(f" {str(path)!r}", "")) from None
+    for key, kind in (("name", str), ("algo", str), ("env", str)):
+        if not isinstance(data.get(key), kind):
+            raise CorruptFile(path, f"corrupt: {key} is {data.get(key)!r}, not what surreal wrote")
+    return data
+
+
+def user_import_path() -> tuple[str, ...]:
+    """Where this shell imports a user's module from: PYTHONPATH's folders, then the working
+    directory (as `python -m` would). `create` validates the environment with these on sys.path and
+    components get them (SURREAL_IMPORT_PATH), so `--env mymod:MyEnv-v0` works from mymod's folder."""
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    paths = [str(Path(p).resolve()) for p in (*entries, os.getcwd())]
+    return tuple(dict.fromkeys(paths))
+
+
+def create_dir(spec: ExperimentSpec, home: Path, write: Callable[[Path], None]) -> Path:
+    """`HOME/experiments/NAME/` with spec.yaml and what `write` puts in it, made under a temporary
+    name and renamed into place: a failed create leaves nothing, and of two concurrent creates of
+    one name exactly one wins."""
+    final = experiment_dir(home, spec.name)
+    if os.path.lexists(final):  # a symbolic link by that name too: never replaced, never followed
+        raise CreateRefused(
+            f"experiment {spec.name!r} already exists in {experiments_root(home)} "
+            f"(`surreal delete {spec.name}` removes it)"
         )
+    experiments_root(home).mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=experiments_root(home)))
+    try:
+        (staging / SPEC_FILE).write_text(spec.to_yaml())
+        write(staging)
+        try:
+            # rename(2) onto an existing non-empty directory fails
+            os.rename(staging, final)
+        except OSError:
+            raise CreateRefused(f"experiment {spec.name!r} already exists") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
 
-    def wait(self) -> None:
-        self._proc.wait()
 
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+def write_scale(exp_dir: Path, agents: int) -> None:
+    """The agent count the learner in `exp_dir` follows from now on (scale.SCALE_FILE)."""
+    write_json_atomic(exp_dir / SCALE_FILE, {"agents": agents})
 
 
-def wait_until(what: str, predicate: Callable[[], T], timeout: float, poll: float = 0.2) -> T:
-    """Wait for a condition and return its (truthy) value, or raise LauncherError naming it."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise LauncherError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(poll)
-    return value
+def scaled_agents(exp_dir: Path, spec_agents: Any) -> Any:
+    """The agents the experiment runs now: as last scaled, else as created."""
+    return read_scale(exp_dir) or spec_agents
+
+
+def read_metrics(exp_dir: Path) -> dict[str, Any]:
+    """What the learner last wrote to status.json ({} before its first write); CorruptFile when
+    the file is not what it writes."""
+    return read_json(exp_dir / STATUS_FILE) or {}
+
+
+def poll_metrics(exp_dir: Path) -> dict[str, Any]:
+    """read_metrics for a loop that must go on (a progress line, a controller): a corrupt file
+    reads as no news, and the commands that show it name it."""
+    try:
+        return read_metrics(exp_dir)
+    except CorruptFile:
+        return {}
+
+
+def remove_dir(path: Path) -> None:
+    """Remove an experiment's folder. Symbolic links inside are removed, never followed; folders
+    the user made read-only are made writable first (they are the user's own). One ExperimentError
+    names what could not be removed."""
+    try:
+        shutil.rmtree(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    _make_writable(path)
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        what = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
+        raise ExperimentError(f"cannot remove {path}: {exc.strerror or exc}{what}") from None
+
+
+def _make_writable(path: Path) -> None:
+    """Give the owner rwx on every folder in the tree (never through a symbolic link)."""
+    stack = [str(path)]
+    while stack:
+        top = stack.pop()
+        if os.path.islink(top):
+            continue
+        try:
+            os.chmod(top, os.stat(top).st_mode | 0o700)
+            with os.scandir(top) as entries:
+                stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+
+
+# A component's or pod's name: one path component (never '..' or a '/'), so logs/NAME.log stays in logs/.
+LOG_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
+
+
+def stop_strays(exp_dir: Path | str, grace: float = 5.0) -> None:
+    """Stop every surreal process that works on `exp_dir` (its path, or a path inside it, is one
+    of its arguments: a supervisor, a component, a containers controller), whatever state.json says
+    or whether it can be read. A shell or an editor in the folder is no surreal process."""
+    root = os.path.realpath(exp_dir)
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    strays = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if proc.info["pid"] in mine or not any(a == "surreal" or a.startswith("surreal.") for a in argv):
+            continue
+        if any(a == root or a.startswith(root + os.sep) for a in argv):
+            strays.append(proc)
+    for proc in strays:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(strays, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+
+
+def tail_log(
+    exp_dir: Path | str,
+    component: str,
+    follow: bool = False,
+    lines: int | None = 100,
+    *,
+    running: Callable[[], bool] | None = None,
+    poll_seconds: float = 0.2,
+) -> Iterator[str]:
+    """Lines (without their newline) of `logs/<component>.log`: the last `lines` (None = all).
+
+    With `follow`, keeps yielding new lines as they are written (across restarts, which append)
+    while `running()` says the experiment runs (without it: what is there). Raises
+    FileNotFoundError (naming the logs that exist) at the call if there is no such log.
+    """
+    log_dir = Path(exp_dir) / LOG_DIR
+    if not LOG_NAME_RE.fullmatch(component):
+        raise FileNotFoundError(f"no log for {component!r}: a component is named like learner or actor-0")
+    path = log_dir / f"{component}.log"
+    if path.is_symlink() or not path.is_file():
+        known = sorted(p.stem for p in log_dir.glob("*.log")) if log_dir.is_dir() else []
+        raise FileNotFoundError(f"no log for {component!r} in {log_dir} (logs: {known})")
+    return _tail(path, follow, lines, running or (lambda: False), poll_seconds)
+
+
+def list_experiment_dirs(home: Path | str) -> list[Path]:
+    """Experiment directories under `home/experiments` (home = $SURREAL_HOME), sorted by name."""
+    root = Path(home) / "experiments"
+    if not root.is_dir():
+        return []
+    # symbolic links too (listed with their problem), but not create's hidden staging folders
+    return sorted(p for p in root.iterdir() if (p.is_dir() or p.is_symlink()) and not p.name.startswith("."))
+
+
+def _tail(
+    path: Path, follow: bool, lines: int | None, running: Callable[[], bool], poll_seconds: float
+) -> Iterator[str]:
+    with open(path, "rb") as f:
+        f.seek(_start_of_last_lines(f, lines))
+        pending = b""
+        drained_after_end = False
+        while True:
+            chunk = f.read(1 << 16)
+            if chunk:
+                *complete, pending = (pending + chunk).split(b"\n")
+                yield from (line.decode(errors="replace") for line in complete)
+                continue
+            if not follow or drained_after_end:
+                break
+            if not running():
+                drained_after_end = True  # one more read for what was written before it ended
+                continue
+            if os.stat(path).st_size < f.tell():  # truncated: start over
+                f.seek(0)
+            time.sleep(poll_seconds)
+        if pending:
+            yield pending.decode(errors="replace")
+
+
+def _start_of_last_lines(f: IO[bytes], lines: int | None) -> int:
+    """Byte offset where the last `lines` lines of `f` begin (a trailing newline ends a line)."""
+    end = f.seek(0, os.SEEK_END)
+    if lines is None or end == 0:
+        return 0
+    if lines <= 0:
+        return end
+    f.seek(end - 1)
+    pos = end - 1 if f.read(1) == b"\n" else end  # search before the final line's own newline
+    found = 0
+    while pos > 0:
+        size = min(1 << 13, pos)
+        f.seek(pos - size)
+        block = f.read(size)
+        i = len(block)
+        while (i := block.rfind(b"\n", 0, i)) >= 0:
+            found += 1
+            if found == lines:
+                return pos - size + i + 1
+        pos -= size
+    return 0

@@ -1,23 +1,15 @@
-"""One way to launch, three places to run: the `Launcher` interface and the choice of one.
+"""One way to launch, three places to run: the `Launcher` interface and its errors.
 
-The CLI builds a spec, asks `open_launcher` for the launcher of `--backend` once, and from then on
-only calls the interface: create, list, status, logs, scale, delete, tensorboard (and `events`
-for `surreal plot`). Three implementations:
-
-- local (`local_launcher.LocalLauncher`, the default): supervised subprocesses on this machine;
-- containers (`containers_launcher.ContainersLauncher`): the rendered Kubernetes objects run as
-  real containers on podman or Docker, no cluster needed;
-- kube (`kube_backend.KubeBackend`): the objects applied through the official client.
-
-Local and containers experiments both live in `$SURREAL_HOME/experiments/NAME/` and record their
-backend there, so a command that names an experiment reaches the launcher that made it whichever
-`--backend` it was given (`HomeLauncher.owner`). Every failure is a `LauncherError` whose text is
-the one line to show.
+The CLI asks `backends.open_launcher` for the launcher of `--backend` once, and from then on only
+calls this interface: create, list, status, logs, scale, delete, tensorboard (and `events` for
+`surreal plot`). The implementations are the backends' subpackages: `local` (supervised processes
+on this machine, the default), `containers` (the rendered Kubernetes objects as real podman or
+Docker containers) and `kube` (the objects applied through the official client). Every failure is
+a `LauncherError` whose text is the one line to show.
 """
 
 from __future__ import annotations
 
-import json
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -25,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from surreal.spec import BACKENDS, SpecError
+from surreal.orchestrator.status import exit_code
+from surreal.spec import SpecError
 from surreal.spec import check_agents as spec_check_agents
 
 if TYPE_CHECKING:
@@ -54,32 +47,6 @@ class CorruptFile(LauncherError):
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
-
-
-def read_json(path: Path, *, required: bool = False) -> dict[str, Any] | None:
-    """The JSON object in `path`: None when it does not exist (unless `required`), CorruptFile
-    when it cannot be read, is not UTF-8 JSON, or holds something other than an object."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        if required:
-            raise CorruptFile(path, "missing") from None
-        return None
-    except OSError as exc:
-        raise CorruptFile(path, f"cannot be read ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise CorruptFile(path, "corrupt: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        at = f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
-        what = "empty" if not raw.strip() else f"not JSON ({at})"
-        raise CorruptFile(path, f"corrupt: {what}") from None
-    except RecursionError:
-        raise CorruptFile(path, "corrupt: nested too deeply") from None
-    if not isinstance(data, dict):
-        raise CorruptFile(path, f"corrupt: a JSON {type(data).__name__}, not an object")
-    return data
 
 
 class Forward(Protocol):
@@ -114,8 +81,8 @@ class Launched:
 
     @property
     def exit_code(self) -> int:
-        """0 while running or Succeeded, 130 for Stopped (as after Ctrl-C), 1 otherwise."""
-        return {None: 0, "Succeeded": 0, "Stopped": 130}.get(self.phase, 1)
+        """The status contract's exit code for the phase it waited for (0 while it runs on)."""
+        return exit_code(self.phase)
 
 
 class Watcher(Protocol):
@@ -197,22 +164,3 @@ def check_port_free(port: int, host: str = "127.0.0.1") -> None:
             sock.bind((host, port))
         except OSError:
             raise LauncherError(f"port {port} on {host} is taken (pick another with --port)") from None
-
-
-def open_launcher(
-    backend: str, *, home: Path, namespace: str = "default", context: str | None = None
-) -> Launcher:
-    """The launcher of `backend` (local, containers or kube)."""
-    if backend == "kube":
-        from surreal.orchestrator.kube_backend import KubeBackend
-
-        return KubeBackend(namespace=namespace, context=context)
-    if backend == "containers":
-        from surreal.orchestrator.containers_launcher import ContainersLauncher
-
-        return ContainersLauncher(home)
-    if backend == "local":
-        from surreal.orchestrator.local_launcher import LocalLauncher
-
-        return LocalLauncher(home)
-    raise LauncherError(f"unknown backend {backend!r} (choose one of {', '.join(BACKENDS)})")

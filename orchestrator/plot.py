@@ -21,7 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from tensorboard.backend.event_processing import event_accumulator as ea
 
-from surreal.orchestrator import experiments as exps
+from surreal.orchestrator.home import ExperimentError, existing_dir
 
 # What every learner core writes (algorithms/ppo/learner.py and algorithms/es/master.py
 # `_log_update`; algorithms/common/progress.py `record_eval`), keyed by env steps.
@@ -137,14 +137,14 @@ def read_events(tb_dir: Path, name: str) -> RunCurves:
 def read_local(home: Path, name: str) -> RunCurves:
     """The curves of local experiment `name` in `home`."""
     try:
-        exp_dir = exps.existing_dir(home, name)
-    except exps.ExperimentError as exc:
+        exp_dir = existing_dir(home, name)
+    except ExperimentError as exc:
         raise PlotError(str(exc)) from None
     return read_events(exp_dir / "tb", name)
 
 
 def read_archive(archive: bytes, name: str) -> RunCurves:
-    """The curves in a tar archive of a `tb/` folder (`KubeLauncher.tb_archive`). Only the event
+    """The curves in a tar archive of a `tb/` folder (`KubeClient.tb_archive`). Only the event
     files' contents are taken, flat, so no name in the archive can write outside a scratch folder."""
     with tempfile.TemporaryDirectory(prefix="surreal-plot-") as scratch:
         try:

@@ -27,6 +27,39 @@ def test_every_package_folder_is_installed() -> None:
     assert found == listed
 
 
+def _modules() -> set[str]:
+    """Every module of the installed package, by its dotted name."""
+    found = set()
+    for folder, package in LAYER_DIRS.items():
+        for py in (ROOT / folder).rglob("*.py"):
+            rel = py.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            if (
+                folder == "surreal"
+                and parts
+                and parts[0] in ("protocol", "orchestrator", "provisioner", "algorithms")
+            ):
+                continue
+            found.add(".".join([package, *parts]))
+    return found
+
+
+def test_the_kubernetes_rule_covers_every_module() -> None:
+    """Only orchestrator.kube and provisioner may import kubernetes: every other module of the
+    package is a source of that contract (itself or a package above it), so a module added later
+    cannot slip past it."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    rule = next(c for c in contracts if c.get("forbidden_modules") == ["kubernetes"])
+    allowed = ("surreal.orchestrator.kube", "surreal.provisioner")
+    uncovered = sorted(
+        m for m in _modules()
+        if m not in ("surreal", "surreal.orchestrator")
+        and not any(m == a or m.startswith(a + ".") for a in allowed)
+        and not any(m == s or m.startswith(s + ".") for s in rule["source_modules"])
+    )  # fmt: skip
+    assert uncovered == []
+
+
 def test_layer_contracts_hold() -> None:
     lint_imports = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     assert lint_imports, "import-linter is not installed"

@@ -23,9 +23,10 @@ from surreal.cli.common import (
 )
 from surreal.cli.plot import plot
 from surreal.cli.provision import provision
-from surreal.orchestrator import experiments as exps
-from surreal.orchestrator import local
+from surreal.orchestrator import home
 from surreal.orchestrator.launcher import LauncherError, Placement
+from surreal.orchestrator.local import processes as local
+from surreal.orchestrator.status import METRIC_FIELDS
 from surreal.spec import SpecError, build_spec, parse_set
 
 
@@ -92,7 +93,7 @@ def create(
              "seed": seed, "backend": backend, "namespace": namespace, "image": image, "gpu": gpu,
              "queue": queue}  # fmt: skip
     # A user's environment module imports from where this shell stands, as components will.
-    extend_import_path(exps.user_import_path())
+    extend_import_path(home.user_import_path())
     try:
         spec = build_spec(name, flags=flags, config_file=config_file, overrides=parse_set(sets))
     except SpecError as exc:
@@ -147,7 +148,7 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
     for key in ("name", "algo", "env", "backend", "agents", "phase", "learner_status"):
         if key in st:
             click.echo(f"{key + ':':<18}{st[key]}")
-    for key in exps.METRIC_FIELDS:
+    for key in METRIC_FIELDS:
         click.echo(f"{key + ':':<18}{fmt(st[key], ',') if isinstance(st[key], int) else fmt(st[key])}")
     if st.get("checkpoint_version") is not None:
         age = fmt(st.get("checkpoint_age_seconds"), ".0f")

@@ -11,7 +11,8 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from surreal.orchestrator.launcher import Launcher, LauncherError, open_launcher
+from surreal.orchestrator.backends import open_launcher
+from surreal.orchestrator.launcher import Launcher, LauncherError
 from surreal.spec import SpecError, validate_name
 
 T = TypeVar("T")

@@ -22,7 +22,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from surreal.orchestrator import containers_plan, containers_run  # noqa: E402
+from surreal.orchestrator.containers import plan as containers_plan
+from surreal.orchestrator.containers import run as containers_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "surreal:local"  # what `make image` builds and what rendered objects name by default

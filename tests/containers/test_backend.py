@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from surreal.orchestrator.containers_run import Engine
-from surreal.orchestrator.home import wait_until
+from surreal.orchestrator.containers.run import Engine
+from surreal.orchestrator.home_launcher import wait_until
 
 SURREAL = str(Path(sys.executable).parent / "surreal")
 pytestmark = pytest.mark.slow
@@ -70,7 +70,7 @@ def test_create_solves_cartpole_then_list_status_logs_and_delete(cli: Cli) -> No
     # Every Job's pod exited 0 by itself once the run was done; none had to be stopped.
     record = json.loads((cli.home / "experiments" / "c1" / "containers.json").read_text())
     assert record["stopped_at_end"] == [], record["stopped_at_end"]
-    assert {c["state"] for c in st["components"] if c["role"] != "tensorboard"} == {"Completed"}, st
+    assert {c["state"] for c in st["components"] if c["role"] != "tensorboard"} == {"Succeeded"}, st
     assert [(j["role"], j["state"]) for j in st["jobs"]] == [
         ("learner", "Complete"), ("actor", "Complete"), ("evaluator", "Complete")]  # fmt: skip
     [row] = json.loads(cli.run("list", "-o", "json").stdout)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from test_pods import render
 
-from surreal.orchestrator import containers_plan, containers_run
+from surreal.orchestrator.containers import plan as containers_plan
+from surreal.orchestrator.containers import run as containers_run
 
 
 def test_objects_that_are_not_an_experiment_are_one_line() -> None:

@@ -3,8 +3,8 @@ Job's pods, decided from exit codes alone. Pure."""
 
 from __future__ import annotations
 
-from surreal.orchestrator.containers_jobs import Action, JobController
-from surreal.orchestrator.containers_plan import JobRun
+from surreal.orchestrator.containers.jobs import Action, JobController
+from surreal.orchestrator.containers.plan import JobRun
 
 LEARNER = JobRun("e-learner", "learner", 1, backoff_limit=2, backoff_per_index=None,
                  ignore_exit_codes=(143,), fail_exit_codes=())  # fmt: skip

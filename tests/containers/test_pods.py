@@ -28,8 +28,10 @@ from typing import Any
 import pytest
 
 from surreal.algorithms.common.checkpoint import load_checkpoint
-from surreal.orchestrator import containers_plan, containers_run, kube_status
-from surreal.orchestrator import kube_status as ks
+from surreal.orchestrator.containers import plan as containers_plan
+from surreal.orchestrator.containers import run as containers_run
+from surreal.orchestrator.kube import status as ks
+from surreal.orchestrator.kube import status as kube_status
 
 pytestmark = pytest.mark.slow
 

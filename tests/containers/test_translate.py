@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from conftest import pip_config_mounts, source_hash
 
-from surreal.orchestrator import containers_plan, containers_run
-from surreal.orchestrator.kube_render import render
+from surreal.orchestrator.containers import plan as containers_plan
+from surreal.orchestrator.containers import run as containers_run
+from surreal.orchestrator.kube.render import render
 from surreal.spec import build_spec
 
 WORK = Path("/w")

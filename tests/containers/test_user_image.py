@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from test_pods import render
 
-from surreal.orchestrator import containers_plan, containers_run
+from surreal.orchestrator.containers import plan as containers_plan
+from surreal.orchestrator.containers import run as containers_run
 
 REPO = Path(__file__).resolve().parents[2]
 USER_IMAGE = "localhost/surreal-lab:test"

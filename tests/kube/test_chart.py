@@ -22,9 +22,9 @@ from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.algorithms.es import presets as es_presets
 from surreal.algorithms.ppo import presets as ppo_presets
-from surreal.orchestrator import kube_output as ko
-from surreal.orchestrator import kube_render as kr
-from surreal.orchestrator.kube_pods import Placement
+from surreal.orchestrator.kube import output as ko
+from surreal.orchestrator.kube import render as kr
+from surreal.orchestrator.kube.pods import Placement
 from surreal.spec import ExperimentSpec, load_spec_file
 
 TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

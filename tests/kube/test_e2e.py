@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from kube_support import make_spec
 
-from surreal.orchestrator import kube_render as kr
-from surreal.orchestrator.kube import ExperimentExists, KubeLauncher, NamespaceMissing
+from surreal.orchestrator.kube import render as kr
+from surreal.orchestrator.kube.client import ExperimentExists, KubeClient, NamespaceMissing
 
 KUBECONFIG = os.environ.get("SURREAL_E2E_KUBECONFIG")
 pytestmark = [
@@ -34,12 +34,12 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 600.0) -> No
 
 
 @pytest.fixture
-def cluster() -> KubeLauncher:
-    return KubeLauncher.connect(os.environ.get("SURREAL_E2E_CONTEXT"), KUBECONFIG)
+def cluster() -> KubeClient:
+    return KubeClient.connect(os.environ.get("SURREAL_E2E_CONTEXT"), KUBECONFIG)
 
 
 @pytest.fixture
-def experiment(cluster: KubeLauncher) -> Iterator[str]:
+def experiment(cluster: KubeClient) -> Iterator[str]:
     name = f"e2e-{secrets.token_hex(3)}"
     spec = make_spec(name, agents=2, steps=20_000, namespace=NAMESPACE,
                      image=os.environ.get("SURREAL_E2E_IMAGE", kr.DEFAULT_IMAGE))  # fmt: skip
@@ -50,7 +50,7 @@ def experiment(cluster: KubeLauncher) -> Iterator[str]:
         cluster.delete(name, NAMESPACE)
 
 
-def test_lifecycle_on_a_real_cluster(cluster: KubeLauncher, experiment: str) -> None:
+def test_lifecycle_on_a_real_cluster(cluster: KubeClient, experiment: str) -> None:
     name = experiment
     assert name in [row["name"] for row in cluster.list_experiments(NAMESPACE)]
 
@@ -68,7 +68,7 @@ def test_lifecycle_on_a_real_cluster(cluster: KubeLauncher, experiment: str) -> 
         cluster.create(make_spec(name, namespace=NAMESPACE, image=kr.DEFAULT_IMAGE))
 
 
-def test_a_run_completes_frees_its_pods_and_survives_a_learner_eviction(cluster: KubeLauncher) -> None:
+def test_a_run_completes_frees_its_pods_and_survives_a_learner_eviction(cluster: KubeClient) -> None:
     """The learner's pod deleted mid-run (SIGTERM, as a drain or preemption does): it saves, its
     Job replaces it without counting a failure; at the end every Job completes, no learner, actor
     or evaluator pod runs, and status still has the final numbers (the termination message)."""
@@ -95,7 +95,7 @@ def test_a_run_completes_frees_its_pods_and_survives_a_learner_eviction(cluster:
         cluster.delete(name, NAMESPACE)
 
 
-def test_two_learner_ranks_in_the_learner_pod_finish_a_run(cluster: KubeLauncher) -> None:
+def test_two_learner_ranks_in_the_learner_pod_finish_a_run(cluster: KubeClient) -> None:
     """`--learners 2`: one learner pod runs both ranks (ports 6000 and 6001 of the learner's
     Service), each actor pod reaches its rank, and the run completes with both ranks' intake."""
     name = f"e2e-{secrets.token_hex(3)}"
@@ -114,13 +114,13 @@ def test_two_learner_ranks_in_the_learner_pod_finish_a_run(cluster: KubeLauncher
         cluster.delete(name, NAMESPACE)
 
 
-def test_missing_namespace_on_a_real_cluster(cluster: KubeLauncher) -> None:
+def test_missing_namespace_on_a_real_cluster(cluster: KubeClient) -> None:
     spec = make_spec("e2e-nons", namespace=f"surreal-missing-{secrets.token_hex(3)}", image="x")
     with pytest.raises(NamespaceMissing):
         cluster.create(spec)
 
 
-def test_delete_leaves_nothing(cluster: KubeLauncher) -> None:
+def test_delete_leaves_nothing(cluster: KubeClient) -> None:
     name = f"e2e-{secrets.token_hex(3)}"
     cluster.create(
         make_spec(name, namespace=NAMESPACE, image=os.environ.get("SURREAL_E2E_IMAGE", kr.DEFAULT_IMAGE))

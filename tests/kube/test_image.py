@@ -7,7 +7,7 @@ import tomllib
 
 from kube_support import REPO
 
-from surreal.orchestrator.kube_pods import RUN_AS
+from surreal.orchestrator.kube.pods import RUN_AS
 
 
 def test_image_user_is_the_pods_user_and_torch_is_the_cpu_build() -> None:

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 from kube_support import KUBE_VERSIONS, REPO, make_spec
 
-from surreal.orchestrator import kube_render as kr
+from surreal.orchestrator.kube import render as kr
 from surreal.orchestrator.program import ENV_TERMINATION_LOG
 
 EXP = "exp1"

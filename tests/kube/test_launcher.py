@@ -14,24 +14,24 @@ import pytest
 from fake_api import FakeApi, fake_client
 from kube_support import make_spec
 
-from surreal.orchestrator import kube as kube_mod
-from surreal.orchestrator import kube_render as kr
-from surreal.orchestrator.kube import (
+from surreal.orchestrator.kube import client as kube_mod
+from surreal.orchestrator.kube import render as kr
+from surreal.orchestrator.kube.client import (
     ClusterUnreachable,
     ExperimentExists,
     ExperimentNotFound,
     ImageNotSet,
+    KubeClient,
     KubeError,
-    KubeLauncher,
     NamespaceMissing,
     is_local_cluster,
 )
-from surreal.orchestrator.kube_errors import Forbidden
+from surreal.orchestrator.kube.errors import Forbidden
 from surreal.protocol.server import LearnerServer
 
 
-def launcher(api: FakeApi, context: str = "kind-surreal", **kwargs: Any) -> KubeLauncher:
-    return KubeLauncher(fake_client(api), context=context, delete_timeout=2.0, **kwargs)
+def launcher(api: FakeApi, context: str = "kind-surreal", **kwargs: Any) -> KubeClient:
+    return KubeClient(fake_client(api), context=context, delete_timeout=2.0, **kwargs)
 
 
 def pod(name: str, role: str, *, ready: bool = True, exp: str = "exp1", **container: Any) -> dict:
@@ -128,7 +128,7 @@ def test_an_existing_experiment_is_refused_and_left_alone() -> None:
 
 def test_a_remote_cluster_needs_an_image() -> None:
     api = FakeApi()
-    remote = KubeLauncher(fake_client(api, host="https://34.120.1.2"), context="gke_proj_zone_c")
+    remote = KubeClient(fake_client(api, host="https://34.120.1.2"), context="gke_proj_zone_c")
     with pytest.raises(ImageNotSet, match="no --image for the remote cluster 'gke_proj_zone_c'"):
         remote.create(make_spec())
     assert api.requests == []
@@ -171,7 +171,7 @@ def test_no_kubeconfig_and_no_pod_means_no_cluster(tmp_path: Path, monkeypatch) 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nothing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(ClusterUnreachable, match="no Kubernetes cluster configured: no kubeconfig at"):
-        KubeLauncher.connect()
+        KubeClient.connect()
 
 
 def test_an_unknown_context_lists_the_known_ones(tmp_path: Path) -> None:
@@ -185,8 +185,8 @@ def test_an_unknown_context_lists_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(
         ClusterUnreachable, match=r"no context 'prod' in your kubeconfig \(contexts: kind-a\)"
     ):
-        KubeLauncher.connect(context="prod", kubeconfig=str(config))
-    connected = KubeLauncher.connect(kubeconfig=str(config))
+        KubeClient.connect(context="prod", kubeconfig=str(config))
+    connected = KubeClient.connect(kubeconfig=str(config))
     assert connected.context == "kind-a" and connected.local
 
 
@@ -194,7 +194,7 @@ def test_an_unknown_context_lists_the_known_ones(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def running() -> tuple[FakeApi, KubeLauncher]:
+def running() -> tuple[FakeApi, KubeClient]:
     api = FakeApi()
     k = launcher(api)
     k.create(make_spec(agents=8, agents_per_pod=2), token="tok")
@@ -322,7 +322,7 @@ def test_status_after_the_end_reads_the_jobs_and_the_learners_termination_messag
     assert (st["env_steps"], st["updates"], st["eval_return"]) == (100_352, 49, 500.0)
     assert [(j["role"], j["state"]) for j in st["jobs"]] == [
         ("learner", "Complete"), ("actor", "Complete"), ("evaluator", "Complete")]  # fmt: skip
-    assert {c["state"] for c in st["components"]} == {"Completed"}
+    assert {c["state"] for c in st["components"]} == {"Succeeded"}
     [row] = k.list_experiments("default")
     assert row["phase"] == "Succeeded"
     # A learner Job past its retries: the experiment failed, and status says why.
@@ -339,7 +339,7 @@ def test_status_without_a_ready_learner_still_shows_the_pods(running) -> None:
     api.add("pods", pod("exp1-learner-0", "learner", ready=False))
     st = k.status("exp1", "default")
     assert st["phase"] == "Pending" and st["learner_status"] == "the learner pod is not ready"
-    assert st["components"][0]["state"] == "ContainerCreating"
+    assert (st["components"][0]["state"], st["components"][0]["detail"]) == ("Starting", "ContainerCreating")
 
 
 def test_tensorboard_forwards_a_local_port_to_its_pod(running) -> None:

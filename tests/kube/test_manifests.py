@@ -17,8 +17,8 @@ import yaml
 from fake_api import FakeApi, fake_client
 from kube_support import KUBE_VERSIONS, MANIFESTS, make_spec
 
-from surreal.orchestrator import kube_output as ko
-from surreal.orchestrator.kube import KubeLauncher
+from surreal.orchestrator.kube import output as ko
+from surreal.orchestrator.kube.client import KubeClient
 
 # The token of the examples; manifests/examples/README.md says to replace it before applying.
 EXAMPLE_TOKEN = "example-token-replace-me-before-applying"
@@ -87,7 +87,7 @@ def rbac_rules() -> set[tuple[str, str]]:
 
 def test_rbac_role_grants_exactly_what_the_launcher_uses() -> None:
     api = FakeApi()
-    launcher = KubeLauncher(fake_client(api), context="kind-surreal", exec_=lambda *_: b"")
+    launcher = KubeClient(fake_client(api), context="kind-surreal", exec_=lambda *_: b"")
     spec = make_spec(agents=2)
     launcher.create(spec)
     launcher.list_experiments("default")

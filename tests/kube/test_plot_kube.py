@@ -23,9 +23,9 @@ from kubernetes import client
 from surreal.algorithms.common.tb import Scalars
 from surreal.cli.commands import cli
 from surreal.orchestrator import plot
-from surreal.orchestrator.kube import ExperimentNotFound, KubeError, KubeLauncher
-from surreal.orchestrator.kube_exec import Exec, check_status, pod_exec
-from surreal.orchestrator.kube_pods import EXP_DIR
+from surreal.orchestrator.kube.client import ExperimentNotFound, KubeClient, KubeError
+from surreal.orchestrator.kube.exec import Exec, check_status, pod_exec
+from surreal.orchestrator.kube.pods import EXP_DIR
 
 TAR = ["tar", "cf", "-", "-C", EXP_DIR, "tb"]
 
@@ -70,9 +70,9 @@ def volume(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def cluster(volume: Path) -> tuple[FakeApi, KubeLauncher, list]:
+def cluster(volume: Path) -> tuple[FakeApi, KubeClient, list]:
     api, calls = FakeApi(), []
-    launcher = KubeLauncher(fake_client(api), context="kind-surreal", exec_=exec_on(volume, calls))
+    launcher = KubeClient(fake_client(api), context="kind-surreal", exec_=exec_on(volume, calls))
     launcher.create(make_spec(), token="tok")
     return api, launcher, calls
 
@@ -134,7 +134,7 @@ def test_the_exec_status_channel_decides() -> None:
 def test_the_command_draws_a_kube_experiment(cluster, tmp_path: Path, monkeypatch) -> None:
     api, launcher, _ = cluster
     monkeypatch.setattr(
-        KubeLauncher, "connect", classmethod(lambda cls, context=None, kubeconfig=None: launcher)
+        KubeClient, "connect", classmethod(lambda cls, context=None, kubeconfig=None: launcher)
     )
     out = tmp_path / "k.png"
     result = CliRunner().invoke(cli, ["plot", "exp1", "--backend", "kube", "-o", str(out), "--x", "steps"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from surreal.orchestrator.kube_portforward import PortForward
+from surreal.orchestrator.kube.portforward import PortForward
 
 
 def echo_server() -> tuple[socket.socket, int]:

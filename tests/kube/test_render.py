@@ -13,9 +13,9 @@ from kube_support import KUBE_VERSIONS, make_spec
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.component import ComponentError, worker_index
-from surreal.orchestrator import kube_output as ko
-from surreal.orchestrator import kube_render as kr
-from surreal.orchestrator.kube_pods import Placement
+from surreal.orchestrator.kube import output as ko
+from surreal.orchestrator.kube import render as kr
+from surreal.orchestrator.kube.pods import Placement
 
 LABEL_KEYS = (
     "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from surreal.orchestrator import kube_status as ks
-from surreal.orchestrator.kube_errors import KubeError
+from surreal.orchestrator.kube import status as ks
+from surreal.orchestrator.kube.errors import KubeError
 
 
 def pod(name: str, role: str, state: dict, *, ready: bool = False, last: dict | None = None,
@@ -59,6 +59,23 @@ def test_pod_state_is_one_word(p: dict, state: str) -> None:
     assert ks.pod_state(p) == state
 
 
+@pytest.mark.parametrize(
+    ("word", "state", "detail"),
+    [("Completed", "Succeeded", ""), ("Error(3)", "Failed", "exit code 3"),
+     ("Error(143)", "Stopped", "exit code 143 (preempted after a checkpoint)"),
+     ("CrashLoopBackOff", "Restarting", "CrashLoopBackOff"),
+     ("ContainerCreating", "Starting", "ContainerCreating"),
+     ("Starting", "Starting", ""), ("Running", "Running", ""), ("Terminating", "Running", "terminating"),
+     ("ImagePullBackOff", "Pending", "ImagePullBackOff"), ("Pending", "Pending", "")],
+)  # fmt: skip
+def test_every_pod_state_is_one_of_the_contracts(word: str, state: str, detail: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Kubernetes' words for a pod become the status contract's ComponentState, the same words
+    the local backend uses, with Kubernetes' own word kept as the detail."""
+    monkeypatch.setattr(ks, "pod_state", lambda _pod: word)
+    assert ks.component_state({}) == (state, detail)
+
+
 def test_components_are_listed_learner_first_with_restarts() -> None:
     pods = [pod("e-actor-b", "actor", RUNNING, ready=True, restarts=2),
             pod("e-evaluator-x", "evaluator", RUNNING),
@@ -66,8 +83,9 @@ def test_components_are_listed_learner_first_with_restarts() -> None:
             pod("e-learner-0", "learner", RUNNING, ready=True)]  # fmt: skip
     rows = ks.components(pods)
     assert [r["name"] for r in rows] == ["e-learner-0", "e-actor-a", "e-actor-b", "e-evaluator-x"]
-    assert rows[2] == {"name": "e-actor-b", "role": "actor", "state": "Running", "ready": True,
-                       "restarts": 2}  # fmt: skip
+    assert rows[2] == {"name": "e-actor-b", "role": "actor", "state": "Running", "restarts": 2,
+                       "detail": ""}  # fmt: skip
+    assert (rows[1]["state"], rows[1]["detail"]) == ("Restarting", "CrashLoopBackOff")
 
 
 def test_pick_pod_by_role_number_or_name() -> None:

@@ -16,10 +16,10 @@ import psutil
 import pytest
 
 from surreal.orchestrator.components import Component, Program
-from surreal.orchestrator.local import (
+from surreal.orchestrator.home import list_experiment_dirs
+from surreal.orchestrator.local.processes import (
     current_phase,
     is_alive,
-    list_experiment_dirs,
     load_program,
     read_state,
     save_program,
@@ -31,7 +31,7 @@ from surreal.orchestrator.local import (
 SUPERVISE = [
     sys.executable,
     "-c",
-    "import sys; from surreal.orchestrator.local import run_supervisor; "
+    "import sys; from surreal.orchestrator.local.processes import run_supervisor; "
     "sys.exit(run_supervisor(sys.argv[1], grace_seconds=2.0))",
 ]
 TICKER = "import time\nwhile True:\n    print('tick')\n    time.sleep(0.05)"

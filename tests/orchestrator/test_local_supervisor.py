@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from surreal.orchestrator.components import Component, Program
-from surreal.orchestrator.local import read_state
-from surreal.orchestrator.sched_slice import current_slice_ns, slice_ms_from_env, slice_request
-from surreal.orchestrator.supervisor import Supervisor, actor_cpus
+from surreal.orchestrator.local.processes import read_state
+from surreal.orchestrator.local.sched_slice import current_slice_ns, slice_ms_from_env, slice_request
+from surreal.orchestrator.local.supervisor import Supervisor, actor_cpus
 
 SLEEP = "import time; time.sleep(600)"
 WAIT_FOR_DONE = "import os, time\nwhile not os.path.exists('done'): time.sleep(0.02)"
@@ -198,9 +198,9 @@ def test_unstartable_component_fails_and_finished_workers_succeed(tmp_path: Path
 FOREGROUND = """
 import sys
 from surreal.orchestrator.components import Component, Program
-from surreal.orchestrator.local import exit_code_for
-from surreal.orchestrator.sched_slice import current_slice_ns, slice_ms_from_env, slice_request
-from surreal.orchestrator.supervisor import Supervisor, actor_cpus
+from surreal.orchestrator.local.processes import exit_code_for
+from surreal.orchestrator.local.sched_slice import current_slice_ns, slice_ms_from_env, slice_request
+from surreal.orchestrator.local.supervisor import Supervisor, actor_cpus
 sleep = (sys.executable, '-c', 'import time; time.sleep(600)')
 program = Program('exp', (Component('learner', 'learner', sleep),
                           Component('actor-0', 'actor', sleep)))
@@ -324,7 +324,7 @@ def test_a_private_write_is_never_readable_by_others(tmp_path: Path) -> None:
     import os
     import stat
 
-    from surreal.orchestrator.supervisor import write_json_atomic
+    from surreal.orchestrator.local.supervisor import write_json_atomic
 
     old = os.umask(0)  # the mode must not depend on the caller's umask
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from surreal.cli import main
-from surreal.orchestrator import experiments as exps
+from surreal.orchestrator.home import SPEC_FILE, STATUS_FILE
 from surreal.spec import build_spec
 
 # A finished local experiment's files, as the supervisor and the learner leave them.
@@ -27,9 +27,9 @@ def make_experiment(home: Path, name: str) -> Path:
     exp_dir = home / "experiments" / name
     (exp_dir / "logs").mkdir(parents=True)
     (exp_dir / "checkpoints").mkdir()
-    (exp_dir / exps.SPEC_FILE).write_text(spec_text(name))
+    (exp_dir / SPEC_FILE).write_text(spec_text(name))
     (exp_dir / "state.json").write_text(json.dumps(STATE))
-    (exp_dir / exps.STATUS_FILE).write_text(json.dumps(METRICS))
+    (exp_dir / STATUS_FILE).write_text(json.dumps(METRICS))
     (exp_dir / "logs" / "learner.log").write_text("learner line 1\nlearner line 2\n")
     (exp_dir / "checkpoints" / "ckpt-3.pt").write_bytes(os.urandom(256))
     return exp_dir

@@ -81,7 +81,7 @@ def test_malformed_yaml(tmp_path: Path, yaml_file: Path) -> None:
 
 
 def test_existing_name_is_refused_and_left_intact(tmp_path: Path) -> None:
-    from surreal.orchestrator import experiments
+    from surreal.orchestrator.local import experiment as experiments
     from surreal.spec import build_spec
 
     home = tmp_path / "home"

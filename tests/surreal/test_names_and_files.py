@@ -17,7 +17,8 @@ import psutil
 import pytest
 from cli_world import HOSTILE, STATE, make_experiment, one_line, snapshot, spec_text, surreal, without
 
-from surreal.orchestrator import experiments as exps
+from surreal.orchestrator.home import SPEC_FILE
+from surreal.orchestrator.local import experiment as exps
 from surreal.spec import build_spec
 
 
@@ -31,7 +32,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (home / "notes.txt").write_text("the user's own file\n")
     outside = tmp_path / "outside"
     (outside / "logs").mkdir(parents=True)
-    (outside / exps.SPEC_FILE).write_text(spec_text("linked"))
+    (outside / SPEC_FILE).write_text(spec_text("linked"))
     (outside / "precious.bin").write_bytes(os.urandom(64))
     (home / "experiments" / "linked").symlink_to(outside, target_is_directory=True)
     monkeypatch.setenv("SURREAL_HOME", str(home))
@@ -230,7 +231,7 @@ def test_scale_is_checked_as_create_is(tmp_path: Path, monkeypatch: pytest.Monke
     refusal = one_line(err).split("fragments of ")[1]
     exp_dir = make_experiment(home, "big")
     spec = build_spec("big", flags={"algo": "ppo", "agents": 2}, overrides=sets)
-    (exp_dir / exps.SPEC_FILE).write_text(spec.to_yaml())
+    (exp_dir / SPEC_FILE).write_text(spec.to_yaml())
     running = {**STATE, "phase": "Running", "supervisor_pid": os.getpid(),
                "supervisor_create_time": psutil.Process().create_time()}  # fmt: skip
     (exp_dir / "state.json").write_text(json.dumps(running))

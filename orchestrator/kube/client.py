@@ -1,5 +1,5 @@
 """The kube launcher: an experiment's objects applied, watched and removed through the official
-`kubernetes` client. A thin layer over `kube_render` (what the objects are) and `kube_status`
+`kubernetes` client. A thin layer over `render.py` (what the objects are) and `status.py`
 (what the pods say); every API call goes through `kube_errors.call`, so failures are typed errors.
 
 The ConfigMap holding the spec is the root: every other object carries an ownerReference to it, so
@@ -25,9 +25,9 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from surreal.algorithms.common.scale import SCALE_FILE
-from surreal.orchestrator import kube_render as kr
-from surreal.orchestrator import kube_status as ks
-from surreal.orchestrator.kube_errors import (
+from surreal.orchestrator.kube import render as kr
+from surreal.orchestrator.kube import status as ks
+from surreal.orchestrator.kube.errors import (
     ClusterUnreachable,
     ExperimentExists,
     ExperimentNotFound,
@@ -37,9 +37,9 @@ from surreal.orchestrator.kube_errors import (
     NamespaceMissing,
     call,
 )
-from surreal.orchestrator.kube_exec import Exec, pod_exec
-from surreal.orchestrator.kube_pods import EXP_DIR, TB_PORT, Placement
-from surreal.orchestrator.kube_portforward import Dial, PortForward, pod_dialer
+from surreal.orchestrator.kube.exec import Exec, pod_exec
+from surreal.orchestrator.kube.pods import EXP_DIR, TB_PORT, Placement
+from surreal.orchestrator.kube.portforward import Dial, PortForward, pod_dialer
 from surreal.orchestrator.program import LEARNER_PORT, ranks_problem
 from surreal.spec import ExperimentSpec
 
@@ -115,8 +115,8 @@ class Created:
     objects: tuple[dict[str, Any], ...]
 
 
-class KubeLauncher:
-    """Experiments on one cluster. Build with `KubeLauncher.connect(...)`; tests pass a fake
+class KubeClient:
+    """Experiments on one cluster. Build with `KubeClient.connect(...)`; tests pass a fake
     ApiClient, a `dial` that replaces the API server's port-forward and an `exec_` for its exec."""
 
     def __init__(
@@ -143,7 +143,7 @@ class KubeLauncher:
         self.delete_timeout = delete_timeout
 
     @classmethod
-    def connect(cls, context: str | None = None, kubeconfig: str | None = None) -> KubeLauncher:
+    def connect(cls, context: str | None = None, kubeconfig: str | None = None) -> KubeClient:
         api, ctx = load_api_client(context, kubeconfig)
         return cls(api, context=ctx)
 
@@ -459,7 +459,7 @@ __all__ = [
     "ExperimentNotFound",
     "ImageNotSet",
     "KubeError",
-    "KubeLauncher",
+    "KubeClient",
     "NamespaceMissing",
     "is_local_cluster",
     "load_api_client",

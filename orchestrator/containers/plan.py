@@ -5,8 +5,8 @@ that carries the pod's argv, env (the downward API's pod name and an Indexed Job
 JOB_COMPLETION_INDEX included), volumes (ConfigMap, Secret, emptyDir, claims), securityContext, CPU
 and memory limits, restart policy and termination message file, on a private network where the
 learner's Service name resolves. A Job's failure policy becomes a `JobRun` that the run's job
-controller (`containers_jobs`) applies; `job_pod` makes the replacement of a failed pod.
-`containers_run` starts the plan; the containers backend (`containers_launcher`) is built on both.
+controller (`jobs.py`) applies; `job_pod` makes the replacement of a failed pod.
+`run.py` starts the plan; the containers launcher (`launcher.py`) is built on both.
 
 Why not `podman kube play`: podman 4.3 plays Pods, Deployments and PersistentVolumeClaims only: no
 Job, Secret or Service, and a Deployment gets one replica whatever it asks. The translation below

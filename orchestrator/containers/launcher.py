@@ -33,10 +33,9 @@ from typing import Any
 import psutil
 import yaml
 
-from surreal.orchestrator import experiments as exps
-from surreal.orchestrator import kube_output, kube_render, kube_status, local
-from surreal.orchestrator.containers_jobs import JobController
-from surreal.orchestrator.containers_plan import (
+from surreal.orchestrator import home
+from surreal.orchestrator.containers.jobs import JobController
+from surreal.orchestrator.containers.plan import (
     ContainersError,
     Plan,
     PodRun,
@@ -44,7 +43,7 @@ from surreal.orchestrator.containers_plan import (
     plan_to_dict,
     translate,
 )
-from surreal.orchestrator.containers_run import (
+from surreal.orchestrator.containers.run import (
     Engine,
     Run,
     claim_dir,
@@ -52,7 +51,12 @@ from surreal.orchestrator.containers_run import (
     remove_containers_under,
     remove_run,
 )
-from surreal.orchestrator.home import HomeLauncher, tail_log, wait_until
+from surreal.orchestrator.files import read_json, write_atomic, write_json_atomic
+from surreal.orchestrator.home import LOG_DIR
+from surreal.orchestrator.home_launcher import HomeLauncher, read_log, wait_until
+from surreal.orchestrator.kube import output as kube_output
+from surreal.orchestrator.kube import render as kube_render
+from surreal.orchestrator.kube import status as kube_status
 from surreal.orchestrator.launcher import (
     CorruptFile,
     Launched,
@@ -60,10 +64,9 @@ from surreal.orchestrator.launcher import (
     Placement,
     UsageError,
     Watcher,
-    read_json,
 )
 from surreal.orchestrator.program import pod_split, workers_problem
-from surreal.orchestrator.supervisor import LOG_DIR, write_atomic, write_json_atomic
+from surreal.orchestrator.status import status_object
 from surreal.spec import ExperimentSpec
 
 RECORD = "containers.json"
@@ -112,13 +115,13 @@ class ContainersLauncher(HomeLauncher):
             raise ContainersError(
                 f"image {image} is not in {engine.name}'s store (build it: make image IMAGE={image})"
             )
-        plan = translate(objects, workdir=exps.experiment_dir(self.home, spec.name))
+        plan = translate(objects, workdir=home.experiment_dir(self.home, spec.name))
 
         def write(staging: Path) -> None:
             write_atomic(staging / OBJECTS, kube_output.to_yaml(objects), PRIVATE)
             write_json_atomic(staging / RECORD, {"engine": engine.name, "plan": plan_to_dict(plan)}, PRIVATE)
 
-        exp_dir = exps.create_dir(spec, self.home, write)
+        exp_dir = home.create_dir(spec, self.home, write)
         run = Run(plan, engine)
         with _interrupts():  # from here on SIGTERM and SIGHUP end the wait as Ctrl-C does
             try:
@@ -150,17 +153,19 @@ class ContainersLauncher(HomeLauncher):
     def status_of(self, exp_dir: Path) -> dict[str, Any]:
         record = read_record(exp_dir)
         plan = plan_from_dict(record["plan"])
-        spec = exps.read_spec(exp_dir)
+        spec = home.read_spec(exp_dir)
         metrics = learner_metrics(plan)
         if "phase" in record:  # ended: what was kept
-            out = kube_status.status(spec, [], metrics, backend=self.backend)
-            out.update(
-                phase=record["phase"], components=record["components"], jobs=record.get("job_rows", [])
+            return status_object(
+                spec,
+                backend=self.backend,
+                phase=record["phase"],
+                metrics=metrics,
+                components=record["components"],
+                namespace=spec.get("namespace"),
+                jobs=record.get("job_rows", []),
+                problem=record.get("problem") or None,
             )
-            out.pop("actor_pods", None)
-            if record.get("problem"):
-                out["problem"] = record["problem"]
-            return out
         run = load_run(exp_dir, record, self._engine_of(record))
         return kube_status.status(spec, run.pods(probe=False), metrics, backend=self.backend, jobs=run.jobs())
 
@@ -172,7 +177,7 @@ class ContainersLauncher(HomeLauncher):
         if "phase" in record:
             pods = [_pod_view(c["name"], c["role"]) for c in record["components"]]
             pod, _ = kube_status.pick_pod(pods, component, exp_dir.name)
-            return tail_log(exp_dir, pod, lines=lines)
+            return read_log(exp_dir, pod, lines=lines)
         # the newest pod of each index first: `logs NAME learner` is the learner that runs now
         pods = [_pod_view(p.name, p.role) for p in reversed(plan.pods)]
         pod, _ = kube_status.pick_pod(pods, component, exp_dir.name)
@@ -193,7 +198,7 @@ class ContainersLauncher(HomeLauncher):
             raise LauncherError(
                 f"experiment {name!r} is not running (phase {record['phase']}); nothing to scale"
             )
-        spec = exps.load_spec(exp_dir)
+        spec = home.load_spec(exp_dir)
         per_pod = spec.agents_per_pod
         if agents % per_pod:
             raise UsageError(
@@ -205,7 +210,7 @@ class ContainersLauncher(HomeLauncher):
         plan = plan_from_dict(record["plan"])
         if learner_metrics(plan).get("done"):
             raise LauncherError(f"experiment {name!r} has done its steps; nothing to scale")
-        exps.write_scale(claim_dir(plan), agents)
+        home.write_scale(claim_dir(plan), agents)
         wait_until(
             f"the learner of {name!r} to take {agents} agents (scale.json holds the count)",
             lambda: learner_metrics(plan).get("agents") == agents or bool(learner_metrics(plan).get("done")),
@@ -235,7 +240,7 @@ class ContainersLauncher(HomeLauncher):
         try:
             record = read_record(exp_dir)
         except LauncherError:  # a corrupt record: find what ran from this folder instead
-            local.stop_strays(exp_dir)  # its controller, by its argument
+            home.stop_strays(exp_dir)  # its controller, by its argument
             engine = self.engine()
             remove_containers_under(engine, exp_dir)
             _remove_tree(exp_dir, engine)
@@ -269,12 +274,12 @@ def read_record(exp_dir: Path) -> dict[str, Any]:
 
 def learner_metrics(plan: Plan) -> dict[str, Any]:
     """What the learner writes into its claim about once a second (status.json)."""
-    return exps.read_metrics(claim_dir(plan))
+    return home.read_metrics(claim_dir(plan))
 
 
 def poll_learner_metrics(plan: Plan) -> dict[str, Any]:
     """learner_metrics for the controller's loop, which goes on past a corrupt file."""
-    return exps.poll_metrics(claim_dir(plan))
+    return home.poll_metrics(claim_dir(plan))
 
 
 # --- the controller -------------------------------------------------------------------------------
@@ -295,20 +300,20 @@ def load_run(exp_dir: Path, record: dict[str, Any], engine: Engine) -> Run:
 
 
 def spawn_controller(exp_dir: Path) -> None:
-    """A detached run's controller: `python -m surreal.orchestrator.containers_control EXP_DIR`, in
+    """A detached run's controller: `python -m surreal.orchestrator.containers.control EXP_DIR`, in
     a session of its own. It writes its pid into the record (so `delete` can stop it): this waits
     for that, and fails with the log's last line if it exits first."""
     (exp_dir / LOG_DIR).mkdir(exist_ok=True)
     with open(exp_dir / LOG_DIR / f"{CONTROLLER_LOG}.log", "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "surreal.orchestrator.containers_control", str(exp_dir)],
+            [sys.executable, "-m", "surreal.orchestrator.containers.control", str(exp_dir)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
     deadline = time.monotonic() + 60.0
     while read_record(exp_dir).get("controller_pid") != proc.pid:
         if proc.returncode is not None or time.monotonic() > deadline:
-            tail = [line for line in tail_log(exp_dir, CONTROLLER_LOG, lines=5) if line.strip()]
+            tail = [line for line in read_log(exp_dir, CONTROLLER_LOG, lines=5) if line.strip()]
             raise ContainersError(f"the run's controller did not start: {tail[-1] if tail else 'no output'}")
         time.sleep(0.1)
 
@@ -472,13 +477,13 @@ def _remove_tree(path: Path, engine: Engine) -> None:
     """Remove an experiment's folder; files that rootless podman's containers wrote belong to
     other ids of the user namespace, so what plain removal leaves goes through `podman unshare`."""
     try:
-        exps.remove_dir(path)
+        home.remove_dir(path)
     except LauncherError:
         if engine.name != "podman":
             raise
         engine("unshare", "rm", "-rf", "--one-file-system", "--", str(path), check=False)
         if os.path.lexists(path):
-            exps.remove_dir(path)  # says what is left
+            home.remove_dir(path)  # says what is left
 
 
 def _never_seen(pod: dict[str, Any]) -> bool:

@@ -1,6 +1,6 @@
 """The container engine (podman, or Docker where a daemon answers) and a running plan: start its
 containers, run its Jobs as the Job controller would (`reconcile`: a failed pod is replaced or
-fails its Job, containers_jobs), watch them as the Kubernetes API would show their pods and Jobs,
+fails its Job, jobs.py), watch them as the Kubernetes API would show their pods and Jobs,
 stop them within their grace period, remove everything it made.
 
 podman runs with settings of its own (CONTAINERS_CONF, so nothing of the machine's changes): runc
@@ -19,8 +19,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from surreal.orchestrator.containers_jobs import Action, JobController
-from surreal.orchestrator.containers_plan import RUN_LABEL, ContainersError, HostPath, Plan, PodRun, job_pod
+from surreal.orchestrator.containers.jobs import Action, JobController
+from surreal.orchestrator.containers.plan import RUN_LABEL, ContainersError, HostPath, Plan, PodRun, job_pod
+from surreal.orchestrator.kube import status as kube_status
+from surreal.orchestrator.kube.render import object_names
 
 # A pod whose container restarted this often without ever being ready is in CrashLoopBackOff.
 CRASH_LOOP_RESTARTS = 2
@@ -387,8 +389,6 @@ class Run:
 
     def status(self, probe: bool = True) -> dict[str, Any]:
         """`surreal status NAME -o json` of this run, from the same code the kube backend uses."""
-        from surreal.orchestrator import kube_status
-
         return kube_status.status(self.plan.spec, self.pods(probe), self.learner_status(), jobs=self.jobs())
 
     def check_crash_loops(self) -> None:
@@ -450,8 +450,6 @@ def termination_message(pod: PodRun) -> str:
 
 def claim_dir(plan: Plan) -> Path:
     """The learner's claim on this machine: the folder that stands for its PersistentVolumeClaim."""
-    from surreal.orchestrator.kube_render import object_names
-
     return plan.workdir / "volumes" / object_names(plan.experiment)["claim"]
 
 

@@ -1,4 +1,4 @@
-"""The kube backend behind the `Launcher` interface: `KubeLauncher` (kube.py) for one namespace and
+"""The kube backend behind the `Launcher` interface: `KubeClient` (client.py) for one namespace and
 kubeconfig context, connected on first use, so `--dry-run` needs no cluster."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from surreal.orchestrator import kube_output, kube_render
-from surreal.orchestrator.kube import KubeLauncher
-from surreal.orchestrator.kube_pods import Placement as PodPlacement
+from surreal.orchestrator.kube import output as kube_output
+from surreal.orchestrator.kube import render as kube_render
+from surreal.orchestrator.kube.client import KubeClient
+from surreal.orchestrator.kube.pods import Placement as PodPlacement
 from surreal.orchestrator.launcher import (
     Forward,
     Launched,
@@ -23,18 +24,18 @@ from surreal.orchestrator.launcher import (
 from surreal.spec import ExperimentSpec
 
 
-class KubeBackend(Launcher):
+class KubeLauncher(Launcher):
     backend = "kube"
 
     def __init__(self, *, namespace: str = "default", context: str | None = None) -> None:
         self.namespace = namespace
         self.context = context
-        self._kube: KubeLauncher | None = None
+        self._kube: KubeClient | None = None
 
     @property
-    def kube(self) -> KubeLauncher:
+    def kube(self) -> KubeClient:
         if self._kube is None:
-            self._kube = KubeLauncher.connect(self.context)
+            self._kube = KubeClient.connect(self.context)
         return self._kube
 
     def placement(self, spec: ExperimentSpec, placement: Placement) -> dict[str, PodPlacement] | None:

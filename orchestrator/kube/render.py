@@ -5,7 +5,7 @@ ConfigMap (the spec; the root that owns every other object once applied), Secret
 NetworkPolicy, the learner's PersistentVolumeClaim, Service, PodDisruptionBudget and Job, the
 actors' Indexed Job, the evaluator's Job, TensorBoard Service + Deployment. Every container runs
 its component's argv with exactly its env, so a pod cannot tell it is not a local subprocess.
-`surreal create --backend kube --dry-run -o yaml` prints them (kube_output), the kube launcher
+`surreal create --backend kube --dry-run -o yaml` prints them (output.py), the kube launcher
 applies them, and helm/surreal renders the same objects.
 
 An experiment is batch work (docs/decisions.md, "Run-to-completion objects"): learner, actors and
@@ -28,9 +28,9 @@ from typing import Any
 
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
-from surreal.orchestrator import kube_pods as pods
 from surreal.orchestrator.components import Component, Program
-from surreal.orchestrator.kube_pods import Placement
+from surreal.orchestrator.kube import pods as pods
+from surreal.orchestrator.kube.pods import Placement
 from surreal.orchestrator.program import (
     LEARNER_PORT,
     Target,

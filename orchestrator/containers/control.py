@@ -1,5 +1,5 @@
-"""The controller of a detached containers run: `python -m surreal.orchestrator.containers_control
-EXP_DIR` runs the experiment's Jobs (containers_launcher.control) until the run ends, as the
+"""The controller of a detached containers run: `python -m surreal.orchestrator.containers.control
+EXP_DIR` runs the experiment's Jobs (launcher.control) until the run ends, as the
 foreground `surreal create` does in its own process; SIGTERM (`surreal delete`) stops it, and it
 removes what it started."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from surreal.orchestrator.containers_launcher import (
+from surreal.orchestrator.containers.launcher import (
     PRIVATE,
     RECORD,
     ContainersLauncher,
@@ -21,8 +21,8 @@ from surreal.orchestrator.containers_launcher import (
     load_run,
     read_record,
 )
+from surreal.orchestrator.files import write_json_atomic
 from surreal.orchestrator.launcher import LauncherError
-from surreal.orchestrator.supervisor import write_json_atomic
 
 
 def main(argv: list[str]) -> int:

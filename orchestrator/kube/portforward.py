@@ -31,7 +31,7 @@ def pod_dialer(core_api: Any, pod: str, namespace: str, port: int) -> Dial:
     """Connections to `port` of `pod` through the API server (pods/portforward)."""
     from kubernetes.stream import portforward
 
-    from surreal.orchestrator.kube_errors import stream_error
+    from surreal.orchestrator.kube.errors import stream_error
 
     def dial() -> StreamSocket:
         try:

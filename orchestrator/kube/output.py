@@ -11,9 +11,9 @@ from typing import Any
 
 import yaml
 
-from surreal.orchestrator import kube_pods as pods
-from surreal.orchestrator.kube_pods import Placement
-from surreal.orchestrator.kube_render import (
+from surreal.orchestrator.kube import pods as pods
+from surreal.orchestrator.kube.pods import Placement
+from surreal.orchestrator.kube.render import (
     TENSORBOARD_RESOURCES,
     RenderError,
     RenderSettings,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from surreal.orchestrator.containers_plan import JobRun
+from surreal.orchestrator.containers.plan import JobRun
 
 FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 1.0, 30.0
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from surreal.orchestrator.kube_errors import KubeError, stream_error
+from surreal.orchestrator.kube.errors import KubeError, stream_error
 
 # (pod, namespace, container, argv) -> the command's stdout; a failure is a KubeError.
 Exec = Callable[[str, str, str, Sequence[str]], bytes]

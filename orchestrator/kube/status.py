@@ -11,8 +11,9 @@ from typing import Any
 
 import yaml
 
-from surreal.orchestrator.experiments import EXTRA_METRICS, METRIC_FIELDS
-from surreal.orchestrator.kube_errors import KubeError
+from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+from surreal.orchestrator.kube.errors import KubeError
+from surreal.orchestrator.status import ComponentState, component, status_object
 
 ROLE_ORDER = ("learner", "actor", "evaluator", "tensorboard")
 # On the root ConfigMap: the agent count `surreal scale` last set (the spec keeps the created one).
@@ -54,6 +55,28 @@ def pod_state(pod: Mapping[str, Any]) -> str:
     if "running" in state:
         return "Running" if is_ready(pod) else "Starting"
     return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def component_state(pod: Mapping[str, Any]) -> tuple[ComponentState, str]:
+    """A pod in the contract's words: its ComponentState and the detail Kubernetes gives (an exit
+    code, a waiting reason) or ""."""
+    word = pod_state(pod)
+    if word == "Terminating":
+        return ComponentState.RUNNING, "terminating"
+    if word == "Completed":
+        return ComponentState.SUCCEEDED, ""
+    if word.startswith("Error("):
+        code = word[len("Error(") : -1]
+        if code == str(EXIT_PREEMPTED):
+            return ComponentState.STOPPED, f"exit code {code} (preempted after a checkpoint)"
+        return ComponentState.FAILED, f"exit code {code}"
+    if word == "CrashLoopBackOff":
+        return ComponentState.RESTARTING, word
+    if word in ("ContainerCreating", "PodInitializing", "Starting"):
+        return ComponentState.STARTING, "" if word == "Starting" else word
+    if word == "Running":
+        return ComponentState.RUNNING, ""
+    return ComponentState.PENDING, "" if word == "Pending" else word
 
 
 def _exited_cleanly(pod: Mapping[str, Any]) -> bool:
@@ -165,16 +188,12 @@ def _sorted(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def components(pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": p["metadata"]["name"],
-            "role": role_of(p),
-            "state": pod_state(p),
-            "ready": is_ready(p),
-            "restarts": restarts(p),
-        }
-        for p in _sorted(pods)
-    ]
+    return [component(p["metadata"]["name"], role_of(p), *_state_and_restarts(p)) for p in _sorted(pods)]
+
+
+def _state_and_restarts(pod: Mapping[str, Any]) -> tuple[ComponentState, int, str]:
+    state, detail = component_state(pod)
+    return state, restarts(pod), detail
 
 
 def status(
@@ -185,37 +204,27 @@ def status(
     backend: str = "kube",
     jobs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The contract's status object (docs: ARCHITECTURE §6) for the pods and Jobs of an
-    experiment (on Kubernetes, or run as containers). Without the learner's answer (its pod has
-    ended), the metrics are its termination message's."""
+    """The status contract's object (status.py) for the pods and Jobs of an experiment (on
+    Kubernetes, or run as containers). Without the learner's answer (its pod has ended), the
+    metrics are its termination message's."""
     metrics = metrics or final_metrics(pods)
     actors = [p for p in pods if role_of(p) == "actor"]
-    out: dict[str, Any] = {
-        "name": spec.get("name"),
-        "algo": spec.get("algo"),
-        "env": spec.get("env"),
-        "backend": backend,
-        "namespace": spec.get("namespace"),
-        "agents": metrics.get("agents") or spec.get("agents"),  # the learner follows `scale`
-        "target_steps": spec.get("steps"),
-        "phase": phase(pods, metrics, jobs),
-    }
-    for key in METRIC_FIELDS:
-        out[key] = metrics.get(key)
-    for key in EXTRA_METRICS:
-        if key in metrics:
-            out[key] = metrics[key]
-    out["learner_status"] = learner_problem or "ok"
-    out["actor_pods"] = {"ready": sum(is_ready(p) for p in actors), "total": len(actors)}
-    out["components"] = components(pods)
-    if jobs:
-        out["jobs"] = jobs_summary(jobs)
-        problems = [f"{j['name']}: {j['reason']}" for j in out["jobs"] if j.get("reason")]
-        if problems:
-            out["problem"] = "; ".join(problems)
-        if any(j["state"] == "Suspended" for j in out["jobs"]):
-            out["queued"] = spec.get("queue") or True  # waiting for admission (Kueue)
-    return out
+    rows = jobs_summary(jobs) if jobs else None
+    problems = [f"{j['name']}: {j['reason']}" for j in rows or [] if j.get("reason")]
+    queued = any(j["state"] == "Suspended" for j in rows or [])
+    return status_object(
+        spec,
+        backend=backend,
+        phase=phase(pods, metrics, jobs),
+        metrics=metrics,
+        components=components(pods),
+        namespace=spec.get("namespace"),
+        learner_status=learner_problem or "ok",
+        actor_pods={"ready": sum(is_ready(p) for p in actors), "total": len(actors)},
+        jobs=rows,
+        problem="; ".join(problems) or None,
+        queued=(spec.get("queue") or True) if queued else None,  # waiting for admission (Kueue)
+    )
 
 
 def list_row(

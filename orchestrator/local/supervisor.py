@@ -37,7 +37,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -45,52 +44,20 @@ import psutil
 
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE, Component, Program
-from surreal.orchestrator.sched_slice import slice_ms_from_env, slice_request
+from surreal.orchestrator.files import write_json_atomic
+from surreal.orchestrator.home import LOG_DIR
+from surreal.orchestrator.local.sched_slice import slice_ms_from_env, slice_request
+from surreal.orchestrator.status import ENDED_STATES, ComponentState, Phase
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 PROGRAM_FILE = "program.json"
-LOG_DIR = "logs"
 _PR_SET_PDEATHSIG = 1
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class Phase(StrEnum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    STOPPED = "Stopped"
-
-
-class ComponentState(StrEnum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    RESTARTING = "Restarting"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    STOPPED = "Stopped"
-
-
-TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED})
-_ENDED = frozenset({ComponentState.SUCCEEDED, ComponentState.FAILED, ComponentState.STOPPED})
-
-
-def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
-    """Replace `path` so readers see either the old file or the new one, never a torn one; with
-    `mode` (0o600 for what holds a token), the file never exists with other permissions."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if mode is not None:
-        tmp.touch(mode=mode)
-        tmp.chmod(mode)  # touch's mode is masked by the umask and ignored for an existing file
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, data: Any, mode: int | None = None) -> None:
-    """Write JSON so readers see either the old file or the new one, never a torn one."""
-    write_atomic(path, json.dumps(data, indent=2) + "\n", mode)
+_ENDED = ENDED_STATES
 
 
 def describe_exit(code: int) -> str:

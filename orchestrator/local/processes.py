@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,22 +17,21 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psutil
 
+from surreal.orchestrator import home
 from surreal.orchestrator.components import Program
-from surreal.orchestrator.launcher import CorruptFile, read_json
-from surreal.orchestrator.supervisor import (
-    LOG_DIR,
+from surreal.orchestrator.files import read_json, write_json_atomic
+from surreal.orchestrator.home import LOG_DIR
+from surreal.orchestrator.launcher import CorruptFile
+from surreal.orchestrator.local.supervisor import (
     PROGRAM_FILE,
     STATE_FILE,
-    TERMINAL_PHASES,
-    ComponentState,
-    Phase,
     Supervisor,
-    write_json_atomic,
 )
+from surreal.orchestrator.status import TERMINAL_PHASES, ComponentState, Phase, exit_code
 
 __all__ = [
     "PROGRAM_FILE",
@@ -44,7 +42,6 @@ __all__ = [
     "current_phase",
     "exit_code_for",
     "is_alive",
-    "list_experiment_dirs",
     "load_program",
     "read_state",
     "run_supervisor",
@@ -54,8 +51,6 @@ __all__ = [
     "tail_log",
 ]
 
-# A component's or pod's name: one path component (never '..' or a '/'), so logs/NAME.log stays in logs/.
-LOG_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
 SUPERVISOR_LOG = "supervisor"  # logs/supervisor.log: a detached supervisor's own output
 _CREATE_TIME_TOLERANCE = 0.05  # seconds; psutil reports the same value for the same process
 
@@ -73,8 +68,8 @@ def load_program(exp_dir: Path | str) -> Program:
 
 
 def exit_code_for(phase: Phase | str) -> int:
-    """Process exit code for a final phase: Succeeded 0, Stopped 130 (as after Ctrl-C), else 1."""
-    return {Phase.SUCCEEDED: 0, Phase.STOPPED: 130}.get(Phase(phase), 1)
+    """Process exit code for a final phase (the status contract's)."""
+    return exit_code(phase)
 
 
 def run_supervisor(exp_dir: Path | str, *, max_restarts: int = 5, grace_seconds: float = 5.0) -> int:
@@ -151,6 +146,19 @@ def current_phase(state: dict[str, Any] | None) -> str:
     return phase
 
 
+def tail_log(
+    exp_dir: Path | str,
+    component: str,
+    follow: bool = False,
+    lines: int | None = 100,
+    *,
+    poll_seconds: float = 0.2,
+) -> Iterator[str]:
+    """home.tail_log of a local experiment: followed while its supervisor runs."""
+    return home.tail_log(exp_dir, component, follow, lines, poll_seconds=poll_seconds,
+                         running=lambda: is_alive(read_state(exp_dir)))  # fmt: skip
+
+
 def stop_experiment(exp_dir: Path | str, timeout: float = 20.0) -> None:
     """Stop an experiment: SIGTERM its supervisor and wait; kill leftover components directly.
 
@@ -177,112 +185,6 @@ def stop_experiment(exp_dir: Path | str, timeout: float = 20.0) -> None:
     _kill_groups(leftovers, grace=min(timeout, 5.0))
     if str(state.get("phase")) not in TERMINAL_PHASES:
         _mark_stopped(exp_dir, state)
-
-
-def stop_strays(exp_dir: Path | str, grace: float = 5.0) -> None:
-    """Stop every surreal process that works on `exp_dir` (its path, or a path inside it, is one
-    of its arguments: a supervisor, a component, a containers controller), whatever state.json says
-    or whether it can be read. A shell or an editor in the folder is no surreal process."""
-    root = os.path.realpath(exp_dir)
-    mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
-    strays = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        argv = proc.info["cmdline"] or []
-        if proc.info["pid"] in mine or not any(a == "surreal" or a.startswith("surreal.") for a in argv):
-            continue
-        if any(a == root or a.startswith(root + os.sep) for a in argv):
-            strays.append(proc)
-    for proc in strays:
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(strays, timeout=grace)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=grace)
-
-
-def tail_log(
-    exp_dir: Path | str,
-    component: str,
-    follow: bool = False,
-    lines: int | None = 100,
-    *,
-    poll_seconds: float = 0.2,
-) -> Iterator[str]:
-    """Lines (without their newline) of `logs/<component>.log`: the last `lines` (None = all).
-
-    With `follow`, keeps yielding new lines as they are written (across restarts, which append)
-    until the experiment's supervisor is gone. Raises FileNotFoundError (naming the logs that
-    exist) at the call if there is no such log.
-    """
-    log_dir = Path(exp_dir) / LOG_DIR
-    if not LOG_NAME_RE.fullmatch(component):
-        raise FileNotFoundError(f"no log for {component!r}: a component is named like learner or actor-0")
-    path = log_dir / f"{component}.log"
-    if path.is_symlink() or not path.is_file():
-        known = sorted(p.stem for p in log_dir.glob("*.log")) if log_dir.is_dir() else []
-        raise FileNotFoundError(f"no log for {component!r} in {log_dir} (logs: {known})")
-    return _tail(path, Path(exp_dir), follow, lines, poll_seconds)
-
-
-def list_experiment_dirs(home: Path | str) -> list[Path]:
-    """Experiment directories under `home/experiments` (home = $SURREAL_HOME), sorted by name."""
-    root = Path(home) / "experiments"
-    if not root.is_dir():
-        return []
-    # symbolic links too (listed with their problem), but not create's hidden staging folders
-    return sorted(p for p in root.iterdir() if (p.is_dir() or p.is_symlink()) and not p.name.startswith("."))
-
-
-def _tail(path: Path, exp_dir: Path, follow: bool, lines: int | None, poll_seconds: float) -> Iterator[str]:
-    with open(path, "rb") as f:
-        f.seek(_start_of_last_lines(f, lines))
-        pending = b""
-        drained_after_end = False
-        while True:
-            chunk = f.read(1 << 16)
-            if chunk:
-                *complete, pending = (pending + chunk).split(b"\n")
-                yield from (line.decode(errors="replace") for line in complete)
-                continue
-            if not follow or drained_after_end:
-                break
-            if not is_alive(read_state(exp_dir)):
-                drained_after_end = True  # one more read for what was written before it ended
-                continue
-            if os.stat(path).st_size < f.tell():  # truncated: start over
-                f.seek(0)
-            time.sleep(poll_seconds)
-        if pending:
-            yield pending.decode(errors="replace")
-
-
-def _start_of_last_lines(f: IO[bytes], lines: int | None) -> int:
-    """Byte offset where the last `lines` lines of `f` begin (a trailing newline ends a line)."""
-    end = f.seek(0, os.SEEK_END)
-    if lines is None or end == 0:
-        return 0
-    if lines <= 0:
-        return end
-    f.seek(end - 1)
-    pos = end - 1 if f.read(1) == b"\n" else end  # search before the final line's own newline
-    found = 0
-    while pos > 0:
-        size = min(1 << 13, pos)
-        f.seek(pos - size)
-        block = f.read(size)
-        i = len(block)
-        while (i := block.rfind(b"\n", 0, i)) >= 0:
-            found += 1
-            if found == lines:
-                return pos - size + i + 1
-        pos -= size
-    return 0
 
 
 def _same_process(pid: int, create_time: float | None) -> bool:

@@ -8,13 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from surreal.orchestrator import experiments as exps
-from surreal.orchestrator import local
+from surreal.orchestrator import home
 from surreal.orchestrator.components import ACTOR_ROLE
-from surreal.orchestrator.home import HomeLauncher, tail_log, wait_until
+from surreal.orchestrator.home_launcher import HomeLauncher, read_log, wait_until
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
+from surreal.orchestrator.local import experiment as exps
+from surreal.orchestrator.local import processes as local
 from surreal.orchestrator.program import LOCAL_KNOB, local_split, rescaled, workers_problem
-from surreal.orchestrator.supervisor import TERMINAL_PHASES
+from surreal.orchestrator.status import TERMINAL_PHASES
 from surreal.spec import ExperimentSpec
 
 # How long `scale` waits for the supervisor to run the new actor group and the learner to report
@@ -53,7 +54,7 @@ class LocalLauncher(HomeLauncher):
                 f"experiment {name!r}: {spec.algo} on {spec.env}, {spec.agents} agents in "
                 f"{len(program.group(ACTOR_ROLE))} actor processes, {spec.steps:,} steps; files in {exp_dir}"
             )
-        tick = (lambda: watch.tick(exps.poll_metrics(exp_dir))) if watch is not None else None
+        tick = (lambda: watch.tick(home.poll_metrics(exp_dir))) if watch is not None else None
         try:
             exps.run_foreground(exp_dir, program, on_tick=tick)
         except KeyboardInterrupt:  # before the supervisor took the signals: nothing ran, keep nothing
@@ -68,7 +69,8 @@ class LocalLauncher(HomeLauncher):
     def logs_of(
         self, exp_dir: Path, component: str, *, follow: bool, lines: int | None, previous: bool
     ) -> Iterator[str]:
-        return tail_log(exp_dir, component, follow=follow, lines=lines)
+        return read_log(exp_dir, component, follow=follow, lines=lines,
+                        running=lambda: local.is_alive(local.read_state(exp_dir)))  # fmt: skip
 
     def scale_of(self, exp_dir: Path, agents: int) -> str:
         """A new actor group in program.json, which the supervisor runs (stopping, starting or
@@ -78,7 +80,7 @@ class LocalLauncher(HomeLauncher):
         phase = local.current_phase(state)
         if phase in TERMINAL_PHASES or not local.is_alive(state):
             raise LauncherError(f"experiment {name!r} is not running (phase {phase}); nothing to scale")
-        spec = exps.load_spec(exp_dir)
+        spec = home.load_spec(exp_dir)
         split = local_split(agents, learners=spec.learners)
         problem = workers_problem(spec, split, "process", LOCAL_KNOB)
         if problem is not None:
@@ -87,7 +89,7 @@ class LocalLauncher(HomeLauncher):
             program = rescaled(local.load_program(exp_dir), split)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise LauncherError(f"experiment {name!r}: its program.json cannot be scaled ({exc})") from None
-        exps.write_scale(exp_dir, agents)  # first, so the learner takes the new streams
+        home.write_scale(exp_dir, agents)  # first, so the learner takes the new streams
         local.save_program(program, exp_dir)
         written = os.stat(exp_dir / local.PROGRAM_FILE).st_mtime_ns
         actors = {c.name for c in program.group(ACTOR_ROLE)}
@@ -106,7 +108,7 @@ class LocalLauncher(HomeLauncher):
         wait_until(
             f"the learner of {name!r} to report {agents} agents",
             lambda: (
-                exps.read_metrics(exp_dir).get("agents") == agents
+                home.read_metrics(exp_dir).get("agents") == agents
                 or exps.status(exp_dir)["phase"] != "Running"
             ),
             SCALE_WAIT_SECONDS,

@@ -1,0 +1,125 @@
+"""The status contract: what `surreal status NAME -o json` holds, the same on every backend.
+
+One object per experiment (docs/getting-started.md#status-reference lists it, and a test holds
+that section to this module):
+
+- identity: `name, algo, env, backend, agents, target_steps`;
+- `phase`: one of `Phase` (Pending, Running, Succeeded, Failed, Stopped), and a command that
+  waited for the end exits with `exit_code(phase)`;
+- the learner's metrics `METRIC_FIELDS` (None until it reports), and those of `EXTRA_METRICS` it
+  reports;
+- `components`: one row per process or pod, `{name, role, state, restarts, detail}`, its state
+  one of `ComponentState` whatever runs it, and `detail` the backend's own word for it (an exit
+  code, a waiting reason such as ImagePullBackOff) or "";
+- where the backend knows them: `problem` (why it failed or waits), `jobs`, `queued`,
+  `learner_status`, `actor_pods`, `namespace`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+
+
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED})
+
+
+class ComponentState(StrEnum):
+    PENDING = "Pending"  # not started yet (scheduling, pulling its image, waiting for admission)
+    STARTING = "Starting"  # started, not ready yet
+    RUNNING = "Running"
+    RESTARTING = "Restarting"  # ended and waiting to be started again (a backoff)
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"  # ended by a stop: delete, Ctrl-C, a preemption's clean exit
+
+
+ENDED_STATES = frozenset({ComponentState.SUCCEEDED, ComponentState.FAILED, ComponentState.STOPPED})
+
+# What a command that waited for the end exits with: Ctrl-C's 130 for Stopped, 1 for Failed (or a
+# phase nobody knows), 0 for Succeeded and while the experiment runs on (create --detach).
+_EXIT_CODES = {Phase.PENDING: 0, Phase.RUNNING: 0, Phase.SUCCEEDED: 0, Phase.STOPPED: 130}
+
+
+def exit_code(phase: str | None) -> int:
+    """The exit code of a command that waited for an experiment whose phase is `phase`."""
+    if phase is None:
+        return 0
+    try:
+        return _EXIT_CODES.get(Phase(phase), 1)
+    except ValueError:
+        return 1
+
+
+METRIC_FIELDS = (
+    "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
+    "best_eval_return", "steps_per_second", "elapsed_seconds",
+)  # fmt: skip
+
+
+# Reported by the ES master only: logical agents whose results arrived, the result ledger, how
+# many versions old the results of recent updates were, rounds updated without all their pairs,
+# and the hand-out sizes for the agent count.
+ES_METRICS = (
+    "agents_reporting", "results_accepted", "results_rejected", "staleness", "short_rounds",
+    "pairs_per_update", "round_pairs", "pairs_per_agent", "max_staleness", "step_size",
+)  # fmt: skip
+
+
+# Passed through when the learner reports them: what it dropped or refused, and why.
+EXTRA_METRICS = (
+    "dropped_fragments", "connected_actors", "rejected_fragments", "skipped_updates",
+    "wire_rejections", "checkpoint_version", "checkpoint_age_seconds", "learners", "group_restarts",
+    *ES_METRICS,
+)  # fmt: skip
+
+IDENTITY_FIELDS = ("name", "algo", "env", "backend", "agents", "target_steps")
+COMPONENT_FIELDS = ("name", "role", "state", "restarts", "detail")
+
+
+def component(
+    name: str, role: str, state: ComponentState | str, restarts: int, detail: str = ""
+) -> dict[str, Any]:
+    """One row of `components`; `state` must be a ComponentState."""
+    return {"name": name, "role": role, "state": ComponentState(state).value, "restarts": int(restarts),
+            "detail": detail}  # fmt: skip
+
+
+def status_object(
+    spec: Mapping[str, Any],
+    *,
+    backend: str,
+    phase: Phase | str,
+    metrics: Mapping[str, Any],
+    components: Sequence[Mapping[str, Any]],
+    agents: Any = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The contract's object: identity from the spec file's mapping, `phase`, the learner's
+    metrics, the component rows, then what the backend adds (`extra`, None values left out)."""
+    out: dict[str, Any] = {
+        "name": spec.get("name"),
+        "algo": spec.get("algo"),
+        "env": spec.get("env"),
+        "backend": backend,
+        "agents": metrics.get("agents") or agents or spec.get("agents"),  # the learner follows scale
+        "target_steps": spec.get("steps"),
+        "phase": Phase(phase).value,
+    }
+    for key in METRIC_FIELDS:
+        out[key] = metrics.get(key)
+    for key in EXTRA_METRICS:
+        if key in metrics:
+            out[key] = metrics[key]
+    out["components"] = [dict(c) for c in components]
+    out.update({k: v for k, v in extra.items() if v is not None})
+    return out
