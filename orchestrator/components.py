@@ -17,6 +17,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 LEARNER_ROLE = "learner"
 ACTOR_ROLE = "actor"
+EVALUATOR_ROLE = "evaluator"
 
 
 class FrozenEnv(Mapping[str, str]):

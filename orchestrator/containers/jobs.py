@@ -6,8 +6,9 @@ index and the Job completes once every index has; a failed pod is replaced by a 
 index unless the failure policy says otherwise: exit codes of an Ignore rule do not count, those of
 a FailJob rule fail the Job at once, other failures count against `backoffLimit` (the whole Job)
 or `backoffLimitPerIndex` (one index; the Job fails once every index has ended and one failed).
-Replacements of counted failures wait an exponential backoff (shorter than the kubelet's 10 s
-base, so that tests stay quick). `completions` follows `scale` (an elastic Indexed Job).
+Which is which is the failure policy's `decide` (policy.py), on the policy the Job carries, and
+replacements of counted failures wait its backoff (the kubelet's is longer: 10 s doubling to 5
+minutes). `completions` follows `scale` (an elastic Indexed Job).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from enum import StrEnum
 from typing import Any
 
 from surreal.orchestrator.containers.plan import JobRun
-
-FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 1.0, 30.0
+from surreal.orchestrator.policy import Action as policy_action
+from surreal.orchestrator.policy import RolePolicy, decide
 
 
 class Action(StrEnum):
@@ -57,6 +58,20 @@ class JobState:
         return data
 
 
+def job_policy(job: JobRun) -> RolePolicy:
+    """The failure policy a rendered Job carries (kube.render.job_failure_policy's fields, read
+    back by the translation): the same data, so the same `decide` as the local supervisor's."""
+    per_index = job.backoff_per_index is not None
+    retries = job.backoff_per_index if job.backoff_per_index is not None else job.backoff_limit
+    return RolePolicy(
+        retries=int(retries or 0),
+        per_index=per_index,
+        fatal_exits=tuple(job.fail_exit_codes),
+        disruption_exits=tuple(job.ignore_exit_codes),
+        fails_experiment=True,
+    )
+
+
 class JobController:
     def __init__(self, jobs: tuple[JobRun, ...], saved: list[dict[str, Any]] | None = None) -> None:
         self.jobs = {j.name: JobState(j, j.completions) for j in jobs}
@@ -88,26 +103,24 @@ class JobController:
             s.succeeded.add(index)
             self._maybe_ended(s)
             return Decision(Action.NOTHING)
-        role = s.job.role
-        if code in s.job.fail_exit_codes:
-            self._fail(s, "PodFailurePolicy", f"Container {role} for pod {pod} failed with exit code "
-                       f"{code} matching FailJob rule")  # fmt: skip
+        policy = job_policy(s.job)
+        counted_before = s.failed_by_index.get(index, 0) if policy.per_index else s.failed
+        decision = decide(policy, code, counted_before)
+        if decision.action is policy_action.FAIL_ROLE:
+            self._fail(s, "PodFailurePolicy", f"Container {s.job.role} for pod {pod} failed with exit "
+                       f"code {code} matching FailJob rule")  # fmt: skip
             return Decision(Action.FAIL_JOB)
-        if code in s.job.ignore_exit_codes:
-            return Decision(Action.REPLACE)  # not counted, and no backoff
-        s.failed += 1
-        tries = s.failed_by_index[index] = s.failed_by_index.get(index, 0) + 1
-        delay = min(FIRST_BACKOFF_SECONDS * 2 ** (tries - 1), MAX_BACKOFF_SECONDS)
-        if s.job.backoff_per_index is not None:
-            if tries > s.job.backoff_per_index:
-                s.failed_indexes.add(index)
-                self._maybe_ended(s)
-                return Decision(Action.NOTHING)
-            return Decision(Action.REPLACE, delay)
-        if s.job.backoff_limit is not None and s.failed > s.job.backoff_limit:
-            self._fail(s, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
-            return Decision(Action.FAIL_JOB)
-        return Decision(Action.REPLACE, delay)
+        if decision.counted:
+            s.failed += 1
+            s.failed_by_index[index] = s.failed_by_index.get(index, 0) + 1
+        if decision.action is policy_action.REPLACE:
+            return Decision(Action.REPLACE, decision.delay)
+        if policy.per_index:  # this index has failed; the Job once every index has ended
+            s.failed_indexes.add(index)
+            self._maybe_ended(s)
+            return Decision(Action.NOTHING)
+        self._fail(s, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        return Decision(Action.FAIL_JOB)
 
     def scale(self, job: str, completions: int) -> None:
         """completions = parallelism = `completions` (indexes beyond it are dropped)."""

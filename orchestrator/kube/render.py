@@ -10,12 +10,13 @@ applies them, and helm/surreal renders the same objects.
 
 An experiment is batch work (docs/decisions.md, "Run-to-completion objects"): learner, actors and
 evaluator are batch/v1 Jobs whose pods exit when the run is done, so the Jobs complete and free
-their nodes and GPUs. The learner's Job fails the experiment after LEARNER_RETRIES crashes;
+their nodes and GPUs. Each Job's backoffLimit and podFailurePolicy are the failure policy of its
+role (policy.py, `job_failure_policy`): the learner's Job fails the experiment past its retries;
 disruptions (a drained or preempted node, a SIGTERM the learner answered with a checkpoint) do not
-count (podFailurePolicy); a PodDisruptionBudget keeps voluntary evictions off the running learner.
-Actors are one Indexed Job (each pod's index is its worker index; `scale` patches completions and
-parallelism together); an actor that crashes is replaced, up to ACTOR_RETRIES per index; workers
-whose learner is gone for good exit EXIT_LEARNER_GONE, which fails their Job at once.
+count; a PodDisruptionBudget keeps voluntary evictions off the running learner. Actors are one
+Indexed Job (each pod's index is its worker index; `scale` patches completions and parallelism
+together), each index with its own retries; workers whose learner is gone for good exit
+EXIT_LEARNER_GONE, which fails their Job at once.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from surreal.algorithms.common.preemption import EXIT_PREEMPTED
-from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.kube import pods as pods
 from surreal.orchestrator.kube.pods import Placement
+from surreal.orchestrator.policy import RolePolicy, policy_of
 from surreal.orchestrator.program import (
     LEARNER_PORT,
     Target,
@@ -61,11 +61,6 @@ MANAGED_BY = "surreal"
 ROLES = ("learner", "actor", "evaluator", "tensorboard")
 # TensorBoard is not a program component (it runs no surreal code), so its size is set here.
 TENSORBOARD_RESOURCES = {"cpu": "250m", "memory": "512Mi"}
-# Crashes a learner Job retries before the experiment fails (the local supervisor's max_restarts);
-# each actor index and the evaluator get as many. Disruptions do not count (podFailurePolicy).
-LEARNER_RETRIES = 5
-ACTOR_RETRIES = 5
-EVALUATOR_RETRIES = 5
 # SIGTERM -> SIGKILL for a learner pod: it finishes the update it is in, then writes its checkpoint.
 # Measured on a CPU learner (benchmarks/checkpoint_write.py, learner_update.py): Breakout's update
 # 4.9 s + its 19 MiB checkpoint 0.15 s at worst; HalfCheetah at 512 agents 0.65 s + 3 ms. 30 s
@@ -165,6 +160,25 @@ def check_capacity(spec: ExperimentSpec) -> None:
             f"on Kubernetes, where every actor pod hosts agents_per_pod agents "
             f"(use --agents {' or '.join(hint)})"
         )
+
+
+def job_failure_policy(container: str, policy: RolePolicy) -> dict[str, Any]:
+    """The failure policy of a role (policy.py) as its Job's fields: the budget as backoffLimit (or
+    backoffLimitPerIndex: one crashing actor fails no other), disruptions ignored (a drained,
+    preempted or evicted node, and the exits of a clean stop), fatal exits failing the Job."""
+
+    def exits(codes: tuple[int, ...]) -> dict[str, Any]:
+        return {"containerName": container, "operator": "In", "values": list(codes)}
+
+    rules: list[dict[str, Any]] = [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+    if policy.disruption_exits:
+        rules.append({"action": "Ignore", "onExitCodes": exits(policy.disruption_exits)})
+    if policy.fatal_exits:
+        rules.append({"action": "FailJob", "onExitCodes": exits(policy.fatal_exits)})
+    budget = "backoffLimitPerIndex" if policy.per_index else "backoffLimit"
+    return {budget: policy.retries, "podFailurePolicy": {"rules": rules}}
 
 
 def kube_program(spec: ExperimentSpec) -> Program:
@@ -333,27 +347,12 @@ class _Ctx:
     def job(self, component: Component, pods_wanted: int) -> dict[str, Any]:
         """The Job of one role: `pods_wanted` indexed pods that each run to completion."""
         role = component.role
-        ignored: list[dict[str, Any]] = [
-            # A drained, preempted or evicted node: not the pod's fault.
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-            # Stopped from outside, with a learner's checkpoint written first (preemption.py).
-            {"action": "Ignore",
-             "onExitCodes": {"containerName": role, "operator": "In", "values": [EXIT_PREEMPTED]}},
-        ]  # fmt: skip
-        if role != "learner":  # its learner is gone for good: retrying cannot help
-            ignored.append({"action": "FailJob",
-                            "onExitCodes": {"containerName": role, "operator": "In",
-                                            "values": [EXIT_LEARNER_GONE]}})  # fmt: skip
         spec: dict[str, Any] = {
             "completionMode": "Indexed",
             "completions": pods_wanted,
             "parallelism": pods_wanted,
+            **job_failure_policy(role, policy_of(role)),
         }
-        if role == "actor":
-            spec["backoffLimitPerIndex"] = ACTOR_RETRIES  # one crashing actor fails no other
-        else:
-            spec["backoffLimit"] = LEARNER_RETRIES if role == "learner" else EVALUATOR_RETRIES
-        spec["podFailurePolicy"] = {"rules": ignored}
         meta = self.meta(self.names[role], role)
         if self.spec.queue:
             # Kueue admits the Job (and unsuspends it) when its queue has quota for it.

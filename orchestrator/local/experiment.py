@@ -120,6 +120,7 @@ def status(exp_dir: Path) -> dict[str, Any]:
         metrics=read_metrics(exp_dir),
         components=rows,
         agents=scaled_agents(exp_dir, spec.get("agents")),
+        problem=(state or {}).get("problem") or None,
     )
 
 

@@ -72,11 +72,9 @@ def exit_code_for(phase: Phase | str) -> int:
     return exit_code(phase)
 
 
-def run_supervisor(exp_dir: Path | str, *, max_restarts: int = 5, grace_seconds: float = 5.0) -> int:
+def run_supervisor(exp_dir: Path | str, *, grace_seconds: float = 5.0) -> int:
     """Body of the hidden `surreal supervise EXP_DIR` command: run program.json to the end."""
-    supervisor = Supervisor(
-        load_program(exp_dir), exp_dir, max_restarts=max_restarts, grace_seconds=grace_seconds
-    )
+    supervisor = Supervisor(load_program(exp_dir), exp_dir, grace_seconds=grace_seconds)
     return exit_code_for(supervisor.run())
 
 

@@ -6,15 +6,13 @@ with SIGKILL takes its children with it. The supervisor records everything it kn
 `exp_dir/state.json` (atomically replaced on every change) so other processes (`surreal status`,
 `surreal delete`) can read it.
 
-Outcomes:
+Outcomes: every exit goes through the failure policy (policy.py), as on the other backends:
 - the "learner" exits 0 -> Succeeded (the others are stopped);
-- a component crashes (non-zero exit or signal) -> restarted after a backoff, up to `max_restarts`
-  times; one more crash -> Failed (the others are stopped);
-- a component that exits EXIT_PREEMPTED (143: it was sent SIGTERM from outside, and a learner
-  saved a checkpoint first) -> restarted at once, and it does not count against `max_restarts`
-  (a disruption, as a Job's podFailurePolicy treats it on Kubernetes);
-- a component with restart=False crashes -> that component is Failed; the experiment fails only
-  if it is the learner;
+- a crash is retried after a backoff within its role's budget, a disruption (143) at once and
+  uncounted; past the budget, or on an exit that ends its role (69), the component is Failed, and
+  the experiment is Failed if its role's failure fails it (the learner; the actors once no index is
+  left; never the evaluator), with the reason in state.json's `problem`;
+- a component with restart=False has no budget: its first crash fails it;
 - every component ended on its own -> Succeeded if none failed, else Failed;
 - SIGINT/SIGTERM/SIGHUP or `request_stop()` -> Stopped. A second signal skips the grace period.
 
@@ -26,6 +24,7 @@ restarted once their old process is gone; the learner is never restarted this wa
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import logging
 import os
@@ -35,18 +34,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE, Component, Program
 from surreal.orchestrator.files import write_json_atomic
 from surreal.orchestrator.home import LOG_DIR
 from surreal.orchestrator.local.sched_slice import slice_ms_from_env, slice_request
+from surreal.orchestrator.policy import POLICIES, Action, RolePolicy, decide, policy_of, role_failure
 from surreal.orchestrator.status import ENDED_STATES, ComponentState, Phase
 
 log = logging.getLogger(__name__)
@@ -123,14 +122,13 @@ class _Child:
     component: Component
     state: ComponentState = ComponentState.PENDING
     restarts: int = 0  # every restart, disruptions included
-    failures: int = 0  # the restarts that count against max_restarts (crashes)
+    failures: int = 0  # exits that counted against its role's retries (policy.py)
     proc: subprocess.Popen[bytes] | None = None
     pid: int | None = None
     pid_create_time: float | None = None
     exit_code: int | None = None
     started: float = 0.0  # time.monotonic() of the last start, for the backoff
     restart_at: float = 0.0  # time.monotonic() at which a Restarting child is started again
-    quick_crashes: int = 0  # consecutive crashes, each within _HEALTHY_SECONDS of its start
     replaces: _Child | None = None  # the retiring process of the same name this one waits for
     retire_by: float = 0.0  # time.monotonic() after which a retiring child is SIGKILLed
 
@@ -148,10 +146,6 @@ class _Child:
         }
 
 
-_HEALTHY_SECONDS = 30.0  # a crash after running this long resets the backoff to its base
-_MAX_BACKOFF_SECONDS = 10.0
-
-
 class Supervisor:
     """Starts, watches, restarts and stops the components of one program.
 
@@ -167,18 +161,17 @@ class Supervisor:
         program: Program,
         exp_dir: Path | str,
         *,
-        max_restarts: int = 5,
+        policies: Mapping[str, RolePolicy] = POLICIES,
         grace_seconds: float = 5.0,
-        backoff_seconds: float = 0.5,
         poll_seconds: float = 0.05,
         pin_actors: bool = True,
         slice_ms: float | None = None,
     ) -> None:
         self.program = program
         self.exp_dir = Path(exp_dir).resolve()
-        self.max_restarts = max_restarts  # restarts allowed per component before Failed
+        self.policies = policies  # per role: what an exit means (policy.py)
         self.grace_seconds = grace_seconds  # SIGTERM -> SIGKILL delay when stopping
-        self.backoff_seconds = backoff_seconds  # first restart delay; doubles per quick crash
+        self._problem = ""  # why the experiment failed, once it has
         self.poll_seconds = poll_seconds  # monitor loop period
         self._children = [_Child(c) for c in program.components]
         self._phase = Phase.PENDING
@@ -215,7 +208,7 @@ class Supervisor:
             "supervisor_create_time": self._create_time,
             "started_at": self._started_at,
             "ended_at": self._ended_at,
-            "max_restarts": self.max_restarts,
+            "problem": self._problem,
             "program_mtime_ns": self._program_mtime,  # the program.json it runs (`scale` waits on it)
             "components": [child.to_dict() for child in self._children],
         }
@@ -276,8 +269,7 @@ class Supervisor:
                 self._write_state()
                 if not started:
                     return Phase.FAILED
-                self._note(child, f"restarted (restart {child.restarts}; {child.failures} failures "
-                           f"of {self.max_restarts} allowed)")  # fmt: skip
+                self._note(child, f"restarted (restart {child.restarts}; {child.failures} failures)")
         if all(child.state in _ENDED for child in self._children):
             failed = any(child.state is ComponentState.FAILED for child in self._children)
             return Phase.FAILED if failed else Phase.SUCCEEDED
@@ -301,6 +293,7 @@ class Supervisor:
                 )
             except OSError as exc:
                 self._note(child, f"failed to start {component.argv[0]!r}: {exc}")
+                self._problem = f"{component.name} could not start: {exc}"
                 child.state = ComponentState.FAILED
                 child.exit_code = 127
                 return False
@@ -331,41 +324,45 @@ class Supervisor:
         return code
 
     def _on_exit(self, child: _Child, code: int) -> Phase | None:
+        """What the failure policy (policy.py) says of this exit, done; the experiment's outcome
+        once it is decided."""
         component = child.component
-        is_learner = component.role == LEARNER_ROLE
-        if code == 0:
+        role = component.role
+        policy = self.policies.get(role) or policy_of(role)
+        if not component.restart:
+            policy = dataclasses.replace(policy, retries=0, disruption_exits=())
+        decision = decide(policy, code, child.failures)
+        why = describe_exit(code)
+        if decision.action is Action.DONE:
             child.state = ComponentState.SUCCEEDED
             self._note(child, "exited with code 0")
-            return Phase.SUCCEEDED if is_learner else None
-        why = describe_exit(code)
-        if not component.restart:
-            child.state = ComponentState.FAILED
-            self._note(child, f"{why}; restart disabled")
-            return Phase.FAILED if is_learner else None
-        if code == EXIT_PREEMPTED:
+            return Phase.SUCCEEDED if role == LEARNER_ROLE else None
+        if decision.action is Action.REPLACE:
             child.restarts += 1
+            child.failures += decision.counted
             child.state = ComponentState.RESTARTING
-            child.restart_at = time.monotonic()
-            self._note(child, f"{why} (stopped from outside: a disruption, not a failure); "
-                       f"restarting now (restart {child.restarts})")  # fmt: skip
+            child.restart_at = time.monotonic() + decision.delay
+            if decision.counted:
+                self._note(child, f"{why}; restarting in {decision.delay:.1f}s "
+                           f"(failure {child.failures} of {policy.retries} allowed)")  # fmt: skip
+            else:
+                self._note(child, f"{why} (stopped from outside: a disruption, not a failure); "
+                           f"restarting now (restart {child.restarts})")  # fmt: skip
             return None
-        if child.failures >= self.max_restarts:
-            child.state = ComponentState.FAILED
+        child.failures += decision.counted
+        peers = [c for c in self._children if c.component.role == role]
+        if decision.action is Action.FAIL_ROLE:
+            self._note(child, f"{why}: the {role} role has failed for good (nothing to retry)")
+            for peer in peers:
+                if peer.state not in _ENDED:
+                    self._stop_child(peer)
+                    peer.state = ComponentState.FAILED
+        else:
             self._note(child, f"{why}; giving up after {child.failures} failures")
-            return Phase.FAILED
-        if time.monotonic() - child.started >= _HEALTHY_SECONDS:
-            child.quick_crashes = 0
-        delay = min(self.backoff_seconds * 2**child.quick_crashes, _MAX_BACKOFF_SECONDS)
-        child.quick_crashes += 1
-        child.restarts += 1
-        child.failures += 1
-        child.state = ComponentState.RESTARTING
-        child.restart_at = time.monotonic() + delay
-        self._note(
-            child,
-            f"{why}; restarting in {delay:.1f}s (failure {child.failures} of {self.max_restarts})",
-        )
-        return None
+        child.state = ComponentState.FAILED
+        failed = [c.component.name for c in peers if c.state is ComponentState.FAILED]
+        self._problem = role_failure(role, failed, len(peers), why) or ""
+        return Phase.FAILED if self._problem else None
 
     def _reload(self) -> None:
         """Take a program.json that changed since it was last read (see the module docstring). A
@@ -463,6 +460,18 @@ class Supervisor:
         for child in running:
             while self._poll(child) is None:
                 time.sleep(self.poll_seconds)
+
+    def _stop_child(self, child: _Child) -> None:
+        """SIGTERM one child's process group, SIGKILL after the grace period; wait for its end."""
+        if child.proc is None:
+            return
+        self._note(child, "stopping (SIGTERM): its role has failed")
+        _killpg(child.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_seconds
+        while self._poll(child) is None:
+            if time.monotonic() > deadline:
+                _killpg(child.proc.pid, signal.SIGKILL)
+            time.sleep(self.poll_seconds)
 
     def _install_signal_handlers(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():

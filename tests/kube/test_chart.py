@@ -25,6 +25,7 @@ from surreal.algorithms.ppo import presets as ppo_presets
 from surreal.orchestrator.kube import output as ko
 from surreal.orchestrator.kube import render as kr
 from surreal.orchestrator.kube.pods import Placement
+from surreal.orchestrator.policy import POLICIES
 from surreal.spec import ExperimentSpec, load_spec_file
 
 TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -157,9 +158,9 @@ def test_the_chart_has_the_renderers_retries_grace_period_exit_codes_and_queue_l
     # Each is written once in templates/_helpers.tpl: a change to kube_render.py must go there too.
     jobs = jobs_by_role(render_chart({"queue": "team-a"}))
     assert sorted(jobs) == ["actor", "evaluator", "learner"]
-    assert jobs["learner"]["spec"]["backoffLimit"] == kr.LEARNER_RETRIES
-    assert jobs["actor"]["spec"]["backoffLimitPerIndex"] == kr.ACTOR_RETRIES
-    assert jobs["evaluator"]["spec"]["backoffLimit"] == kr.EVALUATOR_RETRIES
+    assert jobs["learner"]["spec"]["backoffLimit"] == POLICIES["learner"].retries
+    assert jobs["actor"]["spec"]["backoffLimitPerIndex"] == POLICIES["actor"].retries
+    assert jobs["evaluator"]["spec"]["backoffLimit"] == POLICIES["evaluator"].retries
     learner_pod = jobs["learner"]["spec"]["template"]["spec"]
     assert learner_pod["terminationGracePeriodSeconds"] == kr.LEARNER_GRACE_SECONDS
     for role, job in jobs.items():

@@ -16,6 +16,7 @@ from surreal.component import ComponentError, worker_index
 from surreal.orchestrator.kube import output as ko
 from surreal.orchestrator.kube import render as kr
 from surreal.orchestrator.kube.pods import Placement
+from surreal.orchestrator.policy import POLICIES
 
 LABEL_KEYS = (
     "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
@@ -184,14 +185,17 @@ def test_every_component_runs_to_completion_and_disruptions_are_not_failures(rol
     container = pod["containers"][0]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     if role == "learner":
-        assert job["spec"]["backoffLimit"] == kr.LEARNER_RETRIES and len(rules) == 2
+        assert job["spec"]["backoffLimit"] == POLICIES["learner"].retries and len(rules) == 2
         assert pod["terminationGracePeriodSeconds"] == kr.LEARNER_GRACE_SECONDS
         assert {"name": "SURREAL_TERMINATION_LOG", "value": "/dev/termination-log"} in container["env"]
     else:  # a worker whose learner is gone for good fails its Job instead of retrying
         assert rules[2] == {"action": "FailJob", "onExitCodes": {
             "containerName": role, "operator": "In", "values": [EXIT_LEARNER_GONE]}}  # fmt: skip
     if role == "actor":  # one crashing actor spends its own retries, fails nothing else
-        assert job["spec"]["backoffLimitPerIndex"] == kr.ACTOR_RETRIES and "backoffLimit" not in job["spec"]
+        assert (
+            job["spec"]["backoffLimitPerIndex"] == POLICIES["actor"].retries
+            and "backoffLimit" not in job["spec"]
+        )
 
 
 def test_a_budget_keeps_voluntary_evictions_off_the_running_learner() -> None:

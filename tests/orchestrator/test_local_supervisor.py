@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.local.processes import read_state
 from surreal.orchestrator.local.sched_slice import current_slice_ns, slice_ms_from_env, slice_request
 from surreal.orchestrator.local.supervisor import Supervisor, actor_cpus
+from surreal.orchestrator.policy import POLICIES, RolePolicy
 
 SLEEP = "import time; time.sleep(600)"
 WAIT_FOR_DONE = "import os, time\nwhile not os.path.exists('done'): time.sleep(0.02)"
@@ -79,6 +81,13 @@ def until_done(sup: Supervisor, exp_dir: Path) -> Iterator[list[str]]:
         thread.join(15)
 
 
+def fast(retries: int = POLICIES["learner"].retries) -> dict[str, RolePolicy]:
+    """The failure policies with a short backoff (and `retries`), so that tests stay quick."""
+    return {
+        role: dataclasses.replace(p, backoff_seconds=0.02, retries=retries) for role, p in POLICIES.items()
+    }
+
+
 def test_crash_is_restarted_counted_and_logged(tmp_path: Path) -> None:
     # Crashes once (leaving a marker in its cwd = exp_dir), then succeeds as the learner.
     code = """
@@ -90,7 +99,7 @@ def test_crash_is_restarted_counted_and_logged(tmp_path: Path) -> None:
     """
     program = Program("exp", (py("learner", "learner", code, env={"WHO": "the learner"}),))
     ticks: list[float] = []
-    sup = Supervisor(program, tmp_path, backoff_seconds=0.05)
+    sup = Supervisor(program, tmp_path, policies=fast())
     phase = sup.run(on_tick=lambda: ticks.append(time.monotonic()), tick_seconds=0.01)
 
     assert phase == "Succeeded"
@@ -102,13 +111,13 @@ def test_crash_is_restarted_counted_and_logged(tmp_path: Path) -> None:
     assert (learner["state"], learner["restarts"], learner["exit_code"]) == ("Succeeded", 1, 0)
     log = (tmp_path / "logs" / "learner.log").read_text()
     assert log.count("hello from the learner") == 2
-    assert "exit code 3; restarting" in log and "restarted (restart 1; 1 failures of 5 allowed)" in log
+    assert "exit code 3; restarting" in log and "restarted (restart 1; 1 failures)" in log
     assert ticks
 
 
 def test_sigkilled_component_is_restarted(tmp_path: Path) -> None:
     program = Program("exp", (py("learner", "learner", WAIT_FOR_DONE), py("actor-0", "actor", SLEEP)))
-    sup = Supervisor(program, tmp_path, backoff_seconds=0.05, grace_seconds=2.0)
+    sup = Supervisor(program, tmp_path, policies=fast(), grace_seconds=2.0)
     with until_done(sup, tmp_path) as result:
         first = wait_for(lambda: running(tmp_path, "learner", "actor-0"), what="Running")
         old_pid = first["actor-0"]["pid"]
@@ -133,7 +142,7 @@ def test_component_that_always_crashes_fails_the_experiment(tmp_path: Path) -> N
         "exp",
         (py("learner", "learner", SLEEP), py("actor-0", "actor", "import sys; sys.exit(2)")),
     )
-    sup = Supervisor(program, tmp_path, max_restarts=2, backoff_seconds=0.02, grace_seconds=2.0)
+    sup = Supervisor(program, tmp_path, policies=fast(retries=2), grace_seconds=2.0)
     assert sup.run() == "Failed"
     state = read_state(tmp_path)
     assert state is not None and state["phase"] == "Failed"
@@ -142,7 +151,8 @@ def test_component_that_always_crashes_fails_the_experiment(tmp_path: Path) -> N
     assert comps["actor-0"]["exit_code"] == 2
     assert comps["learner"]["state"] == "Stopped"
     assert gone(comps["learner"]["pid"])
-    assert "giving up after 2 failures" in (tmp_path / "logs" / "actor-0.log").read_text()
+    assert "giving up after 3 failures" in (tmp_path / "logs" / "actor-0.log").read_text()
+    assert state["problem"] == "no actor is left to feed the learner: actor-0 failed (exit code 2)"
 
 
 def test_learner_success_stops_the_others_even_stubborn_ones(tmp_path: Path) -> None:

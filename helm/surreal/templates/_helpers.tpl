@@ -7,7 +7,7 @@ compares the two renderings object by object.
 Constants of orchestrator/kube_render.py, each defined once here; tests/kube/test_chart.py ties
 each to its Python name, so a change on one side only fails the tests.
 */}}
-{{/* LEARNER_RETRIES, ACTOR_RETRIES (per index), EVALUATOR_RETRIES: crashes before a Job fails. */}}
+{{/* The failure policy of orchestrator/policy.py (retries per role, per index for actors): crashes before a Job fails. */}}
 {{- define "surreal.learnerRetries" -}}5{{- end -}}
 {{- define "surreal.actorRetries" -}}5{{- end -}}
 {{- define "surreal.evaluatorRetries" -}}5{{- end -}}

@@ -1,0 +1,104 @@
+"""The failure policy, written once as data of the program: what an exit of each role means.
+
+One pure function, `decide`, says what follows one exit; the local supervisor and the containers
+Job controller call it, and the kube renderer turns the same data into each Job's `backoffLimit`
+(or `backoffLimitPerIndex`) and `podFailurePolicy`, which Kubernetes' Job controller applies the
+same way. So a crash has the same outcome on every backend:
+
+- exit 0: the index (or the role) is done;
+- a disruption (143: stopped from outside after a clean save; on Kubernetes also a pod with the
+  DisruptionTarget condition: a drain, a preemption): replaced at once, not counted;
+- an exit that ends the role for good (69: the worker's learner is gone): the role fails at once;
+- any other exit counts; the role (each actor index on its own) is replaced after a backoff until
+  more than `retries` exits have counted, then it has failed.
+
+What a failed role means for the experiment is `role_failure`: the learner's failure fails it, the
+evaluator's never does (the learner evaluates its final version itself), and the actors' does once
+no actor index is left to feed the learner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
+from surreal.orchestrator.components import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE
+
+
+@dataclass(frozen=True)
+class RolePolicy:
+    retries: int
+    """Exits that count, beyond which the role has failed: per worker index when `per_index` (one
+    crashing actor fails no other), for the whole role otherwise. Kubernetes: backoffLimit, or
+    backoffLimitPerIndex."""
+    per_index: bool = False
+    """Each worker index has its own budget, and the role has failed once every index has."""
+    fatal_exits: tuple[int, ...] = ()
+    """Exits that fail the role at once, uncounted and not retried (podFailurePolicy FailJob)."""
+    disruption_exits: tuple[int, ...] = (EXIT_PREEMPTED,)
+    """Exits that are not failures: replaced at once, not counted (podFailurePolicy Ignore)."""
+    fails_experiment: bool = True
+    """Whether the role's failure fails the experiment."""
+    backoff_seconds: float = 0.5
+    """The wait before the first replacement of a counted exit; it doubles with each one."""
+    max_backoff_seconds: float = 10.0
+    """The longest wait before a replacement (Kubernetes: its kubelet's own backoff)."""
+
+
+class Action(StrEnum):
+    DONE = "done"  # exited 0: the index (or the role) completed
+    REPLACE = "replace"  # start it again after `delay`
+    GIVE_UP = "give_up"  # past its budget: the index (or the role) has failed
+    FAIL_ROLE = "fail_role"  # a fatal exit: the whole role has failed at once
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    delay: float = 0.0
+    counted: bool = False  # the exit counted against the budget
+
+
+def decide(policy: RolePolicy, code: int, counted_before: int) -> Decision:
+    """What follows an exit with `code` of a role (or index) that had `counted_before` counted
+    exits (128 + N or -N: killed by signal N, which counts as any crash)."""
+    if code == 0:
+        return Decision(Action.DONE)
+    if code in policy.fatal_exits:
+        return Decision(Action.FAIL_ROLE)
+    if code in policy.disruption_exits:
+        return Decision(Action.REPLACE)
+    if counted_before >= policy.retries:
+        return Decision(Action.GIVE_UP, counted=True)
+    delay = min(policy.backoff_seconds * 2**counted_before, policy.max_backoff_seconds)
+    return Decision(Action.REPLACE, delay, counted=True)
+
+
+RETRIES = 5  # counted exits a role (an actor index) survives: the sixth fails it
+POLICIES: Mapping[str, RolePolicy] = {
+    LEARNER_ROLE: RolePolicy(retries=RETRIES),
+    ACTOR_ROLE: RolePolicy(retries=RETRIES, per_index=True, fatal_exits=(EXIT_LEARNER_GONE,)),
+    EVALUATOR_ROLE: RolePolicy(retries=RETRIES, fatal_exits=(EXIT_LEARNER_GONE,), fails_experiment=False),
+}
+
+
+def policy_of(role: str) -> RolePolicy:
+    """The policy of `role`; a role the program does not know (a test's) is treated as a learner's
+    peer: retried, and its failure fails the experiment."""
+    return POLICIES.get(role, RolePolicy(retries=RETRIES))
+
+
+def role_failure(role: str, failed: list[str], indexes: int, why: str) -> str | None:
+    """Why the experiment fails now that `failed` (names) of `role`'s `indexes` workers have failed
+    (`why`: how), or None while it goes on."""
+    policy = policy_of(role)
+    if not failed or not policy.fails_experiment:
+        return None
+    if policy.per_index and len(failed) < indexes:
+        return None
+    if role == ACTOR_ROLE:
+        return f"no actor is left to feed the learner: {', '.join(failed)} failed ({why})"
+    return f"the {role} failed ({why})"
