@@ -32,8 +32,8 @@ import yaml
 from surreal.orchestrator.launcher import LauncherError
 from surreal.orchestrator.program import ENV_JOB_INDEX
 
-RUN_LABEL = "surreal.e2e.run"
-POD_LABEL = "surreal.e2e.pod"
+RUN_LABEL = "surreal.io/run"  # every container and network of one run (a run id)
+POD_LABEL = "surreal.io/pod"  # the pod a container stands for
 WORKLOADS = ("Job", "Deployment")
 # Objects that have nothing to run here; what they promise is kept another way (see `translate`):
 # a claim is a folder that outlives the pods; one node has nothing to drain.

@@ -12,16 +12,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from surreal.orchestrator.containers.jobs import Action, JobController
 from surreal.orchestrator.containers.plan import RUN_LABEL, ContainersError, HostPath, Plan, PodRun, job_pod
-from surreal.orchestrator.kube import status as kube_status
 from surreal.orchestrator.kube.render import object_names
 
 # A pod whose container restarted this often without ever being ready is in CrashLoopBackOff.
@@ -90,10 +88,6 @@ class Engine:
         out = self("inspect", "--type", "container", *names, check=False)
         return list(json.loads(out)) if out.strip() else []
 
-    def ids(self, run_id: str | None = None) -> list[str]:
-        label = f"{RUN_LABEL}={run_id}" if run_id else RUN_LABEL
-        return self("ps", "-a", "-q", "--filter", f"label={label}").split()
-
 
 def find_engine() -> str:
     if shutil.which("podman"):
@@ -133,26 +127,6 @@ class Run:
         self._closed = False
 
     # lifecycle
-
-    def __enter__(self) -> Run:
-        self._old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        for sig in self._old:
-            signal.signal(sig, self._interrupted)
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
-
-    def _interrupted(self, signum: int, _frame: object) -> None:
-        self.close()
-        raise KeyboardInterrupt(f"signal {signum}")
 
     def start(self) -> None:
         plan, engine = self.plan, self.engine
@@ -267,10 +241,6 @@ class Run:
                 active[pod.workload] = active.get(pod.workload, 0) + 1
         return self.controller.as_api(active)
 
-    def current(self, pod: PodRun) -> PodRun:
-        """The newest pod of `pod`'s Job index (itself, unless it was replaced)."""
-        return [p for p in self.started if p.workload == pod.workload and p.index == pod.index][-1]
-
     def close(self, keep_volumes: bool = False) -> None:
         """Remove the containers, the network and the pods' folders (ConfigMap and Secret copies);
         the claims too unless `keep_volumes`."""
@@ -283,12 +253,6 @@ class Run:
             shutil.rmtree(self.plan.workdir / "volumes", ignore_errors=True)
 
     # observation
-
-    def pod(self, role: str) -> PodRun:
-        return next(p for p in self.plan.pods if p.role == role)
-
-    def pods_of(self, role: str) -> list[PodRun]:
-        return [p for p in self.plan.pods if p.role == role]
 
     def probe(self, pod: PodRun, kind: str = "readinessProbe") -> bool:
         """Run the pod's probe from inside its network namespace, as the kubelet would from its node."""
@@ -321,9 +285,6 @@ class Run:
             stdin=subprocess.DEVNULL,
         )
         return proc.returncode == 0
-
-    def exec(self, pod: PodRun, argv: Sequence[str]) -> str:
-        return self.engine("exec", pod.name, *argv)
 
     def logs(self, pod: PodRun) -> str:
         proc = subprocess.run(
@@ -376,20 +337,12 @@ class Run:
             )
         return out
 
-    def restarts(self, pod: PodRun) -> int:
-        info = self.engine.inspect([pod.name])
-        return int(info[0].get("RestartCount") or 0) if info else 0
-
     def learner_status(self) -> dict[str, Any]:
         """What the learner writes into its claim about once a second (status.json)."""
         try:
             return dict(json.loads((claim_dir(self.plan) / "status.json").read_text()))
         except (OSError, ValueError):
             return {}
-
-    def status(self, probe: bool = True) -> dict[str, Any]:
-        """`surreal status NAME -o json` of this run, from the same code the kube backend uses."""
-        return kube_status.status(self.plan.spec, self.pods(probe), self.learner_status(), jobs=self.jobs())
 
     def check_crash_loops(self) -> None:
         """A container of a Deployment that keeps exiting without ever having been ready: one line
@@ -410,28 +363,6 @@ class Run:
                     f"container {name} exits at start (exit code {info['State'].get('ExitCode')}, "
                     f"{info.get('RestartCount', 0)} restarts): {tail[-1] if tail else 'no output'}"
                 )
-
-    def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float, poll: float = 2.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            self.check_crash_loops()
-            self.reconcile()
-            if failure := self.job_failure():
-                raise ContainersError(failure)
-            if predicate():
-                return
-            if time.monotonic() > deadline:
-                raise ContainersError(f"timed out after {timeout:.0f} s waiting for {what}")
-            time.sleep(poll)
-
-    def kill(self, pod: PodRun, sig: int = signal.SIGKILL) -> int:
-        """Signal the container's PID 1 from the host, as a crash or the OOM killer would."""
-        info = self.engine.inspect([pod.name])
-        pid = int(info[0]["State"]["Pid"]) if info else 0
-        if pid <= 0:
-            raise ContainersError(f"{pod.name} is not running")
-        os.kill(pid, sig)
-        return pid
 
 
 def pod_restart_policy(pod: PodRun) -> str:

@@ -22,6 +22,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from harness import ids
+
 from surreal.orchestrator.containers import plan as containers_plan
 from surreal.orchestrator.containers import run as containers_run  # noqa: E402
 
@@ -122,9 +124,9 @@ def image(engine: containers_run.Engine) -> str:
 def no_leftovers(engine: containers_run.Engine) -> Iterator[None]:
     """After the test, no container of a harness run it started is left. Runs that were there
     before it (another session's, a `surreal create --backend containers`) are neither counted nor removed."""
-    before = set(engine.ids())
+    before = set(ids(engine))
     yield
-    leftover = [c for c in engine.ids() if c not in before]
+    leftover = [c for c in ids(engine) if c not in before]
     if leftover:
         engine("rm", "--force", "--time", "2", *leftover, check=False, timeout=180)
     assert not leftover, f"containers left behind: {leftover}"

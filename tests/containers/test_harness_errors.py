@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from harness import HarnessRun, ids
 from test_pods import render
 
 from surreal.orchestrator.containers import plan as containers_plan
@@ -29,9 +30,9 @@ def test_an_image_that_does_not_exist(
     with pytest.raises(
         containers_plan.ContainersError, match=r"image localhost/surreal:no-such-tag does not exist"
     ):
-        with containers_run.Run(plan, engine):
+        with HarnessRun(plan, engine):
             pass
-    assert not engine.ids(plan.run_id)
+    assert not ids(engine, plan.run_id)
 
 
 @pytest.mark.slow
@@ -46,11 +47,11 @@ def test_a_container_that_exits_at_start(
         a.replace("/etc/surreal/spec.yaml", "/etc/surreal/missing.yaml") for a in learner["args"]
     ]
     plan = containers_plan.translate(objects, workdir=tmp_path)
-    with containers_run.Run(plan, engine) as run:
+    with HarnessRun(plan, engine) as run:
         with pytest.raises(containers_plan.ContainersError) as err:
             run.wait_for("the learner", lambda: run.probe(run.pod("learner")), 180)
     message = str(err.value)
     assert message.startswith("Job crash-learner failed (BackoffLimitExceeded: ") and "\n" not in message
     assert "missing.yaml" in message  # the learner's own last word says why
     assert len(run.pods_of("learner")) == 1 and len([p for p in run.started if p.role == "learner"]) == 2
-    assert not engine.ids(plan.run_id)
+    assert not ids(engine, plan.run_id)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import HarnessRun
 
 from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.orchestrator.containers import plan as containers_plan
@@ -125,7 +126,7 @@ class Observed:
     tensorboard_ready: bool = False
 
 
-def resume_of_the_next_learner(run: containers_run.Run, learner: containers_plan.PodRun) -> tuple:
+def resume_of_the_next_learner(run: HarnessRun, learner: containers_plan.PodRun) -> tuple:
     """(its pod, how, version, env steps, updates): the replacement of `learner`, once it has
     restored the checkpoint on the claim (PPOLearner._restore logs how, and the counters)."""
     found: list[Any] = []
@@ -151,7 +152,7 @@ def ppo(
     plan = containers_plan.translate(objects, workdir=tmp)
     claim = containers_run.claim_dir(plan)
     seen = Observed()
-    with containers_run.Run(plan, engine) as run:
+    with HarnessRun(plan, engine) as run:
         learner, actor, tb = run.pod("learner"), run.pods_of("actor")[0], run.pod("tensorboard")
         run.wait_for("the learner's gRPC readiness probe", lambda: run.probe(learner), 300)
         seen.learner_ready_before_training = True
@@ -228,7 +229,7 @@ def ppo(
     yield seen
 
 
-def _runs(pod: dict[str, Any], run: containers_run.Run) -> bool:
+def _runs(pod: dict[str, Any], run: HarnessRun) -> bool:
     """A Job's pod whose container still runs."""
     role = pod["metadata"]["labels"].get("surreal.io/component")
     state = pod["status"]["containerStatuses"][0]["state"]
@@ -332,7 +333,7 @@ def test_every_containers_log_is_readable(ppo: Observed) -> None:
 
 
 @contextlib.contextmanager
-def held(run: containers_run.Run, pods: list[containers_plan.PodRun]) -> Iterator[None]:
+def held(run: HarnessRun, pods: list[containers_plan.PodRun]) -> Iterator[None]:
     """The pods' processes stopped (SIGSTOP) for the block, continued after it."""
     pids = [int(run.engine.inspect([p.name])[0]["State"]["Pid"]) for p in pods]
     for pid in pids:
@@ -358,7 +359,7 @@ def connected_to(pid: int, port: int) -> bool:
     return False
 
 
-def hold_until_every_actor_joined(run: containers_run.Run) -> None:
+def hold_until_every_actor_joined(run: HarnessRun) -> None:
     """A barrier: each actor pod that has reached the learner is stopped (SIGSTOP: it sends no
     results, so the run cannot advance) until every actor pod has, then all go on together. Pods
     start seconds apart, and without this the first ones can finish the run before the last one
@@ -407,7 +408,7 @@ def test_es_agents_per_pod_runs_64_agents_in_4_containers(
     )
     plan = containers_plan.translate(objects, workdir=tmp_path)
     assert len([p for p in plan.pods if p.role == "actor"]) == 4
-    with containers_run.Run(plan, engine) as run:
+    with HarnessRun(plan, engine) as run:
         hold_until_every_actor_joined(run)
         run.wait_for("the ES run to end", lambda: run.status(probe=False)["phase"] == "Succeeded", 600)
         st = run.status()

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from harness import HarnessRun
 from test_pods import render
 
 from surreal.orchestrator.containers import plan as containers_plan
@@ -53,7 +54,7 @@ def test_the_documented_user_image_runs_an_experiment_on_the_users_module(
                          "--seed", "0", "--set", "env_kwargs.size=10", "--image", USER_IMAGE, tmp=tmp_path,
                          pythonpath=str(REPO / "tests" / "envs"))  # fmt: skip
         plan = containers_plan.translate(objects, workdir=tmp_path)
-        with containers_run.Run(plan, engine) as run:
+        with HarnessRun(plan, engine) as run:
             run.wait_for("the run to end", lambda: run.status(probe=False)["phase"] == "Succeeded", 600)
             status = run.status()
     finally:
