@@ -25,7 +25,7 @@ demo: install
 
 # The layer contracts are checked by tests/test_packaging.py, so this is the whole suite.
 test: install
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=15
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -25,6 +25,7 @@ import pytest
 from cli_harness import wait_for
 from netns_hosts import Hosts, available
 
+from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.spec import build_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(available() is not None, reason=str(available()))]
@@ -119,14 +120,18 @@ def test_a_learner_back_at_the_same_address_is_found_again(hosts: Hosts, tmp_pat
     hosts.cut("learner")
     run.procs["learner"].send_signal(signal.SIGKILL)
     run.procs["learner"].wait(timeout=30)
-    checkpointed = run.status()["updates"] // 10 * 10
-    time.sleep(15)
+    saved = load_checkpoint(checkpoint.parent)
+    assert saved is not None
+    checkpointed = int(saved["counters"]["updates"])  # what the next learner must start from
+    time.sleep(15)  # the scenario: the learner's host stays away a while, its actors retrying
     hosts.mend("learner")
     run.procs["learner"] = run.start_learner()
     final = run.finish()
     print(f"checkpointed {checkpointed} updates; final {final['updates']} updates, "
           f"{final['env_steps']} steps, eval return {final['eval_return']}")  # fmt: skip
     assert final["done"] and final["env_steps"] >= STEPS
-    assert final["updates"] > checkpointed  # counters went on from the checkpoint
-    assert "resumed from checkpoint" in run.log("learner"), run.logs()
+    # The next learner took the checkpoint's counters (not zero) and went on from them.
+    resumed = [line for line in run.log("learner").splitlines() if "resumed from checkpoint" in line]
+    assert len(resumed) == 1 and f"updates={checkpointed}," in resumed[0], run.logs()
+    assert final["updates"] > checkpointed
     assert run.log("actor").count("connected to the learner") >= 2, run.logs()

@@ -150,7 +150,9 @@ def test_stop_makes_a_blocked_sender_raise(make_server, make_client, make_fragme
 
     thread = threading.Thread(target=blocked_send)
     thread.start()
-    time.sleep(0.2)
+    # Waiting, not sleeping: the sender is blocked once it waits on the stream's condition for a
+    # credit (Condition keeps its waiters in `_waiters`).
+    assert _eventually(lambda: len(stream._cond._waiters) == 1)  # type: ignore[attr-defined]
     started = time.monotonic()
     server.stop(grace=5.0)
     # The server ends its streams itself instead of letting them run into the grace period.
@@ -312,7 +314,13 @@ def test_a_learner_that_credits_after_processing_says_the_version_its_fragment_m
     assert stream.wait_acknowledged(5)
     assert stream.credits == 1 and stream.latest_version == 4
     server.release()  # nothing held: no credit appears from nowhere
-    time.sleep(0.2)
+    # A barrier, not a sleep: a credit that a later fragment earns comes down the same stream
+    # after anything that release could have sent, so one credit then means none came from it.
+    stream.send(4, make_fragment(), timeout=5)
+    assert server.next_fragment(timeout=5) is not None
+    server.publish(Params(5, {}, {}))
+    server.release()
+    assert _eventually(lambda: stream.latest_version == 5)
     assert stream.credits == 1
 
 

@@ -96,6 +96,9 @@ def test_kube_objects_carry_the_env_and_its_kwargs_in_the_spec(tmp_path: Path) -
     config = next(o for o in objects if o["kind"] == "ConfigMap")
     spec = yaml.safe_load(next(iter(config["data"].values())))
     assert (spec["env"], spec["env_kwargs"]) == ("pixel_target:PixelTarget", {"size": 20})
-    images = {c["image"] for o in objects if o["kind"] in ("Deployment", "StatefulSet")
-              for c in o["spec"]["template"]["spec"]["containers"]}  # fmt: skip
-    assert "example.org/lab/surreal-envs:1" in images
+    # Every component that imports the user's module runs the user's image: each role's Job.
+    jobs = {o["metadata"]["labels"]["surreal.io/component"]: o for o in objects if o["kind"] == "Job"}
+    assert set(jobs) == {"learner", "actor", "evaluator"}
+    for role, job in jobs.items():
+        images = [c["image"] for c in job["spec"]["template"]["spec"]["containers"]]
+        assert images == ["example.org/lab/surreal-envs:1"], (role, images)
