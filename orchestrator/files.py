@@ -43,7 +43,7 @@ def read_json(path: Path, *, required: bool = False) -> dict[str, Any] | None:
     except UnicodeDecodeError:
         raise CorruptFile(path, "corrupt: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
-        at = f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+        at = f"{exc.msg}: line {exc.lineno}, column {exc.colno}"
         what = "empty" if not raw.strip() else f"not JSON ({at})"
         raise CorruptFile(path, f"corrupt: {what}") from None
     except RecursionError:

@@ -115,7 +115,9 @@ def read_spec(exp_dir: Path) -> dict[str, Any]:
     try:
         data = load_yaml_file(path, "spec file")
     except SpecError as exc:
-        raise CorruptFile(path, f"corrupt: {exc}".replace(f" {str(path)!r}", "")) from None
+        where = f"spec file {str(path)!r}"
+        problem = str(exc).replace(f" in {where}", "").replace(f"{where} is ", "").replace(f"{where} ", "")
+        raise CorruptFile(path, f"corrupt: {problem}") from None
     for key, kind in (("name", str), ("algo", str), ("env", str)):
         if not isinstance(data.get(key), kind):
             raise CorruptFile(path, f"corrupt: {key} is {data.get(key)!r}, not what surreal wrote")
