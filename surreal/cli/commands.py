@@ -168,8 +168,9 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
         keys = ("name", "role", "state", "completions", "failed")
         table([k.upper() if k != "name" else "JOB" for k in keys], [[j[k] for k in keys] for j in st["jobs"]])
     click.echo("")
-    table(["COMPONENT", "ROLE", "STATE", "RESTARTS"],
-          [[c["name"], c["role"], c["state"], c["restarts"]] for c in st["components"]])  # fmt: skip
+    table(["COMPONENT", "ROLE", "STATE", "RESTARTS", "DETAIL"],
+          [[c["name"], c["role"], c["state"], c["restarts"], c.get("detail") or ""]
+           for c in st["components"]])  # fmt: skip
 
 
 @cli.command()
