@@ -46,3 +46,14 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     """Replace `path` with `data` as JSON, atomically (readers never see a partial file)."""
     payload = json.dumps(data, indent=1).encode()
     _replace_atomically(path, lambda f: f.write(payload))
+
+
+def resumed_version(saved: int, *, clean: bool, checkpoint_every: int) -> int:
+    """The version a learner restored from a checkpoint of version `saved` goes on from, so that a
+    version number never names two sets of weights (workers take "unchanged" from the number).
+
+    A clean checkpoint (written on SIGTERM or at the end) is the last version its process
+    published: the same number. Otherwise the process may have published versions after it: at
+    most `checkpoint_every - 1` updates (the `checkpoint_every`-th saves: checkpoint_due) and the
+    announcement of the end (serving.py), so the restored learner goes on past all of them."""
+    return saved if clean else saved + checkpoint_every + 1

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoint
+from surreal.algorithms.common.checkpoint import load_checkpoint, resumed_version, save_checkpoint
 from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
@@ -98,8 +98,8 @@ class ESMaster(LearnerProgress):
         self._rejections = RejectionLog(log, "result")  # bounded-rate log of rejected results
         self._ckpt_dir = exp_dir / "checkpoints" if exp_dir else None
         self._tb = Scalars(exp_dir / "tb") if exp_dir else None
-        if self._ckpt_dir is not None:
-            self._restore()
+        if self._ckpt_dir is not None and not self._restore():
+            self.save()  # from the start: a master that dies before its first periodic one comes back past it
         self.handout.open(self.counters.version)
 
     # --- progress ---
@@ -329,11 +329,12 @@ class ESMaster(LearnerProgress):
                  counters.version, counters.env_steps, counters.updates, self.status()["train_return"],
                  self.eval_return, " (clean)" if clean else "")  # fmt: skip
 
-    def _restore(self) -> None:
+    def _restore(self) -> bool:
+        """Resume from the last checkpoint; False when there is none (a fresh start)."""
         assert self._ckpt_dir is not None
         state = load_checkpoint(self._ckpt_dir)
         if state is None:
-            return
+            return False
         arrays = {k: v.numpy() for k, v in state["arrays"].items()}
         self.theta, self._adam_m, self._adam_v = arrays["theta"], arrays["adam_m"], arrays["adam_v"]
         self.agents = set(arrays["agents"].tolist())
@@ -344,19 +345,21 @@ class ESMaster(LearnerProgress):
         self.train_returns.extend(state["train_returns"])
         self.eval_return, self.best_eval_return = state["eval"]
         self._note_checkpoint(self.counters.version, float(state.get("saved_at", time.time())))
-        if state.get("clean"):
+        clean = bool(state.get("clean"))
+        # Versions published after an unclean checkpoint died with the old process, and workers
+        # may still hold them: go on past every one that can have existed (their results are then
+        # rejected as of an unknown version).
+        self.counters.version = resumed_version(
+            self.counters.version, clean=clean, checkpoint_every=self.cfg.checkpoint_every
+        )
+        if clean:
             # The last version its process published, but not its pool of results: workers that
             # already evaluated their pairs of it would wait for a version that cannot come (the
             # pool can no longer fill). The same weights under the next version number are a
             # new hand-out; no update is lost.
             self.counters.version += 1
-        else:
-            # Versions published after this checkpoint died with the old process, and workers
-            # may still hold them: jump past every version that can have existed, so that their
-            # results are rejected (unknown version) and a version number keeps naming one set of
-            # weights.
-            self.counters.version += self.cfg.checkpoint_every
         log.info("resumed from checkpoint: %s", self.counters)
+        return True
 
     def close(self) -> None:
         self._rejections.flush(force=True)

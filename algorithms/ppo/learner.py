@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from surreal.algorithms.common.checkpoint import load_checkpoint, save_checkpoint
+from surreal.algorithms.common.checkpoint import load_checkpoint, resumed_version, save_checkpoint
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
@@ -123,8 +123,10 @@ class PPOLearner(LearnerProgress):
         root_dir = exp_dir if self.group.is_root else None
         self._ckpt_dir = root_dir / "checkpoints" if root_dir else None
         self._tb = Scalars(root_dir / "tb") if root_dir else None
-        if self._ckpt_dir is not None or self.group.size > 1:
-            self._restore()
+        if (self._ckpt_dir is not None or self.group.size > 1) and not self._restore():
+            # A checkpoint from the start: a learner that dies before its first periodic one then
+            # comes back past the versions it published, not at version 0 again.
+            self.save()
 
     # --- progress ---
 
@@ -573,14 +575,15 @@ class PPOLearner(LearnerProgress):
             self.eval_return, " (clean)" if clean else "",
         )  # fmt: skip
 
-    def _restore(self) -> None:
-        """Resume from the last checkpoint: rank 0 reads it and sends it to the other ranks."""
+    def _restore(self) -> bool:
+        """Resume from the last checkpoint: rank 0 reads it and sends it to the other ranks.
+        False when there is none (a fresh start)."""
         state = load_checkpoint(self._ckpt_dir) if self._ckpt_dir is not None else None
         state = self.group.broadcast(state)
         if state is None:
             if self.group.size > 1:  # the same seed draws the same weights, unless threads differ
                 self.net.load_state_dict(self.group.broadcast(self.net.state_dict()))
-            return
+            return False
         self.net.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         stats = {k: v.numpy() for k, v in state["normalization"].items()}
@@ -591,14 +594,14 @@ class PPOLearner(LearnerProgress):
         self.train_returns.extend(state["train_returns"])
         self.eval_return, self.best_eval_return = state["eval"]
         self._note_checkpoint(self.counters.version, float(state.get("saved_at", time.time())))
-        if not state.get("clean"):
-            # Versions published after this checkpoint died with the old process, and actors may
-            # still hold them. Jumping past every version that can have existed keeps "same
-            # version number" meaning "same weights" (parameter refresh answers "unchanged" by
-            # version). A clean checkpoint was the last version its process published.
-            self.counters.version += self.cfg.checkpoint_every + 1  # + the final "done" bump
+        # Versions published after an unclean checkpoint died with the old process, and actors
+        # may still hold them: go on past every one that can have existed.
+        self.counters.version = resumed_version(
+            self.counters.version, clean=bool(state.get("clean")), checkpoint_every=self.cfg.checkpoint_every
+        )
         log.info("resumed from checkpoint (%s): %s", "clean" if state.get("clean") else "jumped",
                  self.counters)  # fmt: skip
+        return True
 
     def close(self) -> None:
         self._rejections.flush(force=True)

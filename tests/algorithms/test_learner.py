@@ -160,8 +160,8 @@ def test_checkpoint_resume_restores_counters_weights_and_statistics(tmp_path):
     resumed = PPOLearner(CFG, spaces_for(ENV), 10_000, seed=99, exp_dir=tmp_path)
     c = resumed.counters
     assert (c.env_steps, c.updates, c.episodes) == (128, 2, learner.counters.episodes)
-    # The version jumps past any version the dead learner may have published after the save.
-    assert c.version == 2 + CFG.checkpoint_every + 1
+    # The version goes on past any the dead learner may have published (test_version_rule.py).
+    assert c.version > 2
     for k, w in resumed.params().weights.items():
         np.testing.assert_array_equal(w, saved.weights[k])
     np.testing.assert_array_equal(resumed.obs_rms.mean, learner.obs_rms.mean)
@@ -198,13 +198,13 @@ def test_checkpoints_also_come_by_time(tmp_path, monkeypatch):
     monkeypatch.setattr("surreal.algorithms.common.progress.time.monotonic", lambda: clock[0])
     cfg = dataclasses.replace(CFG, checkpoint_every=1000, checkpoint_seconds=30.0)
     learner, actor = make(exp_dir=tmp_path, cfg=cfg)
-    assert learner.status()["checkpoint_version"] is None
+    assert learner.status()["checkpoint_version"] == 0  # the one from the start
     for minutes in range(4):
         learner.add_fragment(fragment(actor))
         learner.add_fragment(fragment(actor))
         clock[0] += 31.0 if minutes >= 2 else 1.0
         learner.update()
-    # updates 1 and 2 came within 30 s of the start; 3 and 4 each 31 s after the last checkpoint
+    # updates 1 and 2 came within 30 s of the start's; 3 and 4 each 31 s after the last checkpoint
     assert learner.checkpoint_version == 4
     assert torch.load(tmp_path / "checkpoints" / "latest.pt")["counters"]["updates"] == 4
     learner.close()

@@ -144,7 +144,7 @@ def test_resume_restores_parameters_counters_and_moves_past_old_versions(tmp_pat
     np.testing.assert_array_equal(resumed.params().weights["theta"], saved.weights["theta"])
     st = resumed.status()
     assert st["updates"] == 1 and st["env_steps"] == 100 and st["agents_reporting"] == 2
-    assert resumed.params().version == saved.version + CFG.checkpoint_every
+    assert resumed.params().version > saved.version  # past the old ones (test_version_rule.py)
     # A worker still holding the old version gets its results rejected, not applied.
     late = row(master, 0, version=saved.version, seed=pair_seed(master.handout.nonce(1), 0, 0))
     assert resumed.add_results(batch_of([late])) == 0
