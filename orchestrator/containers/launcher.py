@@ -129,6 +129,16 @@ class ContainersLauncher(HomeLauncher):
                 save_run(exp_dir, run)
                 if detach:
                     spawn_controller(exp_dir)
+            except KeyboardInterrupt:
+                if detach:
+                    with _shielded():
+                        run.close()
+                        _remove_tree(exp_dir, engine)
+                    raise
+                # Ctrl-C (or SIGTERM) while the containers start: what started is stopped and the
+                # run kept as Stopped, as when it comes a moment later, while the run is watched.
+                _finish(exp_dir, run, "Stopped", "")
+                return Launched(spec.name, "", phase="Stopped")
             except BaseException:
                 with _shielded():
                     run.close()

@@ -153,6 +153,7 @@ def test_stop_makes_a_blocked_sender_raise(make_server, make_client, make_fragme
     # Waiting, not sleeping: the sender is blocked once it waits on the stream's condition for a
     # credit (Condition keeps its waiters in `_waiters`).
     assert _eventually(lambda: len(stream._cond._waiters) == 1)  # type: ignore[attr-defined]
+    assert _eventually(lambda: server.pending() == 1)  # the first fragment reached the learner
     started = time.monotonic()
     server.stop(grace=5.0)
     # The server ends its streams itself instead of letting them run into the grace period.
