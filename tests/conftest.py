@@ -11,3 +11,11 @@ def surreal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("SURREAL_HOME", str(home))
     return home
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The container tests run last: their image build starts at collection
+    (tests/containers/conftest.py) and takes minutes on a fresh machine, which the other tests
+    fill. Otherwise the order is pytest's."""
+    containers = Path(__file__).parent / "containers"
+    items.sort(key=lambda item: containers in Path(item.path).parents)

@@ -13,9 +13,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -95,28 +99,91 @@ def engine(workdir: Path) -> containers_run.Engine:
         pytest.skip(str(exc))
 
 
-@pytest.fixture(scope="session")
-def image(engine: containers_run.Engine) -> str:
-    """surreal:local, built from this tree unless the image already has this tree's hash."""
+def build_image(engine: containers_run.Engine, started: Callable[[subprocess.Popen[str]], None] | None = None,
+                ) -> str | None:  # fmt: skip
+    """Build surreal:local from this tree unless the image already has this tree's hash. None when
+    it is there, else what went wrong (the build's last lines). `started` gets the build's process."""
     want = source_hash()
     label = '{{index .Config.Labels "' + SOURCE_LABEL + '"}}'
     have = engine("image", "inspect", "--format", label, IMAGE, check=False).strip()
-    if have != want:
-        flags = [f"--label={SOURCE_LABEL}={want}"]
-        if engine.name == "podman":
-            flags += pip_config_mounts()
-        env = {**engine.env, "IMAGE": IMAGE, "ENGINE": engine.name, "IMAGE_BUILD_FLAGS": " ".join(flags)}
-        proc = subprocess.run(
-            ["bash", str(REPO / "scripts/image.sh")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1500,
-            stdin=subprocess.DEVNULL,
-        )
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            pytest.fail(f"make image failed:\n{tail}")
+    if have == want:
+        return None
+    flags = [f"--label={SOURCE_LABEL}={want}"]
+    if engine.name == "podman":
+        flags += pip_config_mounts()
+    env = {**engine.env, "IMAGE": IMAGE, "ENGINE": engine.name, "IMAGE_BUILD_FLAGS": " ".join(flags)}
+    with subprocess.Popen(
+        ["bash", str(REPO / "scripts/image.sh")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, stdin=subprocess.DEVNULL, start_new_session=True,
+    ) as proc:  # fmt: skip
+        if started is not None:
+            started(proc)
+        try:
+            out, _ = proc.communicate(timeout=1500)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+    if proc.returncode != 0:
+        tail = "\n".join(out.strip().splitlines()[-15:])
+        return f"make image failed (exit {proc.returncode}):\n{tail}"
+    return None
+
+
+class EarlyBuild:
+    """The image build, started as soon as the session knows it will run tests of this folder:
+    a fresh machine's build (base image, torch, the project) takes minutes, mostly downloading
+    and unpacking, and the tests that run before these (tests/conftest.py puts this folder last)
+    fill that time. The `image` fixture waits for it; a session that ends first stops it."""
+
+    thread: threading.Thread | None = None
+    process: subprocess.Popen[str] | None = None
+    error: str | None = None
+
+    @classmethod
+    def start(cls, config: pytest.Config) -> None:
+        workdir = Path(tempfile.mkdtemp(prefix="surreal-image-build-"))
+        config.add_cleanup(lambda: cls.stop(workdir))
+        try:
+            engine = containers_run.engine_for(workdir)
+        except containers_plan.ContainersError:
+            return  # the engine fixture skips or fails, with its reason
+
+        def build() -> None:
+            try:
+                cls.error = build_image(engine, started=lambda proc: setattr(cls, "process", proc))
+            except Exception as exc:  # noqa: BLE001  (the fixture reports it; a thread would lose it)
+                cls.error = f"make image failed: {exc!r}"
+
+        cls.thread = threading.Thread(target=build, name="image-build", daemon=True)
+        cls.thread.start()
+
+    @classmethod
+    def stop(cls, workdir: Path) -> None:
+        if cls.process is not None and cls.process.poll() is None:
+            os.killpg(cls.process.pid, signal.SIGTERM)
+        if cls.thread is not None:
+            cls.thread.join(timeout=60)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    here = Path(__file__).parent
+    if session.config.option.collectonly or not any(here in Path(i.path).parents for i in session.items):
+        return
+    EarlyBuild.start(session.config)
+
+
+@pytest.fixture(scope="session")
+def image(engine: containers_run.Engine) -> str:
+    """surreal:local, built from this tree unless the image already has this tree's hash (started
+    early by EarlyBuild; built here when it was not)."""
+    if EarlyBuild.thread is not None:
+        EarlyBuild.thread.join()
+        error = EarlyBuild.error
+    else:
+        error = build_image(engine)
+    if error:
+        pytest.fail(error)
     return IMAGE
 
 
