@@ -18,7 +18,6 @@ from surreal.algorithms.ppo.fragment import experience_schema
 from surreal.algorithms.ppo.learner import PPOLearner
 from surreal.algorithms.ppo.policy import NumpyPolicy
 from surreal.algorithms.ppo.presets import ATARI, PIXELS, preset_for
-from surreal.algorithms.ppo.serial import train_serial
 from surreal.protocol.codec import CodecError
 from surreal.protocol.types import Fragment
 
@@ -133,12 +132,3 @@ def test_pixel_presets_follow_cleanrl_ppo_atari() -> None:
         assert not cfg.norm_obs and not cfg.norm_reward and cfg.anneal_lr
     assert preset_for("ALE/Breakout-v5") == ATARI and not ATARI.eval_deterministic
     assert preset_for(PIXEL_ENV) == PIXELS
-
-
-@pytest.mark.slow
-def test_a_cnn_policy_solves_the_pixel_task_within_30k_steps() -> None:
-    # A random policy scores 4 of 16: only a policy that locates the square in the image scores 15+.
-    cfg = dataclasses.replace(preset_for(PIXEL_ENV), eval_interval=10_000)
-    result = train_serial(cfg, PIXEL_ENV, total_steps=30_000, seed=0)
-    assert result.env_steps <= 30_000 + cfg.steps_per_update
-    assert result.final_return >= 15.0, result.evals

@@ -55,17 +55,16 @@ def cli(tmp_path: Path, engine: Engine, image: str) -> Iterator[Cli]:
         c.run("delete", exp.name, ok=False)
 
 
-def test_create_solves_cartpole_then_list_status_logs_and_delete(cli: Cli) -> None:
-    """CartPole-v1, 100k steps, seed 1, in 5 containers. Final eval return over 10 runs of this
-    command (2-core machine): min 500.0, median 500.0; the bar 400 keeps a margin below that, and
-    random play scores about 22."""
+def test_create_runs_to_the_end_then_list_status_logs_and_delete(cli: Cli) -> None:
+    """A foreground create in 5 containers, to its end: a short run (learning in containers is
+    proven by test_pods.py's run, with faults)."""
     out = cli.run("create", "c1", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
-                  "--steps", "100000", "--seed", "1", "--backend", "containers", timeout=900.0)  # fmt: skip
+                  "--steps", "20000", "--seed", "1", "--backend", "containers", timeout=900.0)  # fmt: skip
     assert "c1: Succeeded" in out.stderr, out.stderr
     assert cli.containers("c1") == []  # the run is done: its containers are gone, its files stay
     st = cli.status("c1")
     assert (st["backend"], st["phase"], st["agents"]) == ("containers", "Succeeded", 2), st
-    assert st["env_steps"] >= 100_000 and st["eval_return"] >= 400.0, st
+    assert st["env_steps"] >= 20_000 and st["eval_return"] is not None, st
     assert {c["role"] for c in st["components"]} == {"learner", "actor", "evaluator", "tensorboard"}
     # Every Job's pod exited 0 by itself once the run was done; none had to be stopped.
     record = json.loads((cli.home / "experiments" / "c1" / "containers.json").read_text())
@@ -83,19 +82,17 @@ def test_create_solves_cartpole_then_list_status_logs_and_delete(cli: Cli) -> No
     assert cli.run("status", "c1", ok=False).returncode == 1
 
 
-def test_two_learner_ranks_in_the_learner_container_solve_cartpole(cli: Cli) -> None:
+def test_two_learner_ranks_in_the_learner_container_share_the_run(cli: Cli) -> None:
     """`--learners 2` in containers: one learner container runs both ranks (the elastic agent),
-    rank r on port 6000 + r of the learner's name; actor-0 sends to rank 0, actor-1 to rank 1. The
-    local test's steps, seed and bar (test_learner_ranks.py). 10 runs of this test on the 2-core
-    machine: final eval return min 500.0, median 500.0; the bar 400 keeps a margin below them
-    (random play scores about 22)."""
+    rank r on port 6000 + r of the learner's name; actor-0 sends to rank 0, actor-1 to rank 1. A
+    short run: the ranks' learning is proven on the local backend (test_learner_ranks.py)."""
     out = cli.run("create", "r2", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
-                  "--learners", "2", "--steps", "100000", "--seed", "1", "--backend", "containers",
+                  "--learners", "2", "--steps", "20000", "--seed", "1", "--backend", "containers",
                   timeout=900.0)  # fmt: skip
     assert "r2: Succeeded" in out.stderr, out.stderr
     st = cli.status("r2")
     print(f"eval return {st['eval_return']}, best {st['best_eval_return']}, learners {st['learners']}")
-    assert st["env_steps"] >= 100_000 and st["eval_return"] >= 400.0, st
+    assert st["env_steps"] >= 20_000 and st["eval_return"] is not None, st
     assert st["group_restarts"] == 0, st
     per_rank = [r["env_steps"] for r in st["learners"]]  # each rank took in what its actor sent
     assert len(per_rank) == 2 and min(per_rank) > 0 and sum(per_rank) == st["env_steps"], st

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 def test_scale_up_then_down_reaches_the_learner_and_the_run_succeeds(cli: Cli) -> None:
     # Enough steps that the run is still going after both scales on a loaded 2-core machine
     # (CartPole runs at 3-6k steps/s here); the test waits on conditions, never on time.
-    cli.run("create", "s1", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--steps", "400000",
+    cli.run("create", "s1", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--steps", "200000",
             "--seed", "1", "--detach", timeout=30.0)  # fmt: skip
     wait_for(lambda: running(cli, "s1"), 60.0, "phase Running with env steps")
     learner = cli.component("s1", "learner")
@@ -33,7 +33,7 @@ def test_scale_up_then_down_reaches_the_learner_and_the_run_succeeds(cli: Cli) -
     assert cli.component("s1", "learner")["pid"] == learner["pid"]
 
     final = wait_for(lambda: ended(cli, "s1"), RUN_TIMEOUT * 3, "the run to end", poll=0.5)
-    assert final["phase"] == "Succeeded" and final["env_steps"] >= 400_000, final
+    assert final["phase"] == "Succeeded" and final["env_steps"] >= 200_000, final
     assert final["wire_rejections"]["too_many_streams"] == 0, final
     assert final["agents"] == 1 and cli.run("list", "-o", "json").stdout.count('"agents": 1') == 1
 

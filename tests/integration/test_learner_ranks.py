@@ -32,10 +32,10 @@ def ranks(cli: Cli, name: str) -> dict[int, psutil.Process]:
 
 
 def test_two_learner_ranks_solve_cartpole_within_100k_steps(cli: Cli) -> None:
-    """The single learner's test (test_cli_learning.py) with `--learners 2`: the same steps, seed
-    and bar (the best evaluation reaches 475 of 500). 10 runs on the 2-core machine (the group's
-    batch, one advantage collective per epoch): best eval return min 500.0, median 500.0 (every
-    run), rank 0 taking in 28-32k of the 100k steps; `make repeat
+    """The single learner's solve (the README job, test_poisoned_actors.py) with `--learners 2`:
+    the same steps, seed and bar (the best evaluation reaches 475 of 500). 10 runs on the 2-core
+    machine (the group's batch, one advantage collective per epoch): best eval return min 500.0,
+    median 500.0 (every run), rank 0 taking in 28-32k of the 100k steps; `make repeat
     TESTS=tests/integration/test_learner_ranks.py`."""
     cli.run("create", "ranks2", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
             "--learners", "2", "--steps", "100000", "--seed", "1", timeout=1200.0)  # fmt: skip
@@ -64,7 +64,7 @@ def test_a_killed_rank_restarts_the_group_from_the_checkpoint_and_the_run_succee
     min 0.13 s, median 0.95 s, max 2.04 s; every run resumed at the checkpoint's counters."""
     seconds = 2.0
     cli.run("create", "ranks-kill", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
-            "--learners", "2", "--steps", "60000", "--seed", "1", "--set", "eval_episodes=2",
+            "--learners", "2", "--steps", "30000", "--seed", "1", "--set", "eval_episodes=2",
             "--set", "checkpoint_every=100000", "--set", f"checkpoint_seconds={seconds}",
             "--detach", timeout=30.0)  # fmt: skip
     checkpoint = cli.exp_dir("ranks-kill") / "checkpoints" / "latest.pt"

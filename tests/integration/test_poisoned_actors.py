@@ -1,4 +1,5 @@
-"""One bad actor must not ruin a run. Beside a real run's actors, a "rogue" worker with the
+"""The suite's one solve of each algorithm on the local backend, the README's main job among them,
+and one bad actor must not ruin it. Beside a real run's actors, a "rogue" worker with the
 experiment's token sends well-formed fragments (PPO) or result batches (ES) full of what a broken
 environment or a buggy actor produces, as fast as the learner's credits allow, for the whole run.
 The learner rejects each whole, counts it by reason, names the rogue in a few log lines, and the
@@ -131,7 +132,15 @@ def _rogue_lines(cli: Cli, name: str) -> list[str]:
     return [line for line in log.splitlines() if "'rogue'" in line]
 
 
-def test_ppo_learns_cartpole_beside_a_poisoning_actor(cli: Cli) -> None:
+CONTRACT_FIELDS = {
+    "name", "algo", "env", "backend", "phase", "env_steps", "updates", "policy_version", "episodes",
+    "train_return", "eval_return", "steps_per_second", "elapsed_seconds", "components",
+}  # fmt: skip
+
+
+def test_the_readme_job_learns_cartpole_beside_a_poisoning_actor(cli: Cli) -> None:
+    """The README's main job (PPO, CartPole-v1, 2 agents, 100k steps, seed 1) with a rogue beside
+    its actors from its first env steps: it still solves CartPole."""
     rng = np.random.default_rng(0)
 
     def poisoned(params, i: int) -> dict[str, np.ndarray]:
@@ -151,6 +160,15 @@ def test_ppo_learns_cartpole_beside_a_poisoning_actor(cli: Cli) -> None:
           f"{final['eval_return']}; {named} log lines name the rogue")  # fmt: skip
     assert final["phase"] == "Succeeded", final
     assert final["eval_return"] >= 475, final
+    assert CONTRACT_FIELDS <= final.keys()
+    assert (final["name"], final["algo"], final["env"], final["backend"]) == (
+        "poisoned", "ppo", "CartPole-v1", "local",
+    )  # fmt: skip
+    # The run stops at the first fragment boundary past 100,000 steps.
+    assert 100_000 <= final["env_steps"] < 100_000 + 2 * 4 * 32 * 2, final
+    assert final["updates"] > 0 and final["policy_version"] > 0 and final["episodes"] > 0
+    assert sorted(c["role"] for c in final["components"]) == ["actor", "actor", "evaluator", "learner"]
+    assert all(c["restarts"] == 0 and c["state"] == "Succeeded" for c in final["components"]), final
     # Counted while training; after it the learner drops whatever arrives without looking.
     assert sum(rejected.values()) >= 60, rejected
     for reason in ("non_finite", "out_of_range", "bad_action", "bad_moments"):

@@ -121,17 +121,6 @@ def test_a_lost_worker_makes_short_rounds_and_the_run_still_ends(tmp_path):
 
 
 @pytest.mark.slow
-def test_es_learns_cartpole_over_grpc(tmp_path, context):
-    """Bounded by env steps: the serial harness solves CartPole with this preset in ~100k."""
-    total = 400_000
-    assert run_roles(CFG, context, total, timeout=600) == [0, 0, 0, 0]
-    status = json.loads((tmp_path / "status.json").read_text())
-    assert status["done"] is True and status["env_steps"] >= total
-    assert status["eval_return"] >= 475, status
-    assert status["agents_reporting"] == 2 * AGENTS_IN_WORKER
-
-
-@pytest.mark.slow
 def test_sigkilled_master_resumes_and_workers_reconnect(tmp_path, context):
     total, status_path, log = 300_000, tmp_path / "status.json", tmp_path / "roles.log"
     master_ctx = dataclasses.replace(context(total), has_evaluator=False)
