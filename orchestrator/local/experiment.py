@@ -34,7 +34,7 @@ from surreal.orchestrator.local import processes as local
 from surreal.orchestrator.local.sched_slice import slice_ms_from_env
 from surreal.orchestrator.local.supervisor import describe_exit
 from surreal.orchestrator.program import LOCAL_KNOB, Target, local_split, make_program, workers_problem
-from surreal.orchestrator.status import component, status_object
+from surreal.orchestrator.status import component, exit_code, status_object
 from surreal.spec import ExperimentSpec
 
 
@@ -92,7 +92,7 @@ def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
 
 def run_foreground(exp_dir: Path, program: Program, on_tick: Callable[[], None] | None) -> int:
     supervisor = local.Supervisor(program, exp_dir)
-    return local.exit_code_for(supervisor.run(on_tick=on_tick))
+    return exit_code(supervisor.run(on_tick=on_tick))
 
 
 def run_detached(exp_dir: Path) -> int:

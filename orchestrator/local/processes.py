@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,6 @@ __all__ = [
     "ComponentState",
     "Supervisor",
     "current_phase",
-    "exit_code_for",
     "is_alive",
     "load_program",
     "read_state",
@@ -48,7 +47,6 @@ __all__ = [
     "save_program",
     "spawn_detached",
     "stop_experiment",
-    "tail_log",
 ]
 
 SUPERVISOR_LOG = "supervisor"  # logs/supervisor.log: a detached supervisor's own output
@@ -67,15 +65,10 @@ def load_program(exp_dir: Path | str) -> Program:
     return Program.from_dict(json.loads((Path(exp_dir) / PROGRAM_FILE).read_text()))
 
 
-def exit_code_for(phase: Phase | str) -> int:
-    """Process exit code for a final phase (the status contract's)."""
-    return exit_code(phase)
-
-
 def run_supervisor(exp_dir: Path | str, *, grace_seconds: float = 5.0) -> int:
     """Body of the hidden `surreal supervise EXP_DIR` command: run program.json to the end."""
     supervisor = Supervisor(load_program(exp_dir), exp_dir, grace_seconds=grace_seconds)
-    return exit_code_for(supervisor.run())
+    return exit_code(supervisor.run())
 
 
 def spawn_detached(
@@ -110,7 +103,7 @@ def spawn_detached(
             return proc.pid
         if proc.returncode is not None or not _same_process(proc.pid, None):
             proc.wait()
-            tail = "\n".join(tail_log(exp_dir, SUPERVISOR_LOG, lines=20))
+            tail = "\n".join(home.tail_log(exp_dir, SUPERVISOR_LOG, lines=20))
             raise RuntimeError(f"supervisor exited with code {proc.returncode}:\n{tail}")
         time.sleep(0.05)
     return proc.pid
@@ -142,19 +135,6 @@ def current_phase(state: dict[str, Any] | None) -> str:
     if phase not in TERMINAL_PHASES and not is_alive(state):
         return Phase.FAILED.value
     return phase
-
-
-def tail_log(
-    exp_dir: Path | str,
-    component: str,
-    follow: bool = False,
-    lines: int | None = 100,
-    *,
-    poll_seconds: float = 0.2,
-) -> Iterator[str]:
-    """home.tail_log of a local experiment: followed while its supervisor runs."""
-    return home.tail_log(exp_dir, component, follow, lines, poll_seconds=poll_seconds,
-                         running=lambda: is_alive(read_state(exp_dir)))  # fmt: skip
 
 
 def stop_experiment(exp_dir: Path | str, timeout: float = 20.0) -> None:

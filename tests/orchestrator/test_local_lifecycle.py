@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from surreal.orchestrator.components import Component, Program
-from surreal.orchestrator.home import list_experiment_dirs
+from surreal.orchestrator.home import list_experiment_dirs, tail_log
+from surreal.orchestrator.local.launcher import LocalLauncher
 from surreal.orchestrator.local.processes import (
     current_phase,
     is_alive,
@@ -25,7 +26,6 @@ from surreal.orchestrator.local.processes import (
     save_program,
     spawn_detached,
     stop_experiment,
-    tail_log,
 )
 
 SUPERVISE = [
@@ -76,14 +76,16 @@ def test_detached_supervisor_is_stopped_and_followed_logs_end(tmp_path: Path) ->
 
         seen: list[str] = []
         follower = threading.Thread(
-            target=lambda: seen.extend(tail_log(exp_dir, "actor-0", follow=True, lines=0)),
+            target=lambda: seen.extend(
+                LocalLauncher(tmp_path).logs_of(exp_dir, "actor-0", follow=True, lines=0, previous=False)
+            ),
             daemon=True,
         )
         follower.start()
         wait_for(lambda: any(line.startswith("tick") for line in seen), what="followed lines")
         stop_experiment(exp_dir, timeout=10)
         follower.join(5)
-        assert not follower.is_alive(), "tail_log(follow=True) did not end with the experiment"
+        assert not follower.is_alive(), "logs --follow did not end with the experiment"
     finally:
         stop_experiment(exp_dir, timeout=10)
 

@@ -208,13 +208,13 @@ def test_unstartable_component_fails_and_finished_workers_succeed(tmp_path: Path
 FOREGROUND = """
 import sys
 from surreal.orchestrator.components import Component, Program
-from surreal.orchestrator.local.processes import exit_code_for
+from surreal.orchestrator.status import exit_code
 from surreal.orchestrator.local.sched_slice import current_slice_ns, slice_ms_from_env, slice_request
 from surreal.orchestrator.local.supervisor import Supervisor, actor_cpus
 sleep = (sys.executable, '-c', 'import time; time.sleep(600)')
 program = Program('exp', (Component('learner', 'learner', sleep),
                           Component('actor-0', 'actor', sleep)))
-sys.exit(exit_code_for(Supervisor(program, sys.argv[1], grace_seconds=2.0).run()))
+sys.exit(exit_code(Supervisor(program, sys.argv[1], grace_seconds=2.0).run()))
 """
 
 
