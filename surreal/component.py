@@ -18,7 +18,7 @@ from pathlib import Path
 from surreal.algorithms.common import preemption
 from surreal.algorithms.common.env_ref import import_path_from_environ
 from surreal.algorithms.common.envs import use_resolved
-from surreal.algorithms.common.run import RunContext, rank_from_environ
+from surreal.algorithms.common.run import RoleFailed, RunContext, rank_from_environ
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
 from surreal.protocol.ratelimit import RateLimitFilter
@@ -96,19 +96,23 @@ FINAL_FIELDS = (
 )  # fmt: skip
 
 
-def write_termination_message(exp_dir: Path, code: int) -> None:
+def write_termination_message(exp_dir: Path, code: int, failed: RoleFailed | None = None) -> None:
     """The learner's last status.json, cut to FINAL_FIELDS, into SURREAL_TERMINATION_LOG (the
-    pod's /dev/termination-log), with how it ended: Succeeded, or Preempted (it saved and will be
-    replaced). A crash writes nothing here: the pod's terminationMessagePolicy then falls back to
-    the log's tail, which names the error."""
+    pod's /dev/termination-log), with how it ended: Succeeded, Preempted (it saved and will be
+    replaced), or Failed for good (`failed`: its `reason`, which the local supervisor puts in the
+    run's `problem`). A crash writes nothing here: the pod's terminationMessagePolicy then falls
+    back to the log's tail, which names the error."""
     path = os.environ.get(prog.ENV_TERMINATION_LOG)
-    if not path or code not in (0, preemption.EXIT_PREEMPTED):
+    if not path or (failed is None and code not in (0, preemption.EXIT_PREEMPTED)):
         return
     try:
         status = json.loads((exp_dir / "status.json").read_text())
     except (OSError, ValueError):
         status = {}
-    message = {"phase": "Succeeded" if code == 0 else "Preempted", "exit_code": code}
+    phase = "Failed" if failed is not None else "Succeeded" if code == 0 else "Preempted"
+    message: dict[str, object] = {"phase": phase, "exit_code": code}
+    if failed is not None:
+        message["reason"] = str(failed)[:1024]
     message.update({k: status.get(k) for k in FINAL_FIELDS if k in status})
     try:
         Path(path).write_text(json.dumps(message, separators=(",", ":"))[:4096])
@@ -142,9 +146,14 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     main = get_algorithm(spec.algo).role_main(role)
     code = 1
     try:
-        code = int(main(spec.config, ctx))
+        failed = None
+        try:
+            code = int(main(spec.config, ctx))
+        except RoleFailed as exc:  # retrying cannot help: one of the role's fatal exits
+            logging.getLogger(__name__).error("%s", exc)
+            code, failed = exc.code, exc
         if role == "learner" and rank_from_environ() is None:  # the learner, or its ranks' agent
-            write_termination_message(ctx.exp_dir, code)
+            write_termination_message(ctx.exp_dir, code, failed)
     finally:
         exit_within(EXIT_SECONDS, code)
     return code

@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import multiprocessing
+import subprocess
+import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
@@ -19,17 +22,23 @@ from surreal.algorithms.common import ranks as ranks_module
 from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.ranks import (
     HEARTBEAT_SECONDS,
+    JOIN_TIMEOUT,
+    MONITOR_SECONDS,
     PEER_TIMEOUT_SECONDS,
     GroupNotFormed,
+    JoinWatch,
     PeerLost,
     RankGroup,
     join_group,
     open_store,
 )
+from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED
 from surreal.algorithms.ppo import learner as learner_module
 from surreal.algorithms.ppo.actor import PPOActor
 from surreal.algorithms.ppo.learner import PPOLearner
 from surreal.algorithms.ppo.presets import preset_for
+from surreal.component import EXIT_SECONDS
+from surreal.orchestrator.policy import POLICIES, Action, decide
 from surreal.protocol.types import Fragment
 
 ENV = "Pendulum-v1"
@@ -270,6 +279,63 @@ def test_a_rank_that_never_joins_fails_the_group_in_bounded_time(tmp_path):
         join_group(0, 2, store, join_timeout=datetime.timedelta(seconds=1))
     print(f"gave up after {time.monotonic() - started:.2f} s")
     assert time.monotonic() - started < 30.0  # 1 s and a poll; the bar only catches "forever"
+
+
+def test_a_rank_that_never_joins_fails_the_run_within_5_minutes() -> None:
+    """The worst case from a learner's start to its run being Failed, when a rank hangs before it
+    joins (it was ~24 minutes: JOIN_TIMEOUT once per group restart, 4 per learner, times the 6
+    lives of the learner's budget). Now the agent's JoinWatch fails the learner with a fatal exit
+    that neither launch_ranks nor the backend retries."""
+    assert decide(POLICIES["learner"], EXIT_GROUP_NOT_FORMED, 0).action is Action.FAIL_ROLE
+    assert GroupNotFormed("rank 1").code == EXIT_GROUP_NOT_FORMED
+    start = (
+        60.0  # the learner's process imports torch and reads its spec (seconds; JOIN_TIMEOUT's own allowance)
+    )
+    stop_the_rest = 30.0  # the supervisor's grace (5 s), a pod's terminationGracePeriodSeconds (30 s)
+    worst = (
+        start
+        + JOIN_TIMEOUT.total_seconds()  # the JoinWatch, from the group's start
+        + MONITOR_SECONDS  # the agent sees the ranks the watch killed
+        + EXIT_SECONDS  # the learner's process is gone (at most)
+        + stop_the_rest
+    )
+    assert worst <= 300, worst
+
+
+def sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+
+def test_the_agent_names_the_ranks_that_never_came_up_and_stops_the_group(tmp_path):
+    rank = sleeper()
+    try:
+        ranks_module._came_up(tmp_path, "gen", 0).touch()  # rank 0 came up; rank 1 never does
+        watch = JoinWatch(tmp_path, "gen", 2, datetime.timedelta(seconds=0.1),
+                          started=lambda: [psutil.Process(rank.pid)])  # fmt: skip
+        watch.start()
+        assert rank.wait(timeout=60) == -9  # killed: the agent's run ends
+        watch.stop()
+        assert watch.missing == [1]
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def test_a_group_whose_ranks_all_came_up_is_left_alone(tmp_path):
+    rank = sleeper()
+    try:
+        for r in range(2):
+            ranks_module._came_up(tmp_path, "gen", r).touch()
+        watch = JoinWatch(tmp_path, "gen", 2, datetime.timedelta(seconds=0.1),
+                          started=lambda: [psutil.Process(rank.pid)])  # fmt: skip
+        watch.start()
+        watch._thread.join(timeout=60)  # past its deadline: it looked, and ended
+        assert not watch._thread.is_alive()
+        assert watch.missing == [] and rank.poll() is None
+        watch.stop()
+    finally:
+        rank.kill()
+        rank.wait()
 
 
 class FakeClock:

@@ -20,6 +20,7 @@ from surreal import spec as spec_mod
 from surreal.algorithms.common import envs
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
+from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED
 from surreal.algorithms.es import presets as es_presets
 from surreal.algorithms.ppo import presets as ppo_presets
 from surreal.orchestrator.kube import output as ko
@@ -171,7 +172,7 @@ def test_the_chart_has_the_renderers_retries_grace_period_exit_codes_and_queue_l
             if "onExitCodes" in rule
         }
         assert codes["Ignore"] == [EXIT_PREEMPTED]
-        assert codes.get("FailJob") == (None if role == "learner" else [EXIT_LEARNER_GONE])
+        assert codes["FailJob"] == ([EXIT_GROUP_NOT_FORMED] if role == "learner" else [EXIT_LEARNER_GONE])
         if role != "learner":
             assert "terminationGracePeriodSeconds" not in job["spec"]["template"]["spec"]
 

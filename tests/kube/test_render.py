@@ -12,6 +12,7 @@ from kube_support import KUBE_VERSIONS, make_spec
 
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
+from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED
 from surreal.component import ComponentError, worker_index
 from surreal.orchestrator.kube import output as ko
 from surreal.orchestrator.kube import render as kr
@@ -184,13 +185,15 @@ def test_every_component_runs_to_completion_and_disruptions_are_not_failures(rol
     assert rules[1]["action"] == "Ignore" and rules[1]["onExitCodes"]["values"] == [EXIT_PREEMPTED]
     container = pod["containers"][0]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # A worker whose learner is gone for good, and a learner whose ranks did not form their group,
+    # fail their Job instead of retrying.
+    fatal = EXIT_GROUP_NOT_FORMED if role == "learner" else EXIT_LEARNER_GONE
+    assert rules[2:] == [{"action": "FailJob", "onExitCodes": {
+        "containerName": role, "operator": "In", "values": [fatal]}}]  # fmt: skip
     if role == "learner":
-        assert job["spec"]["backoffLimit"] == POLICIES["learner"].retries and len(rules) == 2
+        assert job["spec"]["backoffLimit"] == POLICIES["learner"].retries
         assert pod["terminationGracePeriodSeconds"] == kr.LEARNER_GRACE_SECONDS
         assert {"name": "SURREAL_TERMINATION_LOG", "value": "/dev/termination-log"} in container["env"]
-    else:  # a worker whose learner is gone for good fails its Job instead of retrying
-        assert rules[2] == {"action": "FailJob", "onExitCodes": {
-            "containerName": role, "operator": "In", "values": [EXIT_LEARNER_GONE]}}  # fmt: skip
     if role == "actor":  # one crashing actor spends its own retries, fails nothing else
         assert (
             job["spec"]["backoffLimitPerIndex"] == POLICIES["actor"].retries

@@ -17,6 +17,8 @@ each to its Python name, so a change on one side only fails the tests.
 {{- define "surreal.exitPreempted" -}}143{{- end -}}
 {{/* EXIT_LEARNER_GONE: a worker whose learner is gone for good (fails its Job at once). */}}
 {{- define "surreal.exitLearnerGone" -}}69{{- end -}}
+{{/* EXIT_GROUP_NOT_FORMED: a learner whose ranks did not form their group (fails its Job at once). */}}
+{{- define "surreal.exitGroupNotFormed" -}}70{{- end -}}
 {{/* QUEUE_LABEL: Kueue's label naming the LocalQueue that admits a Job. */}}
 {{- define "surreal.queueLabel" -}}kueue.x-k8s.io/queue-name{{- end -}}
 
@@ -289,6 +291,13 @@ spec:
           containerName: {{ $role }}
           operator: In
           values: [{{ include "surreal.exitLearnerGone" . }}]
+      {{- else }}
+      # Its ranks did not form their group (one hung before joining): retrying cannot help.
+      - action: FailJob
+        onExitCodes:
+          containerName: {{ $role }}
+          operator: In
+          values: [{{ include "surreal.exitGroupNotFormed" . }}]
       {{- end }}
   {{- if $queue }}
   suspend: true
