@@ -25,7 +25,10 @@ log = logging.getLogger(__name__)
 
 Policy = Callable[[np.ndarray], np.ndarray]  # raw observations [N, D] -> actions [N, ...]
 PolicyFactory = Callable[[Params], Policy]
-GIVE_UP_SECONDS = 900.0  # an evaluator that cannot reach the learner this long exits EXIT_LEARNER_GONE
+# An evaluator that cannot reach the learner this long exits EXIT_LEARNER_GONE. The backstop:
+# on Kubernetes the component's watch of the learner's Job (orchestrator/kube/watch.py) ends it
+# within seconds of that Job's end; this bound stays for a cluster whose API it cannot read.
+GIVE_UP_SECONDS = 900.0
 # The longest a live evaluator goes without a call to the learner: it asks for parameters every
 # `poll_seconds` (0.5) while it waits for a version, every FAILED_POLL_SECONDS while the learner
 # does not answer, and every HEARTBEAT_SECONDS during an evaluation (which may take minutes). At

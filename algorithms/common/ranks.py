@@ -370,6 +370,39 @@ class JoinWatch:
                 process.kill()
 
 
+class StopForward:
+    """The agent's stop request (preemption.stop_for: the learner's role failed elsewhere, e.g.
+    no actor is left) passed on to its ranks as SIGTERM, once to each rank that is up: they save
+    and leave as on a real SIGTERM (rank 0 checkpoints), and `launch_ranks` restarts no group. A
+    thread; `stop()` once the run is over."""
+
+    def __init__(self, started: Callable[[], list[Any]] = _started_here) -> None:
+        self.started = started
+        self._told: set[int] = set()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="surreal-stop-forward", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        from surreal.algorithms.common import preemption
+
+        while not self._stopped.is_set():
+            if not preemption.wait_requested(MONITOR_SECONDS):
+                continue
+            for process in self.started():  # ranks that came up late are told too
+                if process.pid not in self._told:
+                    self._told.add(process.pid)
+                    with contextlib.suppress(Exception):  # psutil.Error: it is gone already
+                        process.terminate()
+            self._stopped.wait(MONITOR_SECONDS)
+
+
 def launch_ranks(learners: int) -> int:
     """Run this very component (sys.argv) as `learners` ranks under torch's elastic agent, on
     this machine: a rank that fails (or is killed) makes the agent stop the others, and the whole
@@ -378,10 +411,13 @@ def launch_ranks(learners: int) -> int:
     them (the learner exits EXIT_GROUP_NOT_FORMED). The rendezvous and the ranks' store are files
     in a private temporary folder (a pod's /tmp: never the checkpoint volume, which may be a
     network filesystem); gloo listens on the loopback. Returns 0 when every rank finished,
-    EXIT_PREEMPTED after SIGTERM (each rank got it; rank 0 saved), 1 when the group failed for
-    good (the log names the rank and why)."""
+    EXIT_PREEMPTED after SIGTERM or a stop request (preemption.stop_for; each rank got SIGTERM,
+    rank 0 saved), 1 when the group failed for good (the log names the rank and why)."""
     import shutil
     import tempfile
+
+    from surreal.algorithms.common import preemption
+    from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 
     folder = Path(tempfile.mkdtemp(prefix="surreal-ranks-"))
     # The agent then opens no TCP store of its own: the ranks use files (ENV_STORE).
@@ -392,6 +428,8 @@ def launch_ranks(learners: int) -> int:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
     try:
         for restarts in range(MAX_GROUP_RESTARTS + 1):
+            if preemption.requested():  # asked to stop between groups (stop_for): none to save
+                return EXIT_PREEMPTED
             code = _run_group(learners, folder, restarts)
             if code is not None:
                 return code
@@ -411,6 +449,7 @@ def _run_group(learners: int, folder: Path, restarts: int) -> int | None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from surreal.algorithms.common import preemption
     from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 
     # A fresh run id each time: a new rendezvous and generation (each rank's store starts empty),
@@ -428,12 +467,17 @@ def _run_group(learners: int, folder: Path, restarts: int) -> int | None:
     )
     watch = JoinWatch(folder, f"{run_id}-0", learners, JOIN_TIMEOUT)
     watch.start()
+    forward = StopForward()
+    forward.start()
     try:
         elastic_launch(config, sys.executable)("-m", "surreal", *sys.argv[1:])
     except SignalException as exc:
         log.info("learner ranks stopped by signal %s", exc.sigval)
         return EXIT_PREEMPTED
     except ChildFailedError as exc:
+        if preemption.requested():  # told to stop (StopForward): the ranks saved and left
+            log.info("learner ranks stopped: %s", preemption.failure() or "stop requested")
+            return EXIT_PREEMPTED
         if watch.missing:
             raise GroupNotFormed(not_joined(watch.missing, learners, JOIN_TIMEOUT)) from None
         codes = {f.exitcode for f in exc.failures.values()}
@@ -444,6 +488,7 @@ def _run_group(learners: int, folder: Path, restarts: int) -> int | None:
                   exc.format_msg())  # fmt: skip
         return None
     finally:
+        forward.stop()
         watch.stop()
     log.info("every learner rank finished")
     return 0

@@ -19,6 +19,9 @@ ENV_WORLD_SIZE = "WORLD_SIZE"
 # The exit of a learner whose ranks did not form their group in time (a rank hung before it joined):
 # retrying cannot help, so it fails the learner role at once (policy.py: one of its fatal exits).
 EXIT_GROUP_NOT_FORMED = 70
+# The exit of a learner that no actor is left to feed (on Kubernetes: the actors' Job failed, which
+# the learner's cluster watch saw, orchestrator/kube/watch.py): a fatal exit of the learner role.
+EXIT_NO_ACTORS = 71
 
 
 class RoleFailed(RuntimeError):

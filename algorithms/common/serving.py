@@ -230,7 +230,9 @@ class ServingLoop:
 
     def _preempted(self) -> bool:
         """Stop taking experience, save the published version, and report the last status."""
-        log.info("SIGTERM: saving version %d before exiting", self.core.params().version)
+        failure = preemption.failure()
+        why = f"stopping ({failure})" if failure is not None else "SIGTERM"
+        log.info("%s: saving version %d before exiting", why, self.core.params().version)
         started = time.monotonic()
         self.core.save(clean=True)
         self.write_status()
@@ -247,8 +249,9 @@ class ServingLoop:
         try:
             with preemption.graceful():
                 # A SIGTERM after the last look inside train() still counts: the run's end is
-                # saved (clean), and the replacement finishes it.
-                if not self.train() or preemption.requested():
+                # saved (clean), and the replacement finishes it. A stop for a failure elsewhere
+                # (preemption.stop_for) does not: the run is done.
+                if not self.train() or (preemption.requested() and preemption.failure() is None):
                     code = preemption.EXIT_PREEMPTED
                     return code
             code = finish(self, ctx, final_eval_timeout=final_eval_timeout,

@@ -8,6 +8,7 @@ import datetime
 import multiprocessing
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -32,7 +33,7 @@ from surreal.algorithms.common.ranks import (
     join_group,
     open_store,
 )
-from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED
+from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, RoleFailed
 from surreal.algorithms.ppo import learner as learner_module
 from surreal.algorithms.ppo.actor import PPOActor
 from surreal.algorithms.ppo.learner import PPOLearner
@@ -336,6 +337,33 @@ def test_a_group_whose_ranks_all_came_up_is_left_alone(tmp_path):
     finally:
         rank.kill()
         rank.wait()
+
+
+def test_a_stop_request_reaches_every_rank_as_sigterm_once(monkeypatch):
+    """The learner's role failed elsewhere (on Kubernetes its watch saw the actors' Job fail):
+    the agent's ranks get SIGTERM (they save and leave, as on a real one), late ones too, each
+    once; without a request none is touched."""
+    from surreal.algorithms.common import preemption
+
+    monkeypatch.setattr(preemption, "_requested", threading.Event())
+    monkeypatch.setattr(preemption, "_failure", [])
+    first, late = sleeper(), sleeper()
+    up = [psutil.Process(first.pid)]
+    try:
+        forward = ranks_module.StopForward(started=lambda: list(up))
+        forward.start()
+        forward._thread.join(timeout=3 * MONITOR_SECONDS)  # it looks every MONITOR_SECONDS
+        assert first.poll() is None  # no request: left alone
+        preemption.stop_for(RoleFailed(EXIT_NO_ACTORS, "no actor is left"))
+        assert first.wait(timeout=60) == -15  # SIGTERM
+        up.append(psutil.Process(late.pid))
+        assert late.wait(timeout=60) == -15
+        forward.stop()
+        assert forward._told == {first.pid, late.pid}
+    finally:
+        for p in (first, late):
+            p.kill()
+            p.wait()
 
 
 class FakeClock:
