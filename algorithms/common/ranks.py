@@ -16,9 +16,11 @@ and hearing SIGTERM. Once all have committed the collectives of the update run a
 bounded by COLLECTIVE_TIMEOUT. A peer that stops heart-beating for PEER_TIMEOUT_SECONDS, or that
 leaves, ends the wait with `PeerLost`: the group is restarted (`launch_ranks`, in the learner's
 process or pod) and resumes from rank 0's checkpoint, which rank 0 broadcasts to the others at
-start. A rank that has not joined JOIN_TIMEOUT after its group was started fails the learner at
-once (`GroupNotFormed`, exit EXIT_GROUP_NOT_FORMED: a fatal exit of the learner role, restarted
-neither by `launch_ranks` nor by the backend), with a reason that names it.
+start. A group that does not form fails the learner at once (`GroupNotFormed`, exit
+EXIT_GROUP_NOT_FORMED: a fatal exit of the learner role, restarted neither by `launch_ranks` nor
+by the backend), with a reason that names the ranks: one has not joined JOIN_TIMEOUT after the
+group was started, or they all joined and some are still inside init_process_group FORM_TIMEOUT
+later (hung there), or init_process_group failed.
 
 The process group is formed from what torch's elastic agent gives every worker (RANK, WORLD_SIZE,
 TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT), the group's restarts (SURREAL_GROUP_RESTARTS)
@@ -62,6 +64,11 @@ COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)  # any one collective (a lo
 # The agent (launch_ranks) counts it from the group's start, a rank waiting for its peers from its
 # own join: the agent's comes first, and names the ranks that never came.
 JOIN_TIMEOUT = datetime.timedelta(seconds=60)
+# Then forming the process group (gloo's connections between ranks that all joined: well under a
+# second on the loopback). A rank still inside init_process_group this long after JOIN_TIMEOUT is
+# hung there (the agent's JoinWatch fails the group; gloo's own timeout, COLLECTIVE_TIMEOUT from
+# the rank's call, would come later and count as an ordinary failure).
+FORM_TIMEOUT = datetime.timedelta(seconds=30)
 PEER_TIMEOUT_SECONDS = 60.0  # a peer silent this long (hung, or gone without a word) is lost
 HEARTBEAT_SECONDS = 1.0
 
@@ -239,7 +246,11 @@ def join_group(
             missing = [r for r in range(size) if not store.check([f"joined/{r}"])]
             raise GroupNotFormed(not_joined(missing, size, join_timeout))
         time.sleep(0.05)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+    try:
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+    except Exception as exc:  # every rank joined, and the group still did not form: fatal too
+        raise GroupNotFormed(f"learner rank {rank} of {size} could not form the process group: "
+                             f"{' '.join(str(exc).split())[:300]}") from exc  # fmt: skip
     return RankGroup(rank, size, store)
 
 
@@ -248,9 +259,20 @@ def not_joined(missing: Sequence[int], size: int, timeout: datetime.timedelta) -
             f"did not join the group within {timeout.total_seconds():.0f} s")  # fmt: skip
 
 
+def not_formed(unformed: Sequence[int], size: int, timeout: datetime.timedelta) -> str:
+    return (f"learner rank{'s' if len(unformed) > 1 else ''} {', '.join(map(str, unformed))} of {size} "
+            f"joined but did not form the process group within {timeout.total_seconds():.0f} s of "
+            "its start (hung in init_process_group)")  # fmt: skip
+
+
 def _came_up(folder: Path, generation: str, rank: int) -> Path:
     """The file a rank creates as it joins (the agent's JoinWatch looks for it)."""
     return folder / f"up-{generation}-{rank}"
+
+
+def _formed(folder: Path, generation: str, rank: int) -> Path:
+    """The file a rank creates once its process group formed (the agent's JoinWatch looks)."""
+    return folder / f"formed-{generation}-{rank}"
 
 
 def group_from_environ(learners: int) -> RankGroup:
@@ -270,8 +292,10 @@ def group_from_environ(learners: int) -> RankGroup:
     generation = f"{os.environ.get(ENV_RUN_ID, 'run')}-{os.environ.get(ENV_RESTART_COUNT, '0')}"
     store = open_store(spec, size, generation)
     started = time.monotonic()
-    _came_up(Path(spec.partition(":")[2]), generation, rank).touch()
+    folder = Path(spec.partition(":")[2])
+    _came_up(folder, generation, rank).touch()
     group = join_group(rank, size, store, join_timeout=JOIN_TIMEOUT)
+    _formed(folder, generation, rank).touch()
     group.restarts = int(os.environ.get(ENV_GROUP_RESTARTS, "0") or 0)
     log.info("learner rank %d of %d joined the group (generation %s) in %.1f s", rank, size,
              generation, time.monotonic() - started)  # fmt: skip
@@ -333,8 +357,10 @@ def _started_here() -> list[Any]:
 
 class JoinWatch:
     """The agent's bound on forming a group: `timeout` after the group's start, the ranks that
-    have not come up (`_came_up`) are named in `missing` and the ranks (`started()`: psutil
-    processes) are killed, which ends the agent's run. A thread; `stop()` once the run is over."""
+    have not come up (`_came_up`) are named in `missing`; `form_timeout` later, the ranks that
+    came up but whose process group has not formed (`_formed`: hung in init_process_group). Either
+    way `problem` says so and the ranks (`started()`: psutil processes) are killed, which ends the
+    agent's run. A thread; `stop()` once the run is over."""
 
     def __init__(
         self,
@@ -343,10 +369,13 @@ class JoinWatch:
         size: int,
         timeout: datetime.timedelta,
         started: Callable[[], list[Any]] = _started_here,
+        form_timeout: datetime.timedelta = FORM_TIMEOUT,
     ) -> None:
         self.folder, self.generation, self.size, self.timeout = folder, generation, size, timeout
+        self.form_timeout = form_timeout
         self.started = started
         self.missing: list[int] = []
+        self.problem: str | None = None  # why the group did not form, once the watch gave up on it
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="surreal-join-watch", daemon=True)
 
@@ -361,10 +390,19 @@ class JoinWatch:
         if self._stopped.wait(self.timeout.total_seconds()):
             return
         missing = [r for r in range(self.size) if not _came_up(self.folder, self.generation, r).exists()]
-        if not missing:
+        if missing:
+            self.missing = missing
+            self._give_up(not_joined(missing, self.size, self.timeout))
             return
-        self.missing = missing
-        log.error("%s: stopping the group", not_joined(missing, self.size, self.timeout))
+        if self._stopped.wait(self.form_timeout.total_seconds()):
+            return
+        unformed = [r for r in range(self.size) if not _formed(self.folder, self.generation, r).exists()]
+        if unformed:
+            self._give_up(not_formed(unformed, self.size, self.timeout + self.form_timeout))
+
+    def _give_up(self, problem: str) -> None:
+        self.problem = problem
+        log.error("%s: stopping the group", problem)
         for process in self.started():
             with contextlib.suppress(Exception):  # psutil.Error: it is gone already
                 process.kill()
@@ -478,12 +516,13 @@ def _run_group(learners: int, folder: Path, restarts: int) -> int | None:
         if preemption.requested():  # told to stop (StopForward): the ranks saved and left
             log.info("learner ranks stopped: %s", preemption.failure() or "stop requested")
             return EXIT_PREEMPTED
-        if watch.missing:
-            raise GroupNotFormed(not_joined(watch.missing, learners, JOIN_TIMEOUT)) from None
-        codes = {f.exitcode for f in exc.failures.values()}
-        if EXIT_GROUP_NOT_FORMED in codes:  # a rank's own wait ended first (the log names who)
-            raise GroupNotFormed(f"the {learners} learner ranks did not form their group within "
-                                 f"{JOIN_TIMEOUT.total_seconds():.0f} s") from None  # fmt: skip
+        if watch.problem:
+            raise GroupNotFormed(watch.problem) from None
+        unformed = sorted(r for r, f in exc.failures.items() if f.exitcode == EXIT_GROUP_NOT_FORMED)
+        if unformed:  # a rank's own wait ended first, or its init_process_group failed (its log says)
+            raise GroupNotFormed(f"the {learners} learner ranks did not form their group (rank"
+                                 f"{'s' if len(unformed) > 1 else ''} {', '.join(map(str, unformed))} "
+                                 f"exited {EXIT_GROUP_NOT_FORMED}; the log says why)") from None  # fmt: skip
         log.error("learner ranks failed (group restart %d of %d):\n%s", restarts, MAX_GROUP_RESTARTS,
                   exc.format_msg())  # fmt: skip
         return None

@@ -22,6 +22,8 @@ import torch
 from surreal.algorithms.common import ranks as ranks_module
 from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.ranks import (
+    COLLECTIVE_TIMEOUT,
+    FORM_TIMEOUT,
     HEARTBEAT_SECONDS,
     JOIN_TIMEOUT,
     MONITOR_SECONDS,
@@ -293,9 +295,15 @@ def test_a_rank_that_never_joins_fails_the_run_within_5_minutes() -> None:
         60.0  # the learner's process imports torch and reads its spec (seconds; JOIN_TIMEOUT's own allowance)
     )
     stop_the_rest = 30.0  # the supervisor's grace (5 s), a pod's terminationGracePeriodSeconds (30 s)
+    # The later of the JoinWatch's two deadlines, from the group's start: every rank joined but
+    # one hangs inside init_process_group. It comes before gloo's own timeout, which would count
+    # as an ordinary failure (a group restart), however late a rank calls init_process_group.
+    assert FORM_TIMEOUT.total_seconds() > 0
+    assert JOIN_TIMEOUT + FORM_TIMEOUT < COLLECTIVE_TIMEOUT
     worst = (
         start
         + JOIN_TIMEOUT.total_seconds()  # the JoinWatch, from the group's start
+        + FORM_TIMEOUT.total_seconds()  # then the ranks' process group formed, or not
         + MONITOR_SECONDS  # the agent sees the ranks the watch killed
         + EXIT_SECONDS  # the learner's process is gone (at most)
         + stop_the_rest
@@ -322,17 +330,55 @@ def test_the_agent_names_the_ranks_that_never_came_up_and_stops_the_group(tmp_pa
         rank.wait()
 
 
-def test_a_group_whose_ranks_all_came_up_is_left_alone(tmp_path):
+def test_a_group_that_joined_but_hangs_forming_is_stopped_and_named(tmp_path):
+    """Every rank came up, rank 1 never left init_process_group (and rank 0 waits in it for
+    rank 1): FORM_TIMEOUT later the agent stops the group and says so; the learner fails."""
     rank = sleeper()
     try:
         for r in range(2):
             ranks_module._came_up(tmp_path, "gen", r).touch()
         watch = JoinWatch(tmp_path, "gen", 2, datetime.timedelta(seconds=0.1),
-                          started=lambda: [psutil.Process(rank.pid)])  # fmt: skip
+                          started=lambda: [psutil.Process(rank.pid)],
+                          form_timeout=datetime.timedelta(seconds=0.1))  # fmt: skip
+        watch.start()
+        assert rank.wait(timeout=60) == -9
+        watch.stop()
+        assert watch.missing == []
+        assert watch.problem == ("learner ranks 0, 1 of 2 joined but did not form the process group "
+                                 "within 0 s of its start (hung in init_process_group)")  # fmt: skip
+        assert GroupNotFormed(watch.problem).code == EXIT_GROUP_NOT_FORMED
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def test_a_process_group_that_fails_to_form_is_fatal_not_a_restart(tmp_path, monkeypatch):
+    store = open_store(f"file:{tmp_path}", 2, "gen")
+    store.set("joined/1", "1")  # rank 1 joined
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("[gloo] Connection reset\n by peer")
+
+    monkeypatch.setattr(ranks_module.dist, "init_process_group", refuse)
+    with pytest.raises(GroupNotFormed, match=r"^learner rank 0 of 2 could not form the process group: "
+                                             r".*Connection reset by peer$") as info:  # fmt: skip
+        join_group(0, 2, store)
+    assert info.value.code == EXIT_GROUP_NOT_FORMED
+
+
+def test_a_group_whose_ranks_all_came_up_is_left_alone(tmp_path):
+    rank = sleeper()
+    try:
+        for r in range(2):
+            ranks_module._came_up(tmp_path, "gen", r).touch()
+            ranks_module._formed(tmp_path, "gen", r).touch()
+        watch = JoinWatch(tmp_path, "gen", 2, datetime.timedelta(seconds=0.1),
+                          started=lambda: [psutil.Process(rank.pid)],
+                          form_timeout=datetime.timedelta(seconds=0.1))  # fmt: skip
         watch.start()
         watch._thread.join(timeout=60)  # past its deadline: it looked, and ended
         assert not watch._thread.is_alive()
-        assert watch.missing == [] and rank.poll() is None
+        assert watch.missing == [] and watch.problem is None and rank.poll() is None
         watch.stop()
     finally:
         rank.kill()

@@ -16,7 +16,7 @@ from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
 from test_fault_tolerance import dead
 from test_preemption import resumed
 
-from surreal.algorithms.common.ranks import JOIN_TIMEOUT
+from surreal.algorithms.common.ranks import FORM_TIMEOUT, JOIN_TIMEOUT
 from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED
 
 pytestmark = pytest.mark.slow
@@ -114,6 +114,45 @@ if sys.argv[1:3] == ["component", "learner"] and os.environ.get("RANK") == "1":
 
     ranks.open_store = hang
 """
+
+
+HANG_RANK_1_FORMING = """
+import os, sys
+if sys.argv[1:3] == ["component", "learner"] and os.environ.get("RANK") == "1":
+    import time
+    from surreal.algorithms.common import ranks
+
+    def hang(*args, **kwargs):
+        time.sleep(3600)
+
+    ranks.dist.init_process_group = hang
+"""
+
+
+def test_a_rank_hung_inside_init_process_group_fails_the_run_within_5_minutes(cli: Cli, tmp_path) -> None:
+    """Every rank joins, rank 1 never leaves init_process_group (rank 0 waits in it for rank 1):
+    JOIN_TIMEOUT + FORM_TIMEOUT after the group's start the agent stops it, and the learner fails
+    at once (not gloo's timeout, an ordinary failure: group restarts x the learner's lives)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HANG_RANK_1_FORMING)
+    cli.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
+    started = time.monotonic()
+    cli.run("create", "ranks-form", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
+            "--learners", "2", "--steps", "60000", "--seed", "1", "--detach", timeout=30.0)  # fmt: skip
+    final = wait_for(lambda: ended(cli, "ranks-form"), 300.0, "the run to fail", poll=0.5)
+    print(f"Failed {time.monotonic() - started:.1f} s after create; problem: {final.get('problem')}")
+    assert final["phase"] == "Failed", final
+    within = (JOIN_TIMEOUT + FORM_TIMEOUT).total_seconds()
+    expected = (f"learner ranks 0, 1 of 2 joined but did not form the process group within {within:.0f} s "
+                "of its start (hung in init_process_group)")  # fmt: skip
+    assert final["problem"] == f"the learner failed (exit code {EXIT_GROUP_NOT_FORMED}: {expected})", final
+    learner = next(c for c in final["components"] if c["name"] == "learner")
+    assert (learner["state"], learner["restarts"]) == ("Failed", 0), final["components"]
+    log = cli.run("logs", "ranks-form", "learner", "--lines", "100000").stdout
+    assert "group restart 1" not in log, log[-3000:]
+    cli.run("delete", "ranks-form")
+    assert not cli.leftovers()
 
 
 def test_a_rank_that_never_joins_fails_the_run_naming_it_within_5_minutes(cli: Cli, tmp_path) -> None:
