@@ -33,6 +33,10 @@ ENV_AGENTS_IN_WORKER = "SURREAL_AGENTS_IN_WORKER"
 ENV_JOB_INDEX = "JOB_COMPLETION_INDEX"
 # Where a finished learner writes its final status: the container's termination message in a pod.
 ENV_TERMINATION_LOG = "SURREAL_TERMINATION_LOG"
+# In a Kubernetes pod: "NAMESPACE/EXPERIMENT", whose Jobs the component watches through the API
+# (orchestrator/kube/watch.py: a learner whose actors' Job failed, workers whose learner's Job
+# ended, stop). Only the kube renderer sets it; the containers backend drops it.
+ENV_KUBE_EXPERIMENT = "SURREAL_KUBE_EXPERIMENT"
 ENV_IMPORT_PATH = IMPORT_PATH_VAR  # folders a component imports a user's environment module from
 
 LEARNER_PORT = 6000  # rank 0's in a pod (rank r listens on LEARNER_PORT + r); locally free ports
@@ -55,6 +59,8 @@ class Target:
     import_path: tuple[str, ...] = ()
     # Pods: the file the learner's final status goes to (its container's termination message).
     termination_log: str | None = None
+    # Pods: "NAMESPACE/EXPERIMENT" for the components' watch of the experiment's Jobs.
+    kube_experiment: str | None = None
 
 
 def local_split(agents: int, cpus: int | None = None, learners: int = 1) -> list[int]:
@@ -115,6 +121,8 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
         common[ENV_TOKEN_FILE] = target.token_file
     if target.import_path:
         common[ENV_IMPORT_PATH] = os.pathsep.join(target.import_path)
+    if target.kube_experiment:
+        common[ENV_KUBE_EXPERIMENT] = target.kube_experiment
 
     def component(role: str, index: int = 0, **extra: object) -> Component:
         name = role if role in ("learner", "evaluator") else f"{role}-{index}"

@@ -197,12 +197,13 @@ class LearnerClient:
                 last = str(ProtocolError.from_rpc(e))
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
-    def get_params(self, known_version: int = -1, timeout: float = 10.0) -> Params | None:
+    def get_params(self, known_version: int = -1, timeout: float = 10.0, role: str = "") -> Params | None:
         """The learner's parameters, or None if `known_version` is current or none exist yet.
-        The arrays are read-only views of the received message."""
+        The arrays are read-only views of the received message. `role`: who asks ("evaluator"
+        for the evaluator, which the learner then knows to be alive; "" for actors)."""
         try:
             reply = self._parameters.Get(
-                pb.GetParams(known_version=known_version), timeout=timeout, metadata=self._metadata
+                pb.GetParams(known_version=known_version, role=role), timeout=timeout, metadata=self._metadata
             )
         except grpc.RpcError as e:
             raise ProtocolError.from_rpc(e) from None

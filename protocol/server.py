@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,9 @@ STAT_NAMES: tuple[str, ...] = (
     "status_requests",  # Status.Get calls
     "evals_received",  # Status.ReportEval calls passed to on_eval
 )
+
+# GetParams.role of the evaluator's calls: with its reports, what `evaluator_heard_at` counts.
+EVALUATOR_ROLE = "evaluator"
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,8 @@ class LearnerServer:
         self._thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
         self._stopped = False
+        # time.monotonic() of the evaluator's last call (a GetParams that says so, a ReportEval)
+        self._evaluator_heard_at: float | None = None
 
     # ---- lifecycle
 
@@ -319,6 +325,12 @@ class LearnerServer:
         return self._experience.workers()
 
     @property
+    def evaluator_heard_at(self) -> float | None:
+        """When (time.monotonic()) the evaluator last called: a GetParams with role "evaluator"
+        or an eval report; None if it never has."""
+        return self._evaluator_heard_at
+
+    @property
     def stats(self) -> dict[str, int]:
         """A snapshot of the counters named in STAT_NAMES."""
         return self._counters.snapshot()
@@ -357,6 +369,8 @@ class LearnerServer:
 
     async def _get_params(self, request: pb.GetParams, context: grpc.aio.ServicerContext) -> bytes:
         request = await self._decoded(request, context)
+        if request.role == EVALUATOR_ROLE:
+            self._evaluator_heard_at = time.monotonic()
         published = self._published
         if published is None:
             self._counters.add("params_unchanged")
@@ -399,5 +413,6 @@ class LearnerServer:
             on_eval(report)
         except Exception as e:
             await self._failed(context, "on_eval", e)
+        self._evaluator_heard_at = time.monotonic()
         self._counters.add("evals_received")
         return pb.Ack()

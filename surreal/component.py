@@ -14,11 +14,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from surreal.algorithms.common import preemption
 from surreal.algorithms.common.env_ref import import_path_from_environ
 from surreal.algorithms.common.envs import use_resolved
-from surreal.algorithms.common.run import RunContext, rank_from_environ
+from surreal.algorithms.common.run import RoleFailed, RunContext, rank_from_environ
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
 from surreal.protocol.ratelimit import RateLimitFilter
@@ -96,19 +97,23 @@ FINAL_FIELDS = (
 )  # fmt: skip
 
 
-def write_termination_message(exp_dir: Path, code: int) -> None:
+def write_termination_message(exp_dir: Path, code: int, failed: RoleFailed | None = None) -> None:
     """The learner's last status.json, cut to FINAL_FIELDS, into SURREAL_TERMINATION_LOG (the
-    pod's /dev/termination-log), with how it ended: Succeeded, or Preempted (it saved and will be
-    replaced). A crash writes nothing here: the pod's terminationMessagePolicy then falls back to
-    the log's tail, which names the error."""
+    pod's /dev/termination-log), with how it ended: Succeeded, Preempted (it saved and will be
+    replaced), or Failed for good (`failed`: its `reason`, which the local supervisor puts in the
+    run's `problem`). A crash writes nothing here: the pod's terminationMessagePolicy then falls
+    back to the log's tail, which names the error."""
     path = os.environ.get(prog.ENV_TERMINATION_LOG)
-    if not path or code not in (0, preemption.EXIT_PREEMPTED):
+    if not path or (failed is None and code not in (0, preemption.EXIT_PREEMPTED)):
         return
     try:
         status = json.loads((exp_dir / "status.json").read_text())
     except (OSError, ValueError):
         status = {}
-    message = {"phase": "Succeeded" if code == 0 else "Preempted", "exit_code": code}
+    phase = "Failed" if failed is not None else "Succeeded" if code == 0 else "Preempted"
+    message: dict[str, object] = {"phase": phase, "exit_code": code}
+    if failed is not None:
+        message["reason"] = str(failed)[:1024]
     message.update({k: status.get(k) for k in FINAL_FIELDS if k in status})
     try:
         Path(path).write_text(json.dumps(message, separators=(",", ":"))[:4096])
@@ -141,13 +146,63 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     ctx = build_context(spec, worker_index(role, index))
     main = get_algorithm(spec.algo).role_main(role)
     code = 1
+    watch = start_job_watch(role)
     try:
-        code = int(main(spec.config, ctx))
+        failed = None
+        try:
+            code = int(main(spec.config, ctx))
+        except RoleFailed as exc:  # retrying cannot help: one of the role's fatal exits
+            logging.getLogger(__name__).error("%s", exc)
+            code, failed = exc.code, exc
+        if code == preemption.EXIT_PREEMPTED and failed is None and preemption.failure() is not None:
+            # It saved and left because its role failed elsewhere (stop_for): that is its exit.
+            failed = preemption.failure()
+            assert failed is not None
+            logging.getLogger(__name__).error("%s", failed)
+            code = failed.code
         if role == "learner" and rank_from_environ() is None:  # the learner, or its ranks' agent
-            write_termination_message(ctx.exp_dir, code)
+            write_termination_message(ctx.exp_dir, code, failed)
     finally:
+        if watch is not None:
+            watch.stop()
         exit_within(EXIT_SECONDS, code)
     return code
+
+
+def start_job_watch(role: str) -> Any:
+    """In a Kubernetes pod (SURREAL_KUBE_EXPERIMENT, which only the kube renderer sets): the watch
+    of the experiment's Jobs (orchestrator/kube/watch.py), started, or None. The learner (or its
+    ranks' agent; never a rank) stops as on SIGTERM and exits with the watch's fatal code and
+    reason; actors and the evaluator exit 0 at once."""
+    value = os.environ.get(prog.ENV_KUBE_EXPERIMENT)
+    if not value or rank_from_environ() is not None:
+        return None
+    log = logging.getLogger(__name__)
+    try:
+        from surreal.orchestrator.kube import watch as kube_watch
+
+        namespace, experiment = kube_watch.parse_experiment(value)
+    except (ImportError, ValueError) as exc:  # the component runs on, as without a watch
+        log.warning("no watch of the experiment's Jobs (%s=%r): %s", prog.ENV_KUBE_EXPERIMENT, value, exc)
+        return None
+    return kube_watch.JobWatch(
+        role, namespace, experiment, stop_learner if role == "learner" else end_worker
+    ).start()
+
+
+def stop_learner(ending: Any) -> None:
+    """The learner's role has failed elsewhere (`ending`: a fatal code and why): it saves and
+    leaves as on SIGTERM, then exits so (run_component)."""
+    preemption.stop_for(RoleFailed(ending.code, ending.reason))
+
+
+def end_worker(ending: Any) -> None:
+    """An actor's or the evaluator's work is over (its learner's Job ended): exit `ending.code`
+    (0) now, from the watch's thread, whatever the main thread waits on (a reconnect's backoff, a
+    call to the learner, an environment step). A worker keeps nothing: there is nothing to save."""
+    logging.getLogger(__name__).info("%s: exiting %d", ending.reason, ending.code)
+    logging.shutdown()
+    os._exit(ending.code)
 
 
 def exit_within(seconds: float, code: int) -> None:

@@ -18,13 +18,23 @@ from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.protocol.client import LearnerClient, ProtocolError
+from surreal.protocol.server import EVALUATOR_ROLE
 from surreal.protocol.types import EvalReport, Params
 
 log = logging.getLogger(__name__)
 
 Policy = Callable[[np.ndarray], np.ndarray]  # raw observations [N, D] -> actions [N, ...]
 PolicyFactory = Callable[[Params], Policy]
-GIVE_UP_SECONDS = 900.0  # an evaluator that cannot reach the learner this long exits EXIT_LEARNER_GONE
+# An evaluator that cannot reach the learner this long exits EXIT_LEARNER_GONE. The backstop:
+# on Kubernetes the component's watch of the learner's Job (orchestrator/kube/watch.py) ends it
+# within seconds of that Job's end; this bound stays for a cluster whose API it cannot read.
+GIVE_UP_SECONDS = 900.0
+# The longest a live evaluator goes without a call to the learner: it asks for parameters every
+# `poll_seconds` (0.5) while it waits for a version, every FAILED_POLL_SECONDS while the learner
+# does not answer, and every HEARTBEAT_SECONDS during an evaluation (which may take minutes). At
+# the end the learner waits for its report only while it hears from it (serving.evaluator_alive).
+HEARTBEAT_SECONDS = 5.0
+FAILED_POLL_SECONDS = 2.0
 
 
 class EvalSettings(Protocol):
@@ -55,13 +65,16 @@ class EvalResult:
         )
 
 
-def evaluate(envs: EnvBatch, policy: Policy) -> EvalResult:
-    """Run one episode in each env of `envs` (in lockstep, one policy call per step)."""
+def evaluate(envs: EnvBatch, policy: Policy, on_step: Callable[[], None] | None = None) -> EvalResult:
+    """Run one episode in each env of `envs` (in lockstep, one policy call per step); `on_step`
+    is called after each step."""
     n = envs.num_envs
     returns, lengths = np.zeros(n), np.zeros(n)
     finished = np.zeros(n, bool)
     obs = envs.reset()
     while not finished.all():
+        if on_step is not None:
+            on_step()
         res = envs.step(policy(obs))
         obs = res.obs
         if res.episode_returns:
@@ -81,6 +94,34 @@ def should_evaluate(params: Params, last_version: int | None, last_steps: int, e
     return extras_env_steps(params.extras) - last_steps >= eval_interval
 
 
+class _Line:
+    """The evaluator's calls to the learner, each saying it is the evaluator's, and when it last
+    made one (time.monotonic())."""
+
+    def __init__(self, client: LearnerClient) -> None:
+        self.client = client
+        self.latest: Params | None = None
+        self.called_at = float("-inf")
+
+    def fetch(self) -> Params | None:
+        """The latest version published (new or not); ProtocolError and the like if unreachable."""
+        self.called_at = time.monotonic()
+        known = self.latest.version if self.latest else -1
+        self.latest = self.client.get_params(known, timeout=10.0, role=EVALUATOR_ROLE) or self.latest
+        return self.latest
+
+    def heartbeat(self) -> None:
+        """During an evaluation: a call every HEARTBEAT_SECONDS, so that the learner knows this
+        evaluator is alive (what it answers is kept for the next evaluation; a failure is not
+        one: the evaluation goes on)."""
+        if time.monotonic() - self.called_at < HEARTBEAT_SECONDS:
+            return
+        try:
+            self.fetch()
+        except (ProtocolError, ConnectionError, TimeoutError) as e:
+            log.debug("heartbeat to the learner failed: %s", e)
+
+
 def run_evaluator(
     cfg: EvalSettings, ctx: RunContext, make_policy: PolicyFactory, poll_seconds: float = 0.5
 ) -> int:
@@ -88,28 +129,27 @@ def run_evaluator(
     after that report: the learner may stop serving once it has it)."""
     envs = EnvBatch(ctx.env, cfg.eval_episodes, seed=ctx.seed * 1_000_003 + 7, training=False)
     client = LearnerClient(ctx.learner_for(0), ctx.token)
-    latest: Params | None = None
+    line = _Line(client)
     last_version, last_steps = None, 0
     failing_since: float | None = None
     try:
         while True:
             try:
-                params = client.get_params(latest.version if latest else -1)
+                latest = line.fetch()
                 failing_since = None
             except (ProtocolError, ConnectionError, TimeoutError) as e:
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > GIVE_UP_SECONDS:
                     log.error("learner unreachable, giving up: %s", e)
                     return EXIT_LEARNER_GONE
-                time.sleep(2.0)
+                time.sleep(FAILED_POLL_SECONDS)
                 continue
-            latest = params or latest
             if latest is None or not should_evaluate(latest, last_version, last_steps,
                                                      cfg.eval_interval):  # fmt: skip
                 time.sleep(poll_seconds)
                 continue
             steps = extras_env_steps(latest.extras)
-            result = evaluate(envs, make_policy(latest))
+            result = evaluate(envs, make_policy(latest), on_step=line.heartbeat)
             log.info("version %d at %d steps: return %.1f", latest.version, steps, result.mean_return)
             try:
                 client.report_eval(result.report(latest.version, steps))

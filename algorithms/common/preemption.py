@@ -6,6 +6,12 @@ only sets a flag: the learner finishes the update it is in, saves, and exits EXI
 the Job's podFailurePolicy and the local supervisor take as "restart me, not a failure". Outside
 `graceful()` (a worker, or a learner before or after training) the signal exits at once, as it
 always did.
+
+`stop_for(failure)` asks the same of a learner from inside (a thread of its component: on
+Kubernetes the cluster watch that saw the actors' Job fail): the learner saves and leaves as on
+SIGTERM, and the component then exits with `failure`'s fatal code and reason instead of
+EXIT_PREEMPTED (`failure()`). Before training it is honoured at the first look; once the run is
+done it changes nothing (the run ends as it would have).
 """
 
 from __future__ import annotations
@@ -15,11 +21,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from surreal.algorithms.common.run import RoleFailed
+
 # 128 + SIGTERM, what a process killed by the signal reports: the pod's exit code after a clean stop.
 EXIT_PREEMPTED = 143
 
 _requested = threading.Event()
 _graceful = threading.Event()
+_failure: list[RoleFailed] = []  # what stop_for was told (the first)
 
 
 def on_sigterm(*_: object) -> None:
@@ -43,3 +52,21 @@ def graceful() -> Iterator[None]:
         yield
     finally:
         _graceful.clear()
+
+
+def stop_for(failure: RoleFailed) -> None:
+    """Stop as on SIGTERM (save, leave), because the role has failed for good: `failure`. Any
+    thread; no signal is sent (a learner's ranks get one from their agent: ranks.launch_ranks)."""
+    if not _failure:
+        _failure.append(failure)
+    _requested.set()
+
+
+def failure() -> RoleFailed | None:
+    """Why `stop_for` was asked to stop, or None."""
+    return _failure[0] if _failure else None
+
+
+def wait_requested(timeout: float) -> bool:
+    """Wait up to `timeout` seconds for a stop request; whether there is one."""
+    return _requested.wait(timeout)

@@ -14,40 +14,61 @@ same update (`commit`, then `all_committed` until true): a commitment is a key i
 store, polled without blocking, so a rank waiting for its peers keeps serving, reporting status
 and hearing SIGTERM. Once all have committed the collectives of the update run at once, each
 bounded by COLLECTIVE_TIMEOUT. A peer that stops heart-beating for PEER_TIMEOUT_SECONDS, or that
-leaves, ends the wait with `PeerLost`: the group is restarted (torch's elastic agent, in the
-learner's process or pod) and resumes from rank 0's checkpoint, which rank 0 broadcasts to the
-others at start. A rank that never joins fails the group after JOIN_TIMEOUT (`GroupNotFormed`).
+leaves, ends the wait with `PeerLost`: the group is restarted (`launch_ranks`, in the learner's
+process or pod) and resumes from rank 0's checkpoint, which rank 0 broadcasts to the others at
+start. A group that does not form fails the learner at once (`GroupNotFormed`, exit
+EXIT_GROUP_NOT_FORMED: a fatal exit of the learner role, restarted neither by `launch_ranks` nor
+by the backend), with a reason that names the ranks: one has not joined JOIN_TIMEOUT after the
+group was started, or they all joined and some are still inside init_process_group FORM_TIMEOUT
+later (hung there), or init_process_group failed.
 
 The process group is formed from what torch's elastic agent gives every worker (RANK, WORLD_SIZE,
-TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT) and a store named by SURREAL_RANKS_STORE: a
-folder for FileStores (one machine or pod; no port is opened but gloo's, on the loopback).
+TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT), the group's restarts (SURREAL_GROUP_RESTARTS)
+and a store named by SURREAL_RANKS_STORE: a folder for FileStores (one machine or pod; no port is
+opened but gloo's, on the loopback).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from surreal.algorithms.common.run import ENV_RANK, ENV_WORLD_SIZE, rank_from_environ
+from surreal.algorithms.common.run import (
+    ENV_RANK,
+    ENV_WORLD_SIZE,
+    EXIT_GROUP_NOT_FORMED,
+    RoleFailed,
+    rank_from_environ,
+)
 
 log = logging.getLogger(__name__)
 
 ENV_RUN_ID = "TORCHELASTIC_RUN_ID"
 ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 ENV_STORE = "SURREAL_RANKS_STORE"  # "file:FOLDER"
+ENV_GROUP_RESTARTS = "SURREAL_GROUP_RESTARTS"  # restarts of the group before this one (launch_ranks)
 
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)  # any one collective (a lost peer's raises)
 # Forming the group: the ranks are started together, and one starts in seconds (torch imported, the
 # spec read); one that has not joined by then is not coming (hung, or stuck before it could fail).
+# The agent (launch_ranks) counts it from the group's start, a rank waiting for its peers from its
+# own join: the agent's comes first, and names the ranks that never came.
 JOIN_TIMEOUT = datetime.timedelta(seconds=60)
+# Then forming the process group (gloo's connections between ranks that all joined: well under a
+# second on the loopback). A rank still inside init_process_group this long after JOIN_TIMEOUT is
+# hung there (the agent's JoinWatch fails the group; gloo's own timeout, COLLECTIVE_TIMEOUT from
+# the rank's call, would come later and count as an ordinary failure).
+FORM_TIMEOUT = datetime.timedelta(seconds=30)
 PEER_TIMEOUT_SECONDS = 60.0  # a peer silent this long (hung, or gone without a word) is lost
 HEARTBEAT_SECONDS = 1.0
 
@@ -56,8 +77,12 @@ class PeerLost(RuntimeError):
     """Another rank left or went silent: this group cannot update any more."""
 
 
-class GroupNotFormed(RuntimeError):
-    """Some ranks did not join the group in time; the message names them."""
+class GroupNotFormed(RoleFailed):
+    """Some ranks did not join the group in time; the message names them. Fatal for the learner:
+    a rank that hung before joining would hang again."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_GROUP_NOT_FORMED, message)
 
 
 class RankGroup:
@@ -219,12 +244,35 @@ def join_group(
     while not store.check([f"joined/{r}" for r in range(size)]):
         if time.monotonic() >= deadline:
             missing = [r for r in range(size) if not store.check([f"joined/{r}"])]
-            raise GroupNotFormed(f"learner rank{'s' if len(missing) > 1 else ''} "
-                                 f"{', '.join(map(str, missing))} of {size} did not join the group "
-                                 f"within {join_timeout.total_seconds():.0f} s")  # fmt: skip
+            raise GroupNotFormed(not_joined(missing, size, join_timeout))
         time.sleep(0.05)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+    try:
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+    except Exception as exc:  # every rank joined, and the group still did not form: fatal too
+        raise GroupNotFormed(f"learner rank {rank} of {size} could not form the process group: "
+                             f"{' '.join(str(exc).split())[:300]}") from exc  # fmt: skip
     return RankGroup(rank, size, store)
+
+
+def not_joined(missing: Sequence[int], size: int, timeout: datetime.timedelta) -> str:
+    return (f"learner rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {size} "
+            f"did not join the group within {timeout.total_seconds():.0f} s")  # fmt: skip
+
+
+def not_formed(unformed: Sequence[int], size: int, timeout: datetime.timedelta) -> str:
+    return (f"learner rank{'s' if len(unformed) > 1 else ''} {', '.join(map(str, unformed))} of {size} "
+            f"joined but did not form the process group within {timeout.total_seconds():.0f} s of "
+            "its start (hung in init_process_group)")  # fmt: skip
+
+
+def _came_up(folder: Path, generation: str, rank: int) -> Path:
+    """The file a rank creates as it joins (the agent's JoinWatch looks for it)."""
+    return folder / f"up-{generation}-{rank}"
+
+
+def _formed(folder: Path, generation: str, rank: int) -> Path:
+    """The file a rank creates once its process group formed (the agent's JoinWatch looks)."""
+    return folder / f"formed-{generation}-{rank}"
 
 
 def group_from_environ(learners: int) -> RankGroup:
@@ -244,8 +292,11 @@ def group_from_environ(learners: int) -> RankGroup:
     generation = f"{os.environ.get(ENV_RUN_ID, 'run')}-{os.environ.get(ENV_RESTART_COUNT, '0')}"
     store = open_store(spec, size, generation)
     started = time.monotonic()
-    group = join_group(rank, size, store)
-    group.restarts = int(os.environ.get(ENV_RESTART_COUNT, "0") or 0)
+    folder = Path(spec.partition(":")[2])
+    _came_up(folder, generation, rank).touch()
+    group = join_group(rank, size, store, join_timeout=JOIN_TIMEOUT)
+    _formed(folder, generation, rank).touch()
+    group.restarts = int(os.environ.get(ENV_GROUP_RESTARTS, "0") or 0)
     log.info("learner rank %d of %d joined the group (generation %s) in %.1f s", rank, size,
              generation, time.monotonic() - started)  # fmt: skip
     return group
@@ -283,7 +334,8 @@ def set_flat_grads(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
 
 # --- starting the ranks on one machine: torch's elastic agent ---
 
-MAX_GROUP_RESTARTS = 3  # group restarts by the agent before the learner itself fails
+MAX_GROUP_RESTARTS = 3  # group restarts by launch_ranks before the learner itself fails
+MONITOR_SECONDS = 0.5  # how often the agent looks at its ranks
 
 
 def loopback_interface() -> str | None:
@@ -296,49 +348,186 @@ def loopback_interface() -> str | None:
     return None
 
 
+def _started_here() -> list[Any]:
+    """The processes this one started (the agent's: its ranks, and nothing else)."""
+    import psutil
+
+    return psutil.Process().children()
+
+
+class JoinWatch:
+    """The agent's bound on forming a group: `timeout` after the group's start, the ranks that
+    have not come up (`_came_up`) are named in `missing`; `form_timeout` later, the ranks that
+    came up but whose process group has not formed (`_formed`: hung in init_process_group). Either
+    way `problem` says so and the ranks (`started()`: psutil processes) are killed, which ends the
+    agent's run. A thread; `stop()` once the run is over."""
+
+    def __init__(
+        self,
+        folder: Path,
+        generation: str,
+        size: int,
+        timeout: datetime.timedelta,
+        started: Callable[[], list[Any]] = _started_here,
+        form_timeout: datetime.timedelta = FORM_TIMEOUT,
+    ) -> None:
+        self.folder, self.generation, self.size, self.timeout = folder, generation, size, timeout
+        self.form_timeout = form_timeout
+        self.started = started
+        self.missing: list[int] = []
+        self.problem: str | None = None  # why the group did not form, once the watch gave up on it
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="surreal-join-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        if self._stopped.wait(self.timeout.total_seconds()):
+            return
+        missing = [r for r in range(self.size) if not _came_up(self.folder, self.generation, r).exists()]
+        if missing:
+            self.missing = missing
+            self._give_up(not_joined(missing, self.size, self.timeout))
+            return
+        if self._stopped.wait(self.form_timeout.total_seconds()):
+            return
+        unformed = [r for r in range(self.size) if not _formed(self.folder, self.generation, r).exists()]
+        if unformed:
+            self._give_up(not_formed(unformed, self.size, self.timeout + self.form_timeout))
+
+    def _give_up(self, problem: str) -> None:
+        self.problem = problem
+        log.error("%s: stopping the group", problem)
+        for process in self.started():
+            with contextlib.suppress(Exception):  # psutil.Error: it is gone already
+                process.kill()
+
+
+class StopForward:
+    """The agent's stop request (preemption.stop_for: the learner's role failed elsewhere, e.g.
+    no actor is left) passed on to its ranks as SIGTERM, once to each rank that is up: they save
+    and leave as on a real SIGTERM (rank 0 checkpoints), and `launch_ranks` restarts no group. A
+    thread; `stop()` once the run is over."""
+
+    def __init__(self, started: Callable[[], list[Any]] = _started_here) -> None:
+        self.started = started
+        self._told: set[int] = set()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="surreal-stop-forward", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        from surreal.algorithms.common import preemption
+
+        while not self._stopped.is_set():
+            if not preemption.wait_requested(MONITOR_SECONDS):
+                continue
+            for process in self.started():  # ranks that came up late are told too
+                if process.pid not in self._told:
+                    self._told.add(process.pid)
+                    with contextlib.suppress(Exception):  # psutil.Error: it is gone already
+                        process.terminate()
+            self._stopped.wait(MONITOR_SECONDS)
+
+
 def launch_ranks(learners: int) -> int:
     """Run this very component (sys.argv) as `learners` ranks under torch's elastic agent, on
-    this machine: a rank that fails (or is killed) makes the agent stop the others and start the
-    whole group again (MAX_GROUP_RESTARTS times), and the new group resumes from rank 0's last
-    checkpoint. The rendezvous and the ranks' store are files in a private temporary folder (a
-    pod's /tmp: never the checkpoint volume, which may be a network filesystem); gloo listens on
-    the loopback. Returns 0 when every rank finished, EXIT_PREEMPTED after SIGTERM (each rank
-    got it; rank 0 saved), 1 when the group failed for good (the log names the rank and why)."""
+    this machine: a rank that fails (or is killed) makes the agent stop the others, and the whole
+    group is started again (MAX_GROUP_RESTARTS times) from rank 0's last checkpoint. A group whose
+    ranks have not all joined JOIN_TIMEOUT after its start is not restarted: GroupNotFormed names
+    them (the learner exits EXIT_GROUP_NOT_FORMED). The rendezvous and the ranks' store are files
+    in a private temporary folder (a pod's /tmp: never the checkpoint volume, which may be a
+    network filesystem); gloo listens on the loopback. Returns 0 when every rank finished,
+    EXIT_PREEMPTED after SIGTERM or a stop request (preemption.stop_for; each rank got SIGTERM,
+    rank 0 saved), 1 when the group failed for good (the log names the rank and why)."""
     import shutil
-    import sys
     import tempfile
-    import uuid
 
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
+    from surreal.algorithms.common import preemption
     from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 
     folder = Path(tempfile.mkdtemp(prefix="surreal-ranks-"))
-    run_id = uuid.uuid4().hex[:12]
     # The agent then opens no TCP store of its own: the ranks use files (ENV_STORE).
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     os.environ[ENV_STORE] = f"file:{folder}"
     iface = loopback_interface()
     if iface is not None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+    try:
+        for restarts in range(MAX_GROUP_RESTARTS + 1):
+            if preemption.requested():  # asked to stop between groups (stop_for): none to save
+                return EXIT_PREEMPTED
+            code = _run_group(learners, folder, restarts)
+            if code is not None:
+                return code
+        log.error("learner ranks failed after %d group restarts", MAX_GROUP_RESTARTS)
+        return 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_group(learners: int, folder: Path, restarts: int) -> int | None:
+    """One group of `learners` ranks (the group's `restarts`-th restart): its exit code, or None
+    if a rank failed and the group may be started again."""
+    import sys
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from surreal.algorithms.common import preemption
+    from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+
+    # A fresh run id each time: a new rendezvous and generation (each rank's store starts empty),
+    # and the agent never restarts a group itself (launch_ranks does, unless it never formed).
+    run_id = uuid.uuid4().hex[:12]
+    os.environ[ENV_GROUP_RESTARTS] = str(restarts)
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=learners, run_id=run_id, role="learner",
         rdzv_backend="c10d", rdzv_endpoint=str(folder / f"rendezvous-{run_id}"),
-        rdzv_configs={"store_type": "file"}, max_restarts=MAX_GROUP_RESTARTS, monitor_interval=0.5,
+        rdzv_configs={"store_type": "file"}, max_restarts=0, monitor_interval=MONITOR_SECONDS,
         start_method="spawn",
     )  # fmt: skip
-    log.info("starting %d learner ranks (elastic agent, run %s)", learners, run_id)
+    log.info(
+        "starting %d learner ranks (elastic agent, run %s, group restart %d)", learners, run_id, restarts
+    )
+    watch = JoinWatch(folder, f"{run_id}-0", learners, JOIN_TIMEOUT)
+    watch.start()
+    forward = StopForward()
+    forward.start()
     try:
         elastic_launch(config, sys.executable)("-m", "surreal", *sys.argv[1:])
     except SignalException as exc:
         log.info("learner ranks stopped by signal %s", exc.sigval)
         return EXIT_PREEMPTED
     except ChildFailedError as exc:
-        log.error("learner ranks failed after %d group restarts:\n%s", MAX_GROUP_RESTARTS, exc.format_msg())
-        return 1
+        if preemption.requested():  # told to stop (StopForward): the ranks saved and left
+            log.info("learner ranks stopped: %s", preemption.failure() or "stop requested")
+            return EXIT_PREEMPTED
+        if watch.problem:
+            raise GroupNotFormed(watch.problem) from None
+        unformed = sorted(r for r, f in exc.failures.items() if f.exitcode == EXIT_GROUP_NOT_FORMED)
+        if unformed:  # a rank's own wait ended first, or its init_process_group failed (its log says)
+            raise GroupNotFormed(f"the {learners} learner ranks did not form their group (rank"
+                                 f"{'s' if len(unformed) > 1 else ''} {', '.join(map(str, unformed))} "
+                                 f"exited {EXIT_GROUP_NOT_FORMED}; the log says why)") from None  # fmt: skip
+        log.error("learner ranks failed (group restart %d of %d):\n%s", restarts, MAX_GROUP_RESTARTS,
+                  exc.format_msg())  # fmt: skip
+        return None
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        forward.stop()
+        watch.stop()
     log.info("every learner rank finished")
     return 0

@@ -10,7 +10,10 @@ from surreal.protocol.client import ExperienceStream, LearnerClient, ProtocolErr
 
 log = logging.getLogger(__name__)
 
-GIVE_UP_SECONDS = 900.0  # a worker that cannot reach the learner this long exits EXIT_LEARNER_GONE
+# A worker that cannot reach the learner this long exits EXIT_LEARNER_GONE. The backstop:
+# on Kubernetes the component's watch of the learner's Job (orchestrator/kube/watch.py) ends it
+# within seconds of that Job's end; this bound stays for a cluster whose API it cannot read.
+GIVE_UP_SECONDS = 900.0
 # The exit code of a worker or evaluator whose learner is gone for good (EX_UNAVAILABLE): the
 # Jobs' podFailurePolicy fails the experiment's workers on it instead of retrying them.
 EXIT_LEARNER_GONE = 69

@@ -16,6 +16,22 @@ from surreal.algorithms.common.env_ref import EnvRef
 # here, without torch, so that every component can ask whether it is one.
 ENV_RANK = "RANK"
 ENV_WORLD_SIZE = "WORLD_SIZE"
+# The exit of a learner whose ranks did not form their group in time (a rank hung before it joined):
+# retrying cannot help, so it fails the learner role at once (policy.py: one of its fatal exits).
+EXIT_GROUP_NOT_FORMED = 70
+# The exit of a learner that no actor is left to feed (on Kubernetes: the actors' Job failed, which
+# the learner's cluster watch saw, orchestrator/kube/watch.py): a fatal exit of the learner role.
+EXIT_NO_ACTORS = 71
+
+
+class RoleFailed(RuntimeError):
+    """The component's role has failed for good: it exits `code` (one of its role's fatal exits,
+    policy.py) and leaves the message as its termination message, which says why (the local
+    supervisor's `problem`, a pod's terminated state)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def rank_from_environ() -> tuple[int, int] | None:

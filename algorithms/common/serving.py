@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from surreal.algorithms.common import preemption
 from surreal.algorithms.common.checkpoint import write_json
 from surreal.algorithms.common.envs import EnvBatch
-from surreal.algorithms.common.evaluator import Policy, evaluate
+from surreal.algorithms.common.evaluator import HEARTBEAT_SECONDS, Policy, evaluate
 from surreal.algorithms.common.ranks import PeerLost, RankGroup
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.algorithms.common.scale import (
@@ -58,6 +58,14 @@ HOLD_POLL_SECONDS = 0.001  # how often a learner rank waiting for its group look
 # learner knows its batch without looking, and waits longer.
 RANK_POLL_SECONDS = 0.005
 FRAGMENT_WAIT_SECONDS = 0.25
+# At the end the learner waits for the evaluator's report on the final version only while the
+# evaluator is alive: it called the learner in the last EVALUATOR_SILENCE_SECONDS (a live one calls
+# at least every evaluator.HEARTBEAT_SECONDS, even while it evaluates; the margin is for a busy
+# machine), or it never has and the learner started less than EVALUATOR_START_SECONDS ago (it may
+# still be starting). Otherwise (it failed for good, or is being restarted) the learner evaluates
+# the final version itself at once, rather than wait out `final_eval_timeout`.
+EVALUATOR_SILENCE_SECONDS = 6 * HEARTBEAT_SECONDS
+EVALUATOR_START_SECONDS = 120.0
 
 
 def max_streams(num_agents: int) -> int:
@@ -156,6 +164,7 @@ class ServingLoop:
         self.check_scale()  # the learner made its core for initial_agents(): normally no change
         self.server.start()
         self._status_at = 0.0
+        self._started_at = time.monotonic()
         self._done_at: float | None = None  # when the version saying `done` was published
         # Known workers without a stream open at the end: they see `done` only on a stream they
         # open later (release_workers waits for them).
@@ -221,7 +230,9 @@ class ServingLoop:
 
     def _preempted(self) -> bool:
         """Stop taking experience, save the published version, and report the last status."""
-        log.info("SIGTERM: saving version %d before exiting", self.core.params().version)
+        failure = preemption.failure()
+        why = f"stopping ({failure})" if failure is not None else "SIGTERM"
+        log.info("%s: saving version %d before exiting", why, self.core.params().version)
         started = time.monotonic()
         self.core.save(clean=True)
         self.write_status()
@@ -238,8 +249,9 @@ class ServingLoop:
         try:
             with preemption.graceful():
                 # A SIGTERM after the last look inside train() still counts: the run's end is
-                # saved (clean), and the replacement finishes it.
-                if not self.train() or preemption.requested():
+                # saved (clean), and the replacement finishes it. A stop for a failure elsewhere
+                # (preemption.stop_for) does not: the run is done.
+                if not self.train() or (preemption.requested() and preemption.failure() is None):
                     code = preemption.EXIT_PREEMPTED
                     return code
             code = finish(self, ctx, final_eval_timeout=final_eval_timeout,
@@ -251,10 +263,17 @@ class ServingLoop:
             self.core.close()
 
     def await_final_eval(self, timeout: float) -> None:
-        """Wait for the evaluator's report on the final version. Keep taking fragments so that
-        workers blocked on credits get to refresh parameters and see `done`."""
+        """Wait for the evaluator's report on the final version, at most `timeout` and only while
+        the evaluator is alive (`evaluator_alive`). Keep taking fragments so that workers blocked
+        on credits get to refresh parameters and see `done`."""
         deadline = time.monotonic() + timeout
         while not self.core.final_evaluated and time.monotonic() < deadline:
+            heard_at = self.server.evaluator_heard_at
+            if not evaluator_alive(time.monotonic(), heard_at, self._started_at):
+                log.warning("the evaluator is silent (%s): not waiting for its report",
+                            "never heard from" if heard_at is None
+                            else f"last heard from {time.monotonic() - heard_at:.0f} s ago")  # fmt: skip
+                return
             fragment = self.server.next_fragment(timeout=0.25)
             if fragment is not None:
                 self.take(fragment)
@@ -360,6 +379,14 @@ def read_workers(path: os.PathLike[str] | str) -> dict[str, float]:
         return {}
     return {w: float(t) for w, t in list(workers.items())[:100_000]
             if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)}  # fmt: skip
+
+
+def evaluator_alive(now: float, heard_at: float | None, started_at: float) -> bool:
+    """Whether the evaluator may still report, at `now` (monotonic): it called the learner at
+    `heard_at` (None: never) and the learner started at `started_at`."""
+    if heard_at is not None:
+        return now - heard_at < EVALUATOR_SILENCE_SECONDS
+    return now - started_at < EVALUATOR_START_SECONDS
 
 
 def owed_the_end(

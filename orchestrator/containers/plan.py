@@ -30,14 +30,28 @@ from typing import Any
 import yaml
 
 from surreal.orchestrator.launcher import LauncherError
-from surreal.orchestrator.program import ENV_JOB_INDEX
+from surreal.orchestrator.program import ENV_JOB_INDEX, ENV_KUBE_EXPERIMENT
 
 RUN_LABEL = "surreal.io/run"  # every container and network of one run (a run id)
 POD_LABEL = "surreal.io/pod"  # the pod a container stands for
 WORKLOADS = ("Job", "Deployment")
 # Objects that have nothing to run here; what they promise is kept another way (see `translate`):
 # a claim is a folder that outlives the pods; one node has nothing to drain.
-PASSIVE = ("ConfigMap", "Secret", "Service", "NetworkPolicy", "PersistentVolumeClaim", "PodDisruptionBudget")
+PASSIVE = (
+    "ConfigMap",
+    "Secret",
+    "Service",
+    "NetworkPolicy",
+    "PersistentVolumeClaim",
+    "PodDisruptionBudget",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+)
+# There is no API server here: the pods' access to it (their account's token, its Role) and their
+# watch of their Jobs (ENV_KUBE_EXPERIMENT) are dropped; the run's Job controller (jobs.py) ends
+# the components a failed role leaves without work, as the watch does on a cluster.
+NO_API_ENV = (ENV_KUBE_EXPERIMENT,)
 DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets none
 
 
@@ -178,6 +192,8 @@ def env_flags(container: Mapping[str, Any], pod: str, namespace: str) -> list[st
     fields = {"metadata.name": pod, "metadata.namespace": namespace}
     out: list[str] = []
     for var in container.get("env") or []:
+        if var["name"] in NO_API_ENV:
+            continue
         if "value" in var:
             value = str(var["value"])
         else:

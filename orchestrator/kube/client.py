@@ -68,6 +68,10 @@ _KINDS = {
     "PodDisruptionBudget": ("policy", "pod_disruption_budget", "poddisruptionbudgets.policy"),
     "Job": ("batch", "job", "jobs.batch"),
     "Deployment": ("apps", "deployment", "deployments.apps"),
+    # The components' watch of their Jobs (render.watch_access).
+    "ServiceAccount": ("core", "service_account", "serviceaccounts"),
+    "Role": ("rbac", "role", "roles.rbac.authorization.k8s.io"),
+    "RoleBinding": ("rbac", "role_binding", "rolebindings.rbac.authorization.k8s.io"),
 }
 
 
@@ -135,6 +139,7 @@ class KubeClient:
         self.batch = client.BatchV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
+        self.rbac = client.RbacAuthorizationV1Api(api_client)
         self.server = api_client.configuration.host
         self.context = context
         self.local = is_local_cluster(context, self.server) if local is None else local

@@ -164,7 +164,8 @@ def pod_spec(
     affinity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        # No component talks to the Kubernetes API, so none gets a service account token.
+        # No service account token, unless the pod asks for its experiment's account: the
+        # learner, actors and evaluator do, to watch their Jobs (render.pod_template, watch.py).
         "automountServiceAccountToken": False,
         # Service links would add variables for every Service in the namespace to the env.
         "enableServiceLinks": False,

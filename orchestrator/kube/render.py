@@ -2,7 +2,8 @@
 
 `render(spec, placement, token=...)` turns `make_program(spec)` into plain dicts (the API's JSON):
 ConfigMap (the spec; the root that owns every other object once applied), Secret (the token),
-NetworkPolicy, the learner's PersistentVolumeClaim, Service, PodDisruptionBudget and Job, the
+NetworkPolicy, the ServiceAccount, Role and RoleBinding of the components' watch of their Jobs
+(watch.py), the learner's PersistentVolumeClaim, Service, PodDisruptionBudget and Job, the
 actors' Indexed Job, the evaluator's Job, TensorBoard Service + Deployment. Every container runs
 its component's argv with exactly its env, so a pod cannot tell it is not a local subprocess.
 `surreal create --backend kube --dry-run -o yaml` prints them (output.py), the kube launcher
@@ -16,7 +17,9 @@ disruptions (a drained or preempted node, a SIGTERM the learner answered with a 
 count; a PodDisruptionBudget keeps voluntary evictions off the running learner. Actors are one
 Indexed Job (each pod's index is its worker index; `scale` patches completions and parallelism
 together), each index with its own retries; workers whose learner is gone for good exit
-EXIT_LEARNER_GONE, which fails their Job at once.
+EXIT_LEARNER_GONE, which fails their Job at once. Each component watches the Job it depends on
+(watch.py): a learner whose actors' Job failed exits EXIT_NO_ACTORS (its Job fails at once),
+workers whose learner's Job ended exit 0 (their Jobs complete).
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ def object_names(name: str) -> dict[str, str]:
         "evaluator": f"{name}-evaluator",
         "tensorboard": f"{name}-tensorboard",
         "claim": f"{name}-data",  # the learner's checkpoints, status and events
+        "watch": f"{name}-watch",  # the components' ServiceAccount, Role and RoleBinding
     }
 
 
@@ -148,6 +152,7 @@ def kube_target(spec: ExperimentSpec) -> Target:
         command=("surreal",),
         token_file=pods.TOKEN_PATH,  # the mounted Secret, as locally: never in argv or env
         termination_log=pods.TERMINATION_LOG,
+        kube_experiment=f"{spec.namespace}/{spec.name}",  # the components' watch (watch.py)
     )
 
 
@@ -215,7 +220,7 @@ def render(
     actors = [c for c in program.components if c.role == "actor"]
     _check_actors_alike(actors)
     pvc = settings.storage == "pvc"
-    objects = [ctx.config_map(), ctx.secret(token), ctx.network_policy()]
+    objects = [ctx.config_map(), ctx.secret(token), ctx.network_policy(), *ctx.watch_access()]
     if pvc:
         objects.append(ctx.claim())
     objects += [
@@ -269,6 +274,34 @@ class _Ctx:
             "type": "Opaque",
             "stringData": {"token": token},
         }
+
+    def watch_access(self) -> list[dict[str, Any]]:
+        """What the components' watch of the experiment's Jobs may do (orchestrator/kube/watch.py):
+        list the learner's and the actors' Jobs by name, nothing else. The ServiceAccount mounts
+        no token by default: only the pods that watch ask for it (`pod_template`)."""
+        name, names = self.names["watch"], self.names
+        account = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": self.meta(name, "watch"),
+            "automountServiceAccountToken": False,
+        }
+        role = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": self.meta(name, "watch"),
+            # A list restricted to names: the watch lists with a metadata.name field selector.
+            "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list"],
+                       "resourceNames": [names["learner"], names["actor"]]}],
+        }  # fmt: skip
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": self.meta(name, "watch"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.spec.namespace}],
+        }
+        return [account, role, binding]
 
     def network_policy(self) -> dict[str, Any]:
         name = self.spec.name
@@ -340,6 +373,9 @@ class _Ctx:
         # A Job's pod is never restarted in place: a crash is a failed pod that the Job replaces
         # (or not: podFailurePolicy, which needs Never), and a pod that exits 0 is done.
         spec["restartPolicy"] = "Never"
+        # It watches the experiment's Jobs (watch.py): the token of the experiment's own account.
+        spec["serviceAccountName"] = self.names["watch"]
+        spec["automountServiceAccountToken"] = True
         if component.role == "learner":
             spec["terminationGracePeriodSeconds"] = LEARNER_GRACE_SECONDS
         return {"metadata": {"labels": labels(self.spec.name, component.role)}, "spec": spec}

@@ -126,9 +126,8 @@ def jobs_summary(jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def final_metrics(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """What an ended learner left as its termination message (surreal.component): the final
-    status of a run whose learner pod is gone. The last Succeeded one, else the newest."""
+def _learner_messages(pods: Sequence[Mapping[str, Any]]) -> list[tuple[bool, str, dict[str, Any]]]:
+    """(Succeeded?, finishedAt, message) of each ended learner's termination message (surreal.component)."""
     found: list[tuple[bool, str, dict[str, Any]]] = []
     for pod in pods:
         if role_of(pod) != "learner":
@@ -140,7 +139,21 @@ def final_metrics(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             continue
         if isinstance(message, dict):
             found.append((message.get("phase") == "Succeeded", str(term.get("finishedAt") or ""), message))
+    return found
+
+
+def final_metrics(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What an ended learner left as its termination message (surreal.component): the final
+    status of a run whose learner pod is gone. The last Succeeded one, else the newest."""
+    found = _learner_messages(pods)
     return max(found, key=lambda f: f[:2])[2] if found else {}
+
+
+def learner_failure(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the learner failed for good, as it said in its termination message (a fatal exit:
+    e.g. the rank that never joined its group), or None."""
+    failed = [f for f in _learner_messages(pods) if f[2].get("phase") == "Failed" and f[2].get("reason")]
+    return f"learner: {max(failed, key=lambda f: f[1])[2]['reason']}" if failed else None
 
 
 def phase(
@@ -211,6 +224,7 @@ def status(
     actors = [p for p in pods if role_of(p) == "actor"]
     rows = jobs_summary(jobs) if jobs else None
     problems = [f"{j['name']}: {j['reason']}" for j in rows or [] if j.get("reason")]
+    problems += filter(None, [learner_failure(pods)])
     queued = any(j["state"] == "Suspended" for j in rows or [])
     return status_object(
         spec,

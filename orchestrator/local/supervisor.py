@@ -46,6 +46,7 @@ from surreal.orchestrator.files import write_json_atomic
 from surreal.orchestrator.home import LOG_DIR
 from surreal.orchestrator.local.sched_slice import slice_ms_from_env, slice_request
 from surreal.orchestrator.policy import POLICIES, Action, RolePolicy, decide, policy_of, role_failure
+from surreal.orchestrator.program import ENV_TERMINATION_LOG
 from surreal.orchestrator.status import ENDED_STATES, ComponentState, Phase
 
 log = logging.getLogger(__name__)
@@ -278,7 +279,9 @@ class Supervisor:
     def _start(self, child: _Child) -> bool:
         """Start the component; False (and the component Failed) if it cannot be executed."""
         component = child.component
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **component.env}
+        last_words = self._last_words_path(component)
+        last_words.unlink(missing_ok=True)  # what an earlier life of it said
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", ENV_TERMINATION_LOG: str(last_words), **component.env}
         with open(self._log_path(component), "ab") as out:
             try:
                 proc = subprocess.Popen(
@@ -333,6 +336,8 @@ class Supervisor:
             policy = dataclasses.replace(policy, retries=0, disruption_exits=())
         decision = decide(policy, code, child.failures)
         why = describe_exit(code)
+        if decision.action in (Action.GIVE_UP, Action.FAIL_ROLE) and (reason := self._last_words(component)):
+            why = f"{why}: {reason}"
         if decision.action is Action.DONE:
             child.state = ComponentState.SUCCEEDED
             self._note(child, "exited with code 0")
@@ -488,6 +493,20 @@ class Supervisor:
 
     def _log_path(self, component: Component) -> Path:
         return self.exp_dir / LOG_DIR / f"{component.name}.log"
+
+    def _last_words_path(self, component: Component) -> Path:
+        """Its termination message (as a pod's /dev/termination-log): a component that fails for
+        good says why there (surreal.component)."""
+        return self.exp_dir / LOG_DIR / f"{component.name}.termination"
+
+    def _last_words(self, component: Component) -> str:
+        """The `reason` of its termination message, or ""."""
+        try:
+            message = json.loads(_read_small(self._last_words_path(component))[:4096])
+        except (OSError, ValueError):
+            return ""
+        reason = message.get("reason") if isinstance(message, dict) else None
+        return reason if isinstance(reason, str) else ""
 
     def _note(self, child: _Child, message: str) -> None:
         """Say what the supervisor did in the component's own log (and the supervisor's)."""

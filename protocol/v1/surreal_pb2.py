@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18surreal/v1/surreal.proto\x12\nsurreal.v1\"U\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x05\x64type\x18\x02 \x01(\x0e\x32\x11.surreal.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\x1a\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\"G\n\x08\x46ragment\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12#\n\x07tensors\x18\x02 \x03(\x0b\x32\x12.surreal.v1.Tensor\"i\n\x11\x45xperienceRequest\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.surreal.v1.HelloH\x00\x12(\n\x08\x66ragment\x18\x02 \x01(\x0b\x32\x14.surreal.v1.FragmentH\x00\x42\x06\n\x04kind\"I\n\x06\x43redit\x12\x0f\n\x07\x63redits\x18\x01 \x01(\x05\x12\x1b\n\x0elatest_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_latest_version\"\"\n\tGetParams\x12\x15\n\rknown_version\x18\x01 \x01(\x03\"u\n\x06Params\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x11\n\tunchanged\x18\x02 \x01(\x08\x12#\n\x07weights\x18\x03 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12\"\n\x06\x65xtras\x18\x04 \x03(\x0b\x32\x12.surreal.v1.Tensor\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x87\x01\n\nEvalReport\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tenv_steps\x18\x02 \x01(\x03\x12\x13\n\x0bmean_return\x18\x03 \x01(\x01\x12\x12\n\nstd_return\x18\x04 \x01(\x01\x12\x10\n\x08\x65pisodes\x18\x05 \x01(\x05\x12\x13\n\x0bmean_length\x18\x06 \x01(\x01\"\x05\n\x03\x41\x63k*c\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x46LOAT32\x10\x01\x12\x0b\n\x07\x46LOAT64\x10\x02\x12\t\n\x05INT32\x10\x03\x12\t\n\x05INT64\x10\x04\x12\t\n\x05UINT8\x10\x05\x12\x08\n\x04\x42OOL\x10\x06\x32M\n\nExperience\x12?\n\x06Stream\x12\x1d.surreal.v1.ExperienceRequest\x1a\x12.surreal.v1.Credit(\x01\x30\x01\x32>\n\nParameters\x12\x30\n\x03Get\x12\x15.surreal.v1.GetParams\x1a\x12.surreal.v1.Params2z\n\x06Status\x12\x39\n\x03Get\x12\x19.surreal.v1.StatusRequest\x1a\x17.surreal.v1.StatusReply\x12\x35\n\nReportEval\x12\x16.surreal.v1.EvalReport\x1a\x0f.surreal.v1.Ackb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18surreal/v1/surreal.proto\x12\nsurreal.v1\"U\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x05\x64type\x18\x02 \x01(\x0e\x32\x11.surreal.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\x1a\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\"G\n\x08\x46ragment\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12#\n\x07tensors\x18\x02 \x03(\x0b\x32\x12.surreal.v1.Tensor\"i\n\x11\x45xperienceRequest\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.surreal.v1.HelloH\x00\x12(\n\x08\x66ragment\x18\x02 \x01(\x0b\x32\x14.surreal.v1.FragmentH\x00\x42\x06\n\x04kind\"I\n\x06\x43redit\x12\x0f\n\x07\x63redits\x18\x01 \x01(\x05\x12\x1b\n\x0elatest_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_latest_version\"0\n\tGetParams\x12\x15\n\rknown_version\x18\x01 \x01(\x03\x12\x0c\n\x04role\x18\x02 \x01(\t\"u\n\x06Params\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x11\n\tunchanged\x18\x02 \x01(\x08\x12#\n\x07weights\x18\x03 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12\"\n\x06\x65xtras\x18\x04 \x03(\x0b\x32\x12.surreal.v1.Tensor\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x87\x01\n\nEvalReport\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tenv_steps\x18\x02 \x01(\x03\x12\x13\n\x0bmean_return\x18\x03 \x01(\x01\x12\x12\n\nstd_return\x18\x04 \x01(\x01\x12\x10\n\x08\x65pisodes\x18\x05 \x01(\x05\x12\x13\n\x0bmean_length\x18\x06 \x01(\x01\"\x05\n\x03\x41\x63k*c\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x46LOAT32\x10\x01\x12\x0b\n\x07\x46LOAT64\x10\x02\x12\t\n\x05INT32\x10\x03\x12\t\n\x05INT64\x10\x04\x12\t\n\x05UINT8\x10\x05\x12\x08\n\x04\x42OOL\x10\x06\x32M\n\nExperience\x12?\n\x06Stream\x12\x1d.surreal.v1.ExperienceRequest\x1a\x12.surreal.v1.Credit(\x01\x30\x01\x32>\n\nParameters\x12\x30\n\x03Get\x12\x15.surreal.v1.GetParams\x1a\x12.surreal.v1.Params2z\n\x06Status\x12\x39\n\x03Get\x12\x19.surreal.v1.StatusRequest\x1a\x17.surreal.v1.StatusReply\x12\x35\n\nReportEval\x12\x16.surreal.v1.EvalReport\x1a\x0f.surreal.v1.Ackb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'surreal.protocol.v1.surreal_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DTYPE']._serialized_start=756
-  _globals['_DTYPE']._serialized_end=855
+  _globals['_DTYPE']._serialized_start=770
+  _globals['_DTYPE']._serialized_end=869
   _globals['_TENSOR']._serialized_start=40
   _globals['_TENSOR']._serialized_end=125
   _globals['_HELLO']._serialized_start=127
@@ -44,21 +44,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREDIT']._serialized_start=335
   _globals['_CREDIT']._serialized_end=408
   _globals['_GETPARAMS']._serialized_start=410
-  _globals['_GETPARAMS']._serialized_end=444
-  _globals['_PARAMS']._serialized_start=446
-  _globals['_PARAMS']._serialized_end=563
-  _globals['_STATUSREQUEST']._serialized_start=565
-  _globals['_STATUSREQUEST']._serialized_end=580
-  _globals['_STATUSREPLY']._serialized_start=582
-  _globals['_STATUSREPLY']._serialized_end=609
-  _globals['_EVALREPORT']._serialized_start=612
-  _globals['_EVALREPORT']._serialized_end=747
-  _globals['_ACK']._serialized_start=749
-  _globals['_ACK']._serialized_end=754
-  _globals['_EXPERIENCE']._serialized_start=857
-  _globals['_EXPERIENCE']._serialized_end=934
-  _globals['_PARAMETERS']._serialized_start=936
-  _globals['_PARAMETERS']._serialized_end=998
-  _globals['_STATUS']._serialized_start=1000
-  _globals['_STATUS']._serialized_end=1122
+  _globals['_GETPARAMS']._serialized_end=458
+  _globals['_PARAMS']._serialized_start=460
+  _globals['_PARAMS']._serialized_end=577
+  _globals['_STATUSREQUEST']._serialized_start=579
+  _globals['_STATUSREQUEST']._serialized_end=594
+  _globals['_STATUSREPLY']._serialized_start=596
+  _globals['_STATUSREPLY']._serialized_end=623
+  _globals['_EVALREPORT']._serialized_start=626
+  _globals['_EVALREPORT']._serialized_end=761
+  _globals['_ACK']._serialized_start=763
+  _globals['_ACK']._serialized_end=768
+  _globals['_EXPERIENCE']._serialized_start=871
+  _globals['_EXPERIENCE']._serialized_end=948
+  _globals['_PARAMETERS']._serialized_start=950
+  _globals['_PARAMETERS']._serialized_end=1012
+  _globals['_STATUS']._serialized_start=1014
+  _globals['_STATUS']._serialized_end=1136
 # @@protoc_insertion_point(module_scope)

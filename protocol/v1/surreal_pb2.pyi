@@ -68,10 +68,12 @@ class Credit(_message.Message):
     def __init__(self, credits: _Optional[int] = ..., latest_version: _Optional[int] = ...) -> None: ...
 
 class GetParams(_message.Message):
-    __slots__ = ("known_version",)
+    __slots__ = ("known_version", "role")
     KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     known_version: int
-    def __init__(self, known_version: _Optional[int] = ...) -> None: ...
+    role: str
+    def __init__(self, known_version: _Optional[int] = ..., role: _Optional[str] = ...) -> None: ...
 
 class Params(_message.Message):
     __slots__ = ("version", "unchanged", "weights", "extras")

@@ -60,7 +60,7 @@ class _LearnerThatStopsAfterTheFinalReport:
         self.polls = 0
         self.reports: list[EvalReport] = []
 
-    def get_params(self, version: int) -> Params | None:
+    def get_params(self, version: int, timeout: float, role: str) -> Params | None:
         if self.reports and self.reports[-1].policy_version == 2:
             raise AssertionError("the evaluator polled after reporting the final version")
         self.polls += 1

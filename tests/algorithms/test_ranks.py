@@ -6,30 +6,42 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import multiprocessing
+import subprocess
+import sys
+import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
 from surreal.algorithms.common import ranks as ranks_module
 from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.ranks import (
+    COLLECTIVE_TIMEOUT,
+    FORM_TIMEOUT,
     HEARTBEAT_SECONDS,
+    JOIN_TIMEOUT,
+    MONITOR_SECONDS,
     PEER_TIMEOUT_SECONDS,
     GroupNotFormed,
+    JoinWatch,
     PeerLost,
     RankGroup,
     join_group,
     open_store,
 )
+from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, RoleFailed
 from surreal.algorithms.ppo import learner as learner_module
 from surreal.algorithms.ppo.actor import PPOActor
 from surreal.algorithms.ppo.learner import PPOLearner
 from surreal.algorithms.ppo.presets import preset_for
+from surreal.component import EXIT_SECONDS
+from surreal.orchestrator.policy import POLICIES, Action, decide
 from surreal.protocol.types import Fragment
 
 ENV = "Pendulum-v1"
@@ -270,6 +282,134 @@ def test_a_rank_that_never_joins_fails_the_group_in_bounded_time(tmp_path):
         join_group(0, 2, store, join_timeout=datetime.timedelta(seconds=1))
     print(f"gave up after {time.monotonic() - started:.2f} s")
     assert time.monotonic() - started < 30.0  # 1 s and a poll; the bar only catches "forever"
+
+
+def test_a_rank_that_never_joins_fails_the_run_within_5_minutes() -> None:
+    """The worst case from a learner's start to its run being Failed, when a rank hangs before it
+    joins (it was ~24 minutes: JOIN_TIMEOUT once per group restart, 4 per learner, times the 6
+    lives of the learner's budget). Now the agent's JoinWatch fails the learner with a fatal exit
+    that neither launch_ranks nor the backend retries."""
+    assert decide(POLICIES["learner"], EXIT_GROUP_NOT_FORMED, 0).action is Action.FAIL_ROLE
+    assert GroupNotFormed("rank 1").code == EXIT_GROUP_NOT_FORMED
+    start = (
+        60.0  # the learner's process imports torch and reads its spec (seconds; JOIN_TIMEOUT's own allowance)
+    )
+    stop_the_rest = 30.0  # the supervisor's grace (5 s), a pod's terminationGracePeriodSeconds (30 s)
+    # The later of the JoinWatch's two deadlines, from the group's start: every rank joined but
+    # one hangs inside init_process_group. It comes before gloo's own timeout, which would count
+    # as an ordinary failure (a group restart), however late a rank calls init_process_group.
+    assert FORM_TIMEOUT.total_seconds() > 0
+    assert JOIN_TIMEOUT + FORM_TIMEOUT < COLLECTIVE_TIMEOUT
+    worst = (
+        start
+        + JOIN_TIMEOUT.total_seconds()  # the JoinWatch, from the group's start
+        + FORM_TIMEOUT.total_seconds()  # then the ranks' process group formed, or not
+        + MONITOR_SECONDS  # the agent sees the ranks the watch killed
+        + EXIT_SECONDS  # the learner's process is gone (at most)
+        + stop_the_rest
+    )
+    assert worst <= 300, worst
+
+
+def sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+
+def test_the_agent_names_the_ranks_that_never_came_up_and_stops_the_group(tmp_path):
+    rank = sleeper()
+    try:
+        ranks_module._came_up(tmp_path, "gen", 0).touch()  # rank 0 came up; rank 1 never does
+        watch = JoinWatch(tmp_path, "gen", 2, datetime.timedelta(seconds=0.1),
+                          started=lambda: [psutil.Process(rank.pid)])  # fmt: skip
+        watch.start()
+        assert rank.wait(timeout=60) == -9  # killed: the agent's run ends
+        watch.stop()
+        assert watch.missing == [1]
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def test_a_group_that_joined_but_hangs_forming_is_stopped_and_named(tmp_path):
+    """Every rank came up, rank 1 never left init_process_group (and rank 0 waits in it for
+    rank 1): FORM_TIMEOUT later the agent stops the group and says so; the learner fails."""
+    rank = sleeper()
+    try:
+        for r in range(2):
+            ranks_module._came_up(tmp_path, "gen", r).touch()
+        watch = JoinWatch(tmp_path, "gen", 2, datetime.timedelta(seconds=0.1),
+                          started=lambda: [psutil.Process(rank.pid)],
+                          form_timeout=datetime.timedelta(seconds=0.1))  # fmt: skip
+        watch.start()
+        assert rank.wait(timeout=60) == -9
+        watch.stop()
+        assert watch.missing == []
+        assert watch.problem == ("learner ranks 0, 1 of 2 joined but did not form the process group "
+                                 "within 0 s of its start (hung in init_process_group)")  # fmt: skip
+        assert GroupNotFormed(watch.problem).code == EXIT_GROUP_NOT_FORMED
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def test_a_process_group_that_fails_to_form_is_fatal_not_a_restart(tmp_path, monkeypatch):
+    store = open_store(f"file:{tmp_path}", 2, "gen")
+    store.set("joined/1", "1")  # rank 1 joined
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("[gloo] Connection reset\n by peer")
+
+    monkeypatch.setattr(ranks_module.dist, "init_process_group", refuse)
+    with pytest.raises(GroupNotFormed, match=r"^learner rank 0 of 2 could not form the process group: "
+                                             r".*Connection reset by peer$") as info:  # fmt: skip
+        join_group(0, 2, store)
+    assert info.value.code == EXIT_GROUP_NOT_FORMED
+
+
+def test_a_group_whose_ranks_all_came_up_is_left_alone(tmp_path):
+    rank = sleeper()
+    try:
+        for r in range(2):
+            ranks_module._came_up(tmp_path, "gen", r).touch()
+            ranks_module._formed(tmp_path, "gen", r).touch()
+        watch = JoinWatch(tmp_path, "gen", 2, datetime.timedelta(seconds=0.1),
+                          started=lambda: [psutil.Process(rank.pid)],
+                          form_timeout=datetime.timedelta(seconds=0.1))  # fmt: skip
+        watch.start()
+        watch._thread.join(timeout=60)  # past its deadline: it looked, and ended
+        assert not watch._thread.is_alive()
+        assert watch.missing == [] and watch.problem is None and rank.poll() is None
+        watch.stop()
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def test_a_stop_request_reaches_every_rank_as_sigterm_once(monkeypatch):
+    """The learner's role failed elsewhere (on Kubernetes its watch saw the actors' Job fail):
+    the agent's ranks get SIGTERM (they save and leave, as on a real one), late ones too, each
+    once; without a request none is touched."""
+    from surreal.algorithms.common import preemption
+
+    monkeypatch.setattr(preemption, "_requested", threading.Event())
+    monkeypatch.setattr(preemption, "_failure", [])
+    first, late = sleeper(), sleeper()
+    up = [psutil.Process(first.pid)]
+    try:
+        forward = ranks_module.StopForward(started=lambda: list(up))
+        forward.start()
+        forward._thread.join(timeout=3 * MONITOR_SECONDS)  # it looks every MONITOR_SECONDS
+        assert first.poll() is None  # no request: left alone
+        preemption.stop_for(RoleFailed(EXIT_NO_ACTORS, "no actor is left"))
+        assert first.wait(timeout=60) == -15  # SIGTERM
+        up.append(psutil.Process(late.pid))
+        assert late.wait(timeout=60) == -15
+        forward.stop()
+        assert forward._told == {first.pid, late.pid}
+    finally:
+        for p in (first, late):
+            p.kill()
+            p.wait()
 
 
 class FakeClock:

@@ -56,11 +56,20 @@ def test_one_container_per_pod_and_replicas_as_the_workloads_ask() -> None:
     assert p.network == "surreal-r1" and p.experiment == "t1" and p.spec["agents"] == 4
 
 
+def test_no_pod_gets_the_clusters_api_its_watch_token_or_account() -> None:
+    # No API server here: the run's Job controller ends what the watch would (watch.py).
+    objs = objects(agents=4, overrides={"agents_per_pod": 2})
+    assert {"ServiceAccount", "Role", "RoleBinding"} <= {o["kind"] for o in objs}
+    for pod in plan(objs).pods:
+        assert "SURREAL_KUBE_EXPERIMENT" not in env(pod), pod.name
+        assert not any("serviceaccount" in a.lower() for a in pod.args), pod.name
+
+
 def test_jobs_carry_their_failure_policy_and_replacements_their_index() -> None:
     p = plan()
     learner, actor, evaluator = p.jobs
     assert (learner.name, learner.completions, learner.backoff_limit) == ("t1-learner", 1, 5)
-    assert learner.ignore_exit_codes == (143,) and learner.fail_exit_codes == ()
+    assert learner.ignore_exit_codes == (143,) and learner.fail_exit_codes == (70, 71)
     assert (actor.completions, actor.backoff_limit, actor.backoff_per_index) == (2, None, 5)
     assert actor.fail_exit_codes == (69,) and evaluator.fail_exit_codes == (69,)
     again = containers_plan.job_pod(p, "t1-actor", 1, rng=lambda n: "y" * n)

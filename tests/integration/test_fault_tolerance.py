@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,15 @@ import psutil
 import pytest
 from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
 
+from surreal.algorithms.ppo.config import PPOConfig
+from surreal.orchestrator.policy import RETRIES
+
 pytestmark = pytest.mark.slow
 
 STEPS = 30_000  # env steps of each run: long enough to kill something in the middle
 QUICK = ("--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
          "--steps", str(STEPS), "--set", "eval_episodes=2")  # fmt: skip
+FINAL_EVAL_TIMEOUT = PPOConfig().final_eval_timeout
 
 
 def dead(pid: int) -> bool:
@@ -112,3 +117,37 @@ def test_killed_learner_resumes_from_its_checkpoint(cli: Cli) -> None:
     assert re.search(r"resum|restor", learner_log, re.IGNORECASE), (
         f"the restarted learner's log does not say it resumed from its checkpoint:\n{learner_log}"
     )
+
+
+def test_an_evaluator_killed_past_its_budget_fails_no_run_and_holds_no_end(cli: Cli) -> None:
+    # 4x the steps of the other runs: the evaluator is killed RETRIES + 1 times while it trains.
+    steps = 4 * STEPS
+    cli.run("create", "ft-eval", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
+            "--steps", str(steps), "--set", "eval_episodes=2", "--set", "eval_interval=2000",
+            "--detach", timeout=30.0)  # fmt: skip
+    # It has reported an evaluation: the learner has heard from it.
+    wait_for(lambda: (st := running(cli, "ft-eval")) and st["eval_return"] is not None, 120.0,
+             "the evaluator's first report")  # fmt: skip
+    for kill in range(RETRIES + 1):
+        victim = cli.component("ft-eval", "evaluator")
+        os.kill(victim["pid"], signal.SIGKILL)
+        if kill < RETRIES:
+            wait_for(lambda v=victim: (c := cli.component("ft-eval", "evaluator"))["state"] == "Running"
+                     and c["pid"] != v["pid"], 60.0, f"the evaluator's restart {kill + 1}")  # fmt: skip
+    wait_for(lambda: cli.component("ft-eval", "evaluator")["state"] == "Failed", 30.0,
+             "the evaluator to fail for good")  # fmt: skip
+    assert cli.status("ft-eval")["phase"] == "Running", "the run ended before its evaluator failed"
+
+    # A learner that waited out final_eval_timeout for the dead evaluator would miss this wait.
+    assert RUN_TIMEOUT < FINAL_EVAL_TIMEOUT
+    failed_at = time.time()
+    final = wait_for(lambda: ended(cli, "ft-eval"), RUN_TIMEOUT, "the end", poll=0.5)
+    print(f"the run ended {cli.state('ft-eval')['ended_at'] - failed_at:.1f} s after its evaluator failed")
+    assert final["phase"] == "Succeeded", final
+    assert final["env_steps"] >= steps and final["eval_return"] is not None, final
+    states = {c["name"]: c["state"] for c in final["components"]}
+    assert states["evaluator"] == "Failed" and states["learner"] == "Succeeded", final["components"]
+    learner_log = cli.run("logs", "ft-eval", "learner", "--lines", "100000").stdout
+    cli.run("delete", "ft-eval")
+    assert "not waiting for its report" in learner_log, learner_log[-3000:]
+    assert "evaluating it here" in learner_log

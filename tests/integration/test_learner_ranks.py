@@ -5,6 +5,7 @@ are bounded by env steps, waits by explicit timeouts.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -14,6 +15,9 @@ import torch
 from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
 from test_fault_tolerance import dead
 from test_preemption import resumed
+
+from surreal.algorithms.common.ranks import FORM_TIMEOUT, JOIN_TIMEOUT
+from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED
 
 pytestmark = pytest.mark.slow
 
@@ -95,3 +99,82 @@ def test_a_killed_rank_restarts_the_group_from_the_checkpoint_and_the_run_succee
     assert all(c["restarts"] == 0 and c["state"] == "Succeeded" for c in final["components"]), final
     cli.run("delete", "ranks-kill")
     assert not cli.leftovers()  # the ranks too: they die with the agent (PR_SET_PDEATHSIG)
+
+
+# On PYTHONPATH as sitecustomize.py (imported by every Python process the run starts): learner rank 1
+# hangs before it joins its group, as the issue's rank did. Nothing in the product reads it.
+HANG_RANK_1 = """
+import os, sys
+if sys.argv[1:3] == ["component", "learner"] and os.environ.get("RANK") == "1":
+    import time
+    from surreal.algorithms.common import ranks
+
+    def hang(*args, **kwargs):
+        time.sleep(3600)
+
+    ranks.open_store = hang
+"""
+
+
+HANG_RANK_1_FORMING = """
+import os, sys
+if sys.argv[1:3] == ["component", "learner"] and os.environ.get("RANK") == "1":
+    import time
+    from surreal.algorithms.common import ranks
+
+    def hang(*args, **kwargs):
+        time.sleep(3600)
+
+    ranks.dist.init_process_group = hang
+"""
+
+
+def test_a_rank_hung_inside_init_process_group_fails_the_run_within_5_minutes(cli: Cli, tmp_path) -> None:
+    """Every rank joins, rank 1 never leaves init_process_group (rank 0 waits in it for rank 1):
+    JOIN_TIMEOUT + FORM_TIMEOUT after the group's start the agent stops it, and the learner fails
+    at once (not gloo's timeout, an ordinary failure: group restarts x the learner's lives)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HANG_RANK_1_FORMING)
+    cli.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
+    started = time.monotonic()
+    cli.run("create", "ranks-form", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
+            "--learners", "2", "--steps", "60000", "--seed", "1", "--detach", timeout=30.0)  # fmt: skip
+    final = wait_for(lambda: ended(cli, "ranks-form"), 300.0, "the run to fail", poll=0.5)
+    print(f"Failed {time.monotonic() - started:.1f} s after create; problem: {final.get('problem')}")
+    assert final["phase"] == "Failed", final
+    within = (JOIN_TIMEOUT + FORM_TIMEOUT).total_seconds()
+    expected = (f"learner ranks 0, 1 of 2 joined but did not form the process group within {within:.0f} s "
+                "of its start (hung in init_process_group)")  # fmt: skip
+    assert final["problem"] == f"the learner failed (exit code {EXIT_GROUP_NOT_FORMED}: {expected})", final
+    learner = next(c for c in final["components"] if c["name"] == "learner")
+    assert (learner["state"], learner["restarts"]) == ("Failed", 0), final["components"]
+    log = cli.run("logs", "ranks-form", "learner", "--lines", "100000").stdout
+    assert "group restart 1" not in log, log[-3000:]
+    cli.run("delete", "ranks-form")
+    assert not cli.leftovers()
+
+
+def test_a_rank_that_never_joins_fails_the_run_naming_it_within_5_minutes(cli: Cli, tmp_path) -> None:
+    """Rank 1 hangs before it joins: the learner's agent gives up JOIN_TIMEOUT after it started
+    the group, the learner fails at once (no group restart, no restart of the learner) and the run
+    is Failed, its problem naming rank 1, well within the 5 minutes that
+    test_ranks.py::test_a_rank_that_never_joins_fails_the_run_within_5_minutes computes."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HANG_RANK_1)
+    cli.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
+    started = time.monotonic()
+    cli.run("create", "ranks-hang", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
+            "--learners", "2", "--steps", "60000", "--seed", "1", "--detach", timeout=30.0)  # fmt: skip
+    final = wait_for(lambda: ended(cli, "ranks-hang"), 300.0, "the run to fail", poll=0.5)
+    print(f"Failed {time.monotonic() - started:.1f} s after create; problem: {final.get('problem')}")
+    assert final["phase"] == "Failed", final
+    expected = f"learner rank 1 of 2 did not join the group within {JOIN_TIMEOUT.total_seconds():.0f} s"
+    assert final["problem"] == f"the learner failed (exit code {EXIT_GROUP_NOT_FORMED}: {expected})", final
+    learner = next(c for c in final["components"] if c["name"] == "learner")
+    assert (learner["state"], learner["restarts"]) == ("Failed", 0), final["components"]
+    log = cli.run("logs", "ranks-hang", "learner", "--lines", "100000").stdout
+    assert "group restart 1" not in log, log[-3000:]  # the group was not started again
+    cli.run("delete", "ranks-hang")
+    assert not cli.leftovers()  # the hung rank too

@@ -20,6 +20,7 @@ from surreal import spec as spec_mod
 from surreal.algorithms.common import envs
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
+from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
 from surreal.algorithms.es import presets as es_presets
 from surreal.algorithms.ppo import presets as ppo_presets
 from surreal.orchestrator.kube import output as ko
@@ -171,9 +172,30 @@ def test_the_chart_has_the_renderers_retries_grace_period_exit_codes_and_queue_l
             if "onExitCodes" in rule
         }
         assert codes["Ignore"] == [EXIT_PREEMPTED]
-        assert codes.get("FailJob") == (None if role == "learner" else [EXIT_LEARNER_GONE])
+        assert codes["FailJob"] == (
+            [EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS] if role == "learner" else [EXIT_LEARNER_GONE]
+        )
+        assert codes["FailJob"] == list(POLICIES[role].fatal_exits)
         if role != "learner":
             assert "terminationGracePeriodSeconds" not in job["spec"]["template"]["spec"]
+
+
+def test_the_chart_gives_the_components_their_watch_and_tensorboard_no_token() -> None:
+    objects = render_chart({}, namespace="rl")
+    by_kind = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert {
+        ("ServiceAccount", "exp1-watch"),
+        ("Role", "exp1-watch"),
+        ("RoleBinding", "exp1-watch"),
+    } <= by_kind
+    for role, job in jobs_by_role(objects).items():
+        pod = job["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "exp1-watch" and pod["automountServiceAccountToken"] is True
+        env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+        assert env["SURREAL_KUBE_EXPERIMENT"] == "rl/exp1", role
+    [tb] = [o for o in objects if o["kind"] == "Deployment"]
+    assert tb["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in tb["spec"]["template"]["spec"]
 
 
 def test_without_a_queue_the_jobs_start_at_once() -> None:

@@ -78,6 +78,9 @@ def test_create_generates_a_token_when_none_is_given() -> None:
         ("create", "networkpolicies.networking.k8s.io", 403, Forbidden,
          "may not create networkpolicies.networking.k8s.io in namespace 'default' (RBAC"),
         ("create", "services", 409, ExperimentExists, "Service 'exp1-learner' already exists"),
+        # A Role the CLI may not grant (it lacks list on jobs itself): the components' watch.
+        ("create", "roles.rbac.authorization.k8s.io", 403, Forbidden,
+         "may not create roles.rbac.authorization.k8s.io in namespace 'default' (RBAC"),
     ],
 )  # fmt: skip
 def test_a_create_that_fails_midway_leaves_nothing(verb, resource, status, error, message) -> None:

@@ -12,6 +12,7 @@ from kube_support import KUBE_VERSIONS, make_spec
 
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
+from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
 from surreal.component import ComponentError, worker_index
 from surreal.orchestrator.kube import output as ko
 from surreal.orchestrator.kube import render as kr
@@ -66,6 +67,9 @@ def test_the_kinds_and_names_of_an_experiment(objects_512) -> None:
         ("ConfigMap", "exp1-spec"),
         ("Secret", "exp1-token"),
         ("NetworkPolicy", "exp1-learner"),
+        ("ServiceAccount", "exp1-watch"),
+        ("Role", "exp1-watch"),
+        ("RoleBinding", "exp1-watch"),
         ("PersistentVolumeClaim", "exp1-data"),
         ("Service", "exp1-learner"),
         ("PodDisruptionBudget", "exp1-learner"),
@@ -98,7 +102,10 @@ def test_every_container_has_requests_limits_and_the_security_settings(objects_5
         pod = template["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-        assert pod["automountServiceAccountToken"] is False
+        # A token only where the component watches its Jobs (TensorBoard holds none).
+        watches = obj["kind"] == "Job"
+        assert pod["automountServiceAccountToken"] is watches
+        assert pod.get("serviceAccountName") == ("exp1-watch" if watches else None)
         for container in pod["containers"]:
             where = f"{obj['metadata']['name']}/{container['name']}"
             resources = container["resources"]
@@ -184,13 +191,18 @@ def test_every_component_runs_to_completion_and_disruptions_are_not_failures(rol
     assert rules[1]["action"] == "Ignore" and rules[1]["onExitCodes"]["values"] == [EXIT_PREEMPTED]
     container = pod["containers"][0]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # A worker whose learner is gone for good, and a learner whose ranks did not form their group
+    # or that no actor is left to feed, fail their Job instead of retrying.
+    fatal = [EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS] if role == "learner" else [EXIT_LEARNER_GONE]
+    assert rules[2:] == [{"action": "FailJob", "onExitCodes": {
+        "containerName": role, "operator": "In", "values": fatal}}]  # fmt: skip
+    # Every component watches the Job it depends on (orchestrator/kube/watch.py).
+    assert {"name": "SURREAL_KUBE_EXPERIMENT", "value": "default/exp1"} in container["env"]
+    assert pod["serviceAccountName"] == "exp1-watch" and pod["automountServiceAccountToken"] is True
     if role == "learner":
-        assert job["spec"]["backoffLimit"] == POLICIES["learner"].retries and len(rules) == 2
+        assert job["spec"]["backoffLimit"] == POLICIES["learner"].retries
         assert pod["terminationGracePeriodSeconds"] == kr.LEARNER_GRACE_SECONDS
         assert {"name": "SURREAL_TERMINATION_LOG", "value": "/dev/termination-log"} in container["env"]
-    else:  # a worker whose learner is gone for good fails its Job instead of retrying
-        assert rules[2] == {"action": "FailJob", "onExitCodes": {
-            "containerName": role, "operator": "In", "values": [EXIT_LEARNER_GONE]}}  # fmt: skip
     if role == "actor":  # one crashing actor spends its own retries, fails nothing else
         assert (
             job["spec"]["backoffLimitPerIndex"] == POLICIES["actor"].retries
@@ -431,3 +443,21 @@ def test_many_agents_render_in_one_pass_over_the_actors(monkeypatch: pytest.Monk
     actors = by_kind_name(objects)[("Job", "exp1-actor")]
     assert actors["spec"]["completions"] == actors["spec"]["parallelism"] == agents
     assert len(objects) == len(kr.render(make_spec(agents=4), token="t"))
+
+
+def test_the_components_may_list_their_two_jobs_by_name_and_nothing_else() -> None:
+    objects = by_kind_name(kr.render(make_spec(namespace="rl"), token="t"))
+    account = objects[("ServiceAccount", "exp1-watch")]
+    assert account["automountServiceAccountToken"] is False  # only the pods that watch mount it
+    [rule] = objects[("Role", "exp1-watch")]["rules"]
+    assert rule == {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list"],
+                    "resourceNames": ["exp1-learner", "exp1-actor"]}  # fmt: skip
+    binding = objects[("RoleBinding", "exp1-watch")]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "exp1-watch",
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "exp1-watch", "namespace": "rl"}]
+    env = objects[("Job", "exp1-actor")]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "SURREAL_KUBE_EXPERIMENT", "value": "rl/exp1"} in env

@@ -107,3 +107,19 @@ def test_status_keeps_the_contract_keys_even_without_metrics() -> None:
                 "components"):  # fmt: skip
         assert key in st
     assert st["backend"] == "kube" and st["phase"] == "Pending" and st["components"] == []
+
+
+def test_a_learner_that_failed_for_good_says_why_in_the_problem() -> None:
+    spec = {"name": "e", "algo": "ppo", "env": "CartPole-v1", "agents": 2, "steps": 10, "namespace": "n"}
+    why = "learner rank 1 of 2 did not join the group within 60 s"
+    message = f'{{"phase":"Failed","exit_code":70,"reason":"{why}"}}'
+    learner = pod("e-learner-0", "learner", {"terminated": {"exitCode": 70, "message": message}})
+    job = {"metadata": {"name": "e-learner", "labels": {"surreal.io/component": "learner"}},
+           "spec": {"completions": 1},
+           "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+                                      "message": "Container learner failed with exit code 70"}]}}  # fmt: skip
+    st = ks.status(spec, [learner], {}, jobs=[job])
+    assert st["phase"] == "Failed"
+    assert st["problem"] == (
+        f"e-learner: PodFailurePolicy: Container learner failed with exit code 70; learner: {why}"
+    )

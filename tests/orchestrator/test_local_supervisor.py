@@ -155,6 +155,27 @@ def test_component_that_always_crashes_fails_the_experiment(tmp_path: Path) -> N
     assert state["problem"] == "no actor is left to feed the learner: actor-0 failed (exit code 2)"
 
 
+def test_a_fatal_exit_fails_the_learner_at_once_with_the_reason_it_left(tmp_path: Path) -> None:
+    # What a learner whose ranks never formed their group does (surreal.component).
+    last_words = """
+        import json, os, sys
+        reason = "learner rank 1 of 2 did not join the group within 60 s"
+        with open(os.environ["SURREAL_TERMINATION_LOG"], "w") as f:
+            json.dump({"phase": "Failed", "exit_code": 70, "reason": reason}, f)
+        sys.exit(70)
+    """
+    program = Program("exp", (py("learner", "learner", last_words), py("actor-0", "actor", SLEEP)))
+    sup = Supervisor(program, tmp_path, grace_seconds=2.0)
+    assert sup.run() == "Failed"
+    state = read_state(tmp_path)
+    assert state is not None
+    comps = by_name(state)
+    assert (comps["learner"]["state"], comps["learner"]["restarts"]) == ("Failed", 0)
+    assert state["problem"] == (
+        "the learner failed (exit code 70: learner rank 1 of 2 did not join the group within 60 s)"
+    )
+
+
 def test_learner_success_stops_the_others_even_stubborn_ones(tmp_path: Path) -> None:
     stubborn = """
         import signal, time

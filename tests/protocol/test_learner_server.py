@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -147,6 +148,19 @@ def test_status_round_trip_and_eval_report(make_server, make_client) -> None:
     client.report_eval(report)
     assert reports == [report]
     assert server.stats["evals_received"] == 1 and server.stats["status_requests"] == 1
+
+
+def test_the_evaluator_is_heard_from_when_it_says_so_or_reports(make_server, make_client) -> None:
+    server, address = make_server(on_eval=lambda report: None)
+    client = make_client(address)
+    client.get_params()  # an actor's call says nothing of the evaluator
+    assert server.evaluator_heard_at is None
+    before = time.monotonic()
+    client.get_params(role="evaluator")
+    heard = server.evaluator_heard_at
+    assert heard is not None and heard >= before
+    client.report_eval(EvalReport(1, 1, 0.0, 0.0, 1, 1.0))
+    assert server.evaluator_heard_at is not None and server.evaluator_heard_at >= heard
 
 
 def test_status_without_provider_and_eval_without_handler(make_server, make_client) -> None:

@@ -17,6 +17,10 @@ each to its Python name, so a change on one side only fails the tests.
 {{- define "surreal.exitPreempted" -}}143{{- end -}}
 {{/* EXIT_LEARNER_GONE: a worker whose learner is gone for good (fails its Job at once). */}}
 {{- define "surreal.exitLearnerGone" -}}69{{- end -}}
+{{/* EXIT_GROUP_NOT_FORMED: a learner whose ranks did not form their group (fails its Job at once). */}}
+{{- define "surreal.exitGroupNotFormed" -}}70{{- end -}}
+{{/* EXIT_NO_ACTORS: a learner whose actors' Job failed (no actor is left: fails its Job at once). */}}
+{{- define "surreal.exitNoActors" -}}71{{- end -}}
 {{/* QUEUE_LABEL: Kueue's label naming the LocalQueue that admits a Job. */}}
 {{- define "surreal.queueLabel" -}}kueue.x-k8s.io/queue-name{{- end -}}
 
@@ -127,9 +131,15 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* Pod-level settings shared by every pod; (dict "root" $ "placement" ROLE-VALUES). */}}
+{{/* Pod-level settings shared by every pod; (dict "root" $ "placement" ROLE-VALUES ["account"
+NAME]). Only a pod that names its account (the components, which watch their Jobs) gets a token. */}}
 {{- define "surreal.podCommon" -}}
+{{- if .account }}
+serviceAccountName: {{ .account }}
+automountServiceAccountToken: true
+{{- else }}
 automountServiceAccountToken: false
+{{- end }}
 enableServiceLinks: false
 securityContext:
   runAsNonRoot: true
@@ -157,6 +167,7 @@ CLI writes it, is exactly the component's (orchestrator/program.py). */}}
   "SURREAL_EXP_DIR" "/var/lib/surreal"
   "SURREAL_LEARNER_ADDR" (include "surreal.learnerAddr" .root)
   "SURREAL_TOKEN_FILE" "/var/run/secrets/surreal/token"
+  "SURREAL_KUBE_EXPERIMENT" (printf "%s/%s" (include "surreal.namespace" .root) $name)
 -}}
 {{- if eq .role "learner" -}}
 {{- $_ := set $env "SURREAL_BIND_HOST" "0.0.0.0" -}}
@@ -289,6 +300,14 @@ spec:
           containerName: {{ $role }}
           operator: In
           values: [{{ include "surreal.exitLearnerGone" . }}]
+      {{- else }}
+      # Its ranks did not form their group (one hung before joining), or no actor is left to
+      # feed it (the actors' Job failed): retrying cannot help.
+      - action: FailJob
+        onExitCodes:
+          containerName: {{ $role }}
+          operator: In
+          values: [{{ include "surreal.exitGroupNotFormed" . }}, {{ include "surreal.exitNoActors" . }}]
       {{- end }}
   {{- if $queue }}
   suspend: true
@@ -298,7 +317,7 @@ spec:
       labels:
         {{- include "surreal.labels" (dict "root" .root "component" $role) | nindent 8 }}
     spec:
-      {{- include "surreal.podCommon" (dict "root" .root "placement" (index .root.Values $role)) | nindent 6 }}
+      {{- include "surreal.podCommon" (dict "root" .root "placement" (index .root.Values $role) "account" (printf "%s-watch" $name)) | nindent 6 }}
       # A Job's pod is never restarted in place (podFailurePolicy needs Never); one that exits 0
       # is done.
       restartPolicy: Never
