@@ -68,7 +68,7 @@ JOIN_TIMEOUT = datetime.timedelta(seconds=60)
 # second on the loopback). A rank still inside init_process_group this long after JOIN_TIMEOUT is
 # hung there (the agent's JoinWatch fails the group; gloo's own timeout, COLLECTIVE_TIMEOUT from
 # the rank's call, would come later and count as an ordinary failure).
-FORM_TIMEOUT = datetime.timedelta(seconds=30)
+FORM_TIMEOUT = JOIN_TIMEOUT / 2
 PEER_TIMEOUT_SECONDS = 60.0  # a peer silent this long (hung, or gone without a word) is lost
 HEARTBEAT_SECONDS = 1.0
 
@@ -275,9 +275,9 @@ def _formed(folder: Path, generation: str, rank: int) -> Path:
     return folder / f"formed-{generation}-{rank}"
 
 
-def group_from_environ(learners: int) -> RankGroup:
+def group_from_environ(learners: int, join_timeout: datetime.timedelta = JOIN_TIMEOUT) -> RankGroup:
     """This process's group: the group of one when `learners` is 1, else the rank the elastic
-    agent started this process as."""
+    agent started this process as (its peers have `join_timeout` to join)."""
     if learners == 1:
         return RankGroup()
     found = rank_from_environ()
@@ -294,7 +294,7 @@ def group_from_environ(learners: int) -> RankGroup:
     started = time.monotonic()
     folder = Path(spec.partition(":")[2])
     _came_up(folder, generation, rank).touch()
-    group = join_group(rank, size, store, join_timeout=JOIN_TIMEOUT)
+    group = join_group(rank, size, store, join_timeout=join_timeout)
     _formed(folder, generation, rank).touch()
     group.restarts = int(os.environ.get(ENV_GROUP_RESTARTS, "0") or 0)
     log.info("learner rank %d of %d joined the group (generation %s) in %.1f s", rank, size,
@@ -441,11 +441,11 @@ class StopForward:
             self._stopped.wait(MONITOR_SECONDS)
 
 
-def launch_ranks(learners: int) -> int:
+def launch_ranks(learners: int, join_timeout: datetime.timedelta = JOIN_TIMEOUT) -> int:
     """Run this very component (sys.argv) as `learners` ranks under torch's elastic agent, on
     this machine: a rank that fails (or is killed) makes the agent stop the others, and the whole
     group is started again (MAX_GROUP_RESTARTS times) from rank 0's last checkpoint. A group whose
-    ranks have not all joined JOIN_TIMEOUT after its start is not restarted: GroupNotFormed names
+    ranks have not all joined `join_timeout` after its start is not restarted: GroupNotFormed names
     them (the learner exits EXIT_GROUP_NOT_FORMED). The rendezvous and the ranks' store are files
     in a private temporary folder (a pod's /tmp: never the checkpoint volume, which may be a
     network filesystem); gloo listens on the loopback. Returns 0 when every rank finished,
@@ -468,7 +468,7 @@ def launch_ranks(learners: int) -> int:
         for restarts in range(MAX_GROUP_RESTARTS + 1):
             if preemption.requested():  # asked to stop between groups (stop_for): none to save
                 return EXIT_PREEMPTED
-            code = _run_group(learners, folder, restarts)
+            code = _run_group(learners, folder, restarts, join_timeout)
             if code is not None:
                 return code
         log.error("learner ranks failed after %d group restarts", MAX_GROUP_RESTARTS)
@@ -477,7 +477,7 @@ def launch_ranks(learners: int) -> int:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_group(learners: int, folder: Path, restarts: int) -> int | None:
+def _run_group(learners: int, folder: Path, restarts: int, join_timeout: datetime.timedelta) -> int | None:
     """One group of `learners` ranks (the group's `restarts`-th restart): its exit code, or None
     if a rank failed and the group may be started again."""
     import sys
@@ -503,7 +503,7 @@ def _run_group(learners: int, folder: Path, restarts: int) -> int | None:
     log.info(
         "starting %d learner ranks (elastic agent, run %s, group restart %d)", learners, run_id, restarts
     )
-    watch = JoinWatch(folder, f"{run_id}-0", learners, JOIN_TIMEOUT)
+    watch = JoinWatch(folder, f"{run_id}-0", learners, join_timeout, form_timeout=join_timeout / 2)
     watch.start()
     forward = StopForward()
     forward.start()

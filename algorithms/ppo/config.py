@@ -60,6 +60,9 @@ class PPOConfig:
     eval_deterministic: bool = True  # evaluate the policy's mode; False: its samples (an Atari
     #   policy's argmax can stall a game for its 27k-step limit, e.g. never FIRE after a lost life)
     final_eval_timeout: float = 600.0  # seconds the learner waits for the final evaluation
+    # --learners N: seconds the ranks have to join their group from its start (then half as long
+    # again to form it); a group that misses it fails the run, naming the ranks (ranks.JOIN_TIMEOUT)
+    rank_join_seconds: float = 60.0
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -85,7 +88,8 @@ class PPOConfig:
         _check(self.clip_coef > 0, "clip_coef", "must be > 0", self.clip_coef)
         for name in ("ent_coef", "vf_coef"):
             _check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
-        for name in ("max_grad_norm", "obs_clip", "reward_clip", "final_eval_timeout", "max_abs_reward"):
+        for name in ("max_grad_norm", "obs_clip", "reward_clip", "final_eval_timeout", "max_abs_reward",
+                     "rank_join_seconds"):  # fmt: skip
             _check(getattr(self, name) > 0, name, "must be > 0", getattr(self, name))
         if self.target_kl is not None:
             _check(self.target_kl > 0, "target_kl", "must be > 0 or None", self.target_kl)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import logging
 import time
 from collections import deque
@@ -619,11 +620,12 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     """Serve experience and parameters until `total_steps` env steps are trained on and the final
     version is evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
     cfg.validate()
+    join = datetime.timedelta(seconds=cfg.rank_join_seconds)
     if ctx.learners > 1 and rank_from_environ() is None:
-        return launch_ranks(ctx.learners)  # this process starts and watches the ranks
+        return launch_ranks(ctx.learners, join)  # this process starts and watches the ranks
     torch.set_num_threads(cfg.learner_threads)
     spaces = spaces_for(ctx.env)
-    group = group_from_environ(ctx.learners)
+    group = group_from_environ(ctx.learners, join)
     learner = PPOLearner(cfg, spaces, ctx.total_steps, seed=ctx.seed, exp_dir=ctx.exp_dir, group=group)
     loop = ServingLoop(
         learner, ctx, take=learner.add_fragment,  # ignores fragments once the run is done
