@@ -89,7 +89,7 @@ def test_killed_learner_resumes_from_its_checkpoint(cli: Cli) -> None:
     status_file = cli.exp_dir("ft-learner") / "status.json"
 
     os.kill(victim["pid"], signal.SIGKILL)
-    wait_for(lambda: dead(victim["pid"]), 10.0, "the learner to die", poll=0.01)
+    wait_for(lambda: dead(victim["pid"]), 60.0, "the learner to die", poll=0.01)
     # From here only the restarted learner writes the status file: its first write shows what it
     # restored (it writes status before it takes any experience).
     old = identity(status_file)

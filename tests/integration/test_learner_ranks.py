@@ -84,7 +84,7 @@ def test_a_killed_rank_restarts_the_group_from_the_checkpoint_and_the_run_succee
     killed_at = time.time()
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     victim.send_signal(signal.SIGKILL)
-    wait_for(lambda: dead(victim.pid), 10.0, "rank 1 to die", poll=0.01)
+    wait_for(lambda: dead(victim.pid), 60.0, "rank 1 to die", poll=0.01)
 
     how, _, env_steps, updates = resumed(cli, "ranks-kill")
     counters = saved["counters"]
