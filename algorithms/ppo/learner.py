@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from surreal.algorithms.common.checkpoint import load_checkpoint, resumed_version, save_checkpoint
+from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
@@ -80,6 +80,8 @@ class Pending:
 
 
 class PPOLearner(LearnerProgress):
+    recent_returns = 20  # training episodes that status's train_return averages
+
     def __init__(
         self,
         cfg: PPOConfig,
@@ -501,10 +503,9 @@ class PPOLearner(LearnerProgress):
     def status(self, connected_actors: int = 0) -> dict[str, Any]:
         """The contract's status dict (see status.json)."""
         c = self.counters
-        recent = list(self.train_returns)[-20:]
         if self.group.size == 1:
             return {
-                **self.contract_status(recent, c.dropped_fragments, connected_actors),
+                **self.contract_status(c.dropped_fragments, connected_actors),
                 "rejected_fragments": dict(c.rejected),
                 "skipped_updates": c.skipped_updates,
                 "update_seconds": self.update_seconds,  # in updates since this process started
@@ -515,7 +516,7 @@ class PPOLearner(LearnerProgress):
         streams = list(self.rank_streams)
         streams[self.group.rank] = connected_actors
         return {
-            **self.contract_status(recent, c.dropped_fragments, sum(streams)),
+            **self.contract_status(c.dropped_fragments, sum(streams)),
             "rejected_fragments": dict(c.rejected),
             "skipped_updates": c.skipped_updates,
             "group_restarts": self.group.restarts,
@@ -539,7 +540,7 @@ class PPOLearner(LearnerProgress):
             "skipped_updates": c.skipped_updates,
         }
         if self.train_returns:
-            progress["episode_return"] = float(np.mean(list(self.train_returns)[-20:]))
+            progress["episode_return"] = self.train_return()
         self._tb.add("progress", progress, step)
         self._tb.add("rejected_fragments", c.rejected, step)
         if self.group.size > 1:  # what each rank took in
@@ -547,60 +548,33 @@ class PPOLearner(LearnerProgress):
             self._tb.add("learners", per_rank, step)
 
     def save(self, *, clean: bool = False) -> None:
-        """Checkpoint model, optimizer, normalization statistics and counters (atomically).
-        `clean`: this process publishes no version after this one (it is stopping), so a restore
-        resumes at exactly this version instead of jumping past versions that may have existed."""
+        """Checkpoint model, optimizer, normalization statistics and counters (atomically; the
+        envelope and `clean`: LearnerProgress._save_checkpoint)."""
         if self._ckpt_dir is None:
             return
-        counters = dataclasses.replace(self.counters, elapsed_seconds=self.elapsed_seconds())
-        saved_at = time.time()
+        stats = {**self.obs_rms.to_arrays("obs"), **self.ret_rms.to_arrays("ret")}
         state = {
             "model": self.net.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "normalization": {
-                k: torch.from_numpy(v)
-                for k, v in {**self.obs_rms.to_arrays("obs"), **self.ret_rms.to_arrays("ret")}.items()
-            },
-            "counters": dataclasses.asdict(counters),
-            "train_returns": list(self.train_returns),
-            "eval": [self.eval_return, self.best_eval_return],
-            "clean": clean,
-            "saved_at": saved_at,
+            "normalization": {k: torch.from_numpy(v) for k, v in stats.items()},
         }
-        save_checkpoint(state, self._ckpt_dir)
-        self._note_checkpoint(counters.version, saved_at)
-        log.info(
-            "checkpoint: version %d, %d env steps, %d updates, train return %s, eval return %s%s",
-            counters.version, counters.env_steps, counters.updates, self.status()["train_return"],
-            self.eval_return, " (clean)" if clean else "",
-        )  # fmt: skip
+        self._save_checkpoint(self._ckpt_dir, state, clean=clean)
 
     def _restore(self) -> bool:
         """Resume from the last checkpoint: rank 0 reads it and sends it to the other ranks.
         False when there is none (a fresh start)."""
-        state = load_checkpoint(self._ckpt_dir) if self._ckpt_dir is not None else None
-        state = self.group.broadcast(state)
-        if state is None:
+        saved = load_checkpoint(self._ckpt_dir) if self._ckpt_dir is not None else None
+        saved = self.group.broadcast(saved)
+        if saved is None:
             if self.group.size > 1:  # the same seed draws the same weights, unless threads differ
                 self.net.load_state_dict(self.group.broadcast(self.net.state_dict()))
             return False
+        _, state = self._restore_checkpoint(saved)  # counters, returns, evaluation, version
         self.net.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         stats = {k: v.numpy() for k, v in state["normalization"].items()}
         self.obs_rms.moments = RunningMeanStd.moments_from_arrays(stats, "obs")
         self.ret_rms.moments = RunningMeanStd.moments_from_arrays(stats, "ret")
-        known = {f.name for f in dataclasses.fields(Counters)}  # a field added since is defaulted
-        self.counters = Counters(**{k: v for k, v in state["counters"].items() if k in known})
-        self.train_returns.extend(state["train_returns"])
-        self.eval_return, self.best_eval_return = state["eval"]
-        self._note_checkpoint(self.counters.version, float(state.get("saved_at", time.time())))
-        # Versions published after an unclean checkpoint died with the old process, and actors
-        # may still hold them: go on past every one that can have existed.
-        self.counters.version = resumed_version(
-            self.counters.version, clean=bool(state.get("clean")), checkpoint_every=self.cfg.checkpoint_every
-        )
-        log.info("resumed from checkpoint (%s): %s", "clean" if state.get("clean") else "jumped",
-                 self.counters)  # fmt: skip
         return True
 
     def close(self) -> None:
