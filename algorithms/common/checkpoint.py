@@ -1,12 +1,15 @@
-"""Atomic files: a learner killed at any instant leaves the old or the new file, never half."""
+"""Atomic files: a learner killed at any instant leaves the old or the new file, never half. And
+the checkpoint's envelope, the part every learner (PPO's, ES's) writes the same way."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -57,3 +60,61 @@ def resumed_version(saved: int, *, clean: bool, checkpoint_every: int) -> int:
     most `checkpoint_every - 1` updates (the `checkpoint_every`-th saves: checkpoint_due) and the
     announcement of the end (serving.py), so the restored learner goes on past all of them."""
     return saved if clean else saved + checkpoint_every + 1
+
+
+C = TypeVar("C")
+
+
+@dataclasses.dataclass
+class Envelope:
+    """What a learner's checkpoint holds besides its algorithm's own state: the counters (a
+    dataclass's fields), the recent training returns, the evaluation results, whether the
+    checkpoint is clean (its process published no later version) and when it was written. One
+    file holds both, the envelope's keys beside the state's; a key missing from an older file
+    takes its default."""
+
+    counters: dict[str, Any]
+    train_returns: list[float] = dataclasses.field(default_factory=list)
+    eval_return: float | None = None
+    best_eval_return: float | None = None
+    clean: bool = False
+    saved_at: float = dataclasses.field(default_factory=time.time)  # wall clock
+
+    KEYS = ("counters", "train_returns", "eval", "clean", "saved_at")
+
+    def save(self, state: dict[str, Any], directory: Path) -> Path:
+        """Write the algorithm's `state` inside this envelope as `directory/latest.pt`."""
+        assert not set(self.KEYS) & state.keys(), "the state uses a key of the envelope"
+        envelope = {
+            "counters": self.counters,
+            "train_returns": self.train_returns,
+            "eval": [self.eval_return, self.best_eval_return],
+            "clean": self.clean,
+            "saved_at": self.saved_at,
+        }
+        return save_checkpoint({**state, **envelope}, directory)
+
+    @classmethod
+    def open(cls, saved: dict[str, Any]) -> tuple[Envelope, dict[str, Any]]:
+        """A loaded checkpoint's envelope, and the algorithm's state (the other keys)."""
+        eval_return, best = saved.get("eval") or (None, None)
+        envelope = cls(
+            counters=dict(saved["counters"]),
+            train_returns=list(saved.get("train_returns", [])),
+            eval_return=eval_return,
+            best_eval_return=best,
+            clean=bool(saved.get("clean")),
+        )
+        if saved.get("saved_at") is not None:
+            envelope.saved_at = float(saved["saved_at"])
+        return envelope, {k: v for k, v in saved.items() if k not in cls.KEYS}
+
+    def resumed_counters(self, counters_type: type[C], *, checkpoint_every: int) -> C:
+        """The counters to go on with: a field added since the checkpoint is defaulted, one
+        removed since is dropped, and the version is `resumed_version` of the saved one."""
+        known = {f.name for f in dataclasses.fields(counters_type)}  # type: ignore[arg-type]
+        counters: Any = counters_type(**{k: v for k, v in self.counters.items() if k in known})
+        counters.version = resumed_version(
+            counters.version, clean=self.clean, checkpoint_every=checkpoint_every
+        )
+        return counters  # type: ignore[no-any-return]

@@ -1,13 +1,18 @@
-"""What a learner core (PPO's learner, ES's master) tracks for status besides its algorithm."""
+"""What a learner core (PPO's learner, ES's master) tracks for status besides its algorithm, and
+the checkpoint's envelope it writes and restores."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from surreal.algorithms.common.checkpoint import Envelope
 from surreal.algorithms.common.tb import Scalars
 from surreal.protocol.types import EvalReport
 
@@ -16,12 +21,14 @@ class LearnerProgress:
     """Evaluation results, the recent env-step rate and the run's elapsed time.
 
     A mixin: the core calls `_init_progress()` in its constructor and `_note_steps()` whenever its
-    env step count grows, and provides `counters` (with `version`, `env_steps`, `updates`,
-    `episodes`, `elapsed_seconds`), `done` and `_tb`.
+    env step count grows, and provides `counters` (a dataclass with `version`, `env_steps`,
+    `updates`, `episodes`, `elapsed_seconds`), `train_returns`, `recent_returns`, `done` and `_tb`.
     """
 
     counters: Any
     cfg: Any  # the algorithm's config: checkpoint_every (updates), checkpoint_seconds
+    train_returns: deque[float]
+    recent_returns: int  # training episodes that status's train_return averages
     _tb: Scalars | None
 
     @property
@@ -70,6 +77,39 @@ class LearnerProgress:
         self._checkpoint_monotonic = time.monotonic()
         self._checkpoint_updates = self.counters.updates
 
+    def _save_checkpoint(self, directory: Path, state: dict[str, Any], *, clean: bool) -> None:
+        """Write the algorithm's `state` in the envelope (checkpoint.Envelope) as `directory`'s
+        checkpoint. `clean`: this process publishes no version after this one (it is stopping), so
+        a restore resumes at exactly this version instead of jumping past versions that may have
+        existed."""
+        counters = dataclasses.replace(self.counters, elapsed_seconds=self.elapsed_seconds())
+        envelope = Envelope(dataclasses.asdict(counters), list(self.train_returns), self.eval_return,
+                            self.best_eval_return, clean)  # fmt: skip
+        envelope.save(state, directory)
+        self._note_checkpoint(counters.version, envelope.saved_at)
+        logging.getLogger(type(self).__module__).info(
+            "checkpoint: version %d, %d env steps, %d updates, train return %s, eval return %s%s",
+            counters.version, counters.env_steps, counters.updates, self.train_return(),
+            self.eval_return, " (clean)" if clean else "",
+        )  # fmt: skip
+
+    def _restore_checkpoint(self, saved: dict[str, Any]) -> tuple[Envelope, dict[str, Any]]:
+        """Take a loaded checkpoint's envelope: the counters, returns and evaluation results. Its
+        version goes on past every one that its process may have published after it (an unclean
+        checkpoint's successors died with the process, and actors may still hold them:
+        checkpoint.resumed_version). Returns the envelope and the algorithm's own state."""
+        envelope, state = Envelope.open(saved)
+        self.counters = envelope.resumed_counters(
+            type(self.counters), checkpoint_every=self.cfg.checkpoint_every
+        )
+        self.train_returns.extend(envelope.train_returns)
+        self.eval_return, self.best_eval_return = envelope.eval_return, envelope.best_eval_return
+        self._note_checkpoint(int(envelope.counters["version"]), envelope.saved_at)
+        logging.getLogger(type(self).__module__).info(
+            "resumed from checkpoint (%s): %s", "clean" if envelope.clean else "jumped", self.counters
+        )
+        return envelope, state
+
     def checkpoint_age_seconds(self) -> float | None:
         return None if self._checkpoint_time is None else max(0.0, time.time() - self._checkpoint_time)
 
@@ -82,19 +122,21 @@ class LearnerProgress:
     def elapsed_seconds(self) -> float:
         return self.counters.elapsed_seconds + time.monotonic() - self._started
 
-    def contract_status(
-        self, recent_returns: list[float], dropped: int, connected_actors: int
-    ) -> dict[str, Any]:
+    def train_return(self) -> float | None:
+        """The mean return of the last `recent_returns` training episodes (None before the first)."""
+        recent = list(self.train_returns)[-self.recent_returns :]
+        return float(np.mean(recent)) if recent else None
+
+    def contract_status(self, dropped: int, connected_actors: int) -> dict[str, Any]:
         """The fields of the status contract (status.json, the Status RPC), as every algorithm
-        fills them: `recent_returns` are the last training episodes' returns, `dropped` counts
-        the experience the core discarded."""
+        fills them: `dropped` counts the experience the core discarded."""
         c = self.counters
         return {
             "env_steps": c.env_steps,
             "updates": c.updates,
             "policy_version": c.version,
             "episodes": c.episodes,
-            "train_return": float(np.mean(recent_returns)) if recent_returns else None,
+            "train_return": self.train_return(),
             "eval_return": self.eval_return,
             "best_eval_return": self.best_eval_return,
             "steps_per_second": self.steps_per_second(),

@@ -3,8 +3,9 @@ share of the actors.
 
 Every rank runs the whole learner loop: its own server, its own actors (worker index % N), its own
 batch. An update is collective: the ranks combine their counters and normalization statistics, then
-average gradients minibatch by minibatch (torch.distributed, gloo on CPU), so that after every
-update each rank holds the same weights, optimizer state and version.
+average gradients minibatch by minibatch (`mean_grads`; torch.distributed, gloo on CPU), so that
+after every update each rank holds the same weights, optimizer state and version. The group of one
+(`RankGroup()`, a single learner) runs the same update: its collectives are the identity.
 
 An update is due when the group as a whole holds a batch (`add_steps` counts each rank's intake in
 the store), whichever ranks' actors sent it: as with one learner, a faster actor fills more of it
@@ -110,12 +111,25 @@ class RankGroup:
     # --- collectives (every rank calls the same ones in the same order) ---
 
     def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        """`tensor` summed over the ranks, in place (the same bytes on every rank)."""
-        if self.size > 1:
-            started = time.perf_counter()
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-            self.collective_seconds += time.perf_counter() - started
-        return tensor
+        """`tensor` summed over the ranks: the same bytes on every rank (through the CPU, for gloo;
+        in place if it is there). The group of one returns `tensor` itself."""
+        if self.size == 1:
+            return tensor
+        host = tensor.cpu()
+        started = time.perf_counter()
+        dist.all_reduce(host, op=dist.ReduceOp.SUM)
+        self.collective_seconds += time.perf_counter() - started
+        return host.to(tensor.device)
+
+    def mean_grads(self, params: Sequence[torch.Tensor], rows: int) -> None:
+        """Make each gradient of `params` the mean over the group's minibatch, of which this rank
+        holds `rows` rows (a gradient that is None: zeros): each rank's mean gradient weighted by
+        its rows, summed, divided by the rows of all. The group of one returns at once."""
+        if self.size == 1:
+            return
+        rows_ = torch.tensor([float(rows)], dtype=torch.float64)
+        total = self.all_sum(torch.cat([flat_grads(params).cpu().double() * rows, rows_]))
+        set_flat_grads(params, (total[:-1] / total[-1]).to(params[0].device, params[0].dtype))
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's `obj`, by rank."""

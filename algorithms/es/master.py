@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from surreal.algorithms.common.checkpoint import load_checkpoint, resumed_version, save_checkpoint
+from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
@@ -57,6 +57,7 @@ class ESMaster(LearnerProgress):
     and update sizes follow it, here and on every `set_agents`."""
 
     holding = False  # one master: it never waits for a group
+    recent_returns = 50  # training episodes (two per pair) that status's train_return averages
 
     def __init__(
         self,
@@ -272,11 +273,10 @@ class ESMaster(LearnerProgress):
     def status(self, connected_actors: int = 0) -> dict[str, Any]:
         """The status contract's fields (as PPO's), plus what ES adds."""
         c = self.counters
-        recent = list(self.train_returns)[-50:]
         rejected = dict(self.handout.rejected)
         # ES's dropped experience: results rejected, for any reason.
         return {
-            **self.contract_status(recent, sum(rejected.values()), connected_actors),
+            **self.contract_status(sum(rejected.values()), connected_actors),
             "agents_reporting": len(self.agents),
             "results_accepted": c.results_accepted,
             "results_rejected": rejected,
@@ -300,65 +300,43 @@ class ESMaster(LearnerProgress):
                     "agents_reporting": len(self.agents), "short_rounds": c.short_rounds,
                     "results_rejected": sum(self.handout.rejected.values())}  # fmt: skip
         if self.train_returns:
-            progress["episode_return"] = float(np.mean(list(self.train_returns)[-50:]))
+            progress["episode_return"] = self.train_return()
         self._tb.add("progress", progress, c.env_steps)
         self._tb.add("results_rejected", dict(self.handout.rejected), c.env_steps)
 
     def save(self, *, clean: bool = False) -> None:
         """Checkpoint parameters, Adam state, normalization, counters and ledger totals. `clean`:
-        no later version is published by this process (see PPOLearner.save)."""
+        no later version is published by this process (LearnerProgress._save_checkpoint)."""
         if self._ckpt_dir is None:
             return
-        counters = dataclasses.replace(self.counters, elapsed_seconds=self.elapsed_seconds())
-        saved_at = time.time()
         arrays = {"theta": self.theta, "adam_m": self._adam_m, "adam_v": self._adam_v,
                   "agents": np.array(sorted(self.agents), np.int64),
                   **self.obs_rms.to_arrays("obs")}  # fmt: skip
         state = {
             "arrays": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()},
-            "counters": dataclasses.asdict(counters),
             "rejected": dict(self.handout.rejected),
-            "train_returns": list(self.train_returns),
-            "eval": [self.eval_return, self.best_eval_return],
-            "clean": clean,
-            "saved_at": saved_at,
         }
-        save_checkpoint(state, self._ckpt_dir)
-        self._note_checkpoint(counters.version, saved_at)
-        log.info("checkpoint: version %d, %d env steps, %d updates, train return %s, eval return %s%s",
-                 counters.version, counters.env_steps, counters.updates, self.status()["train_return"],
-                 self.eval_return, " (clean)" if clean else "")  # fmt: skip
+        self._save_checkpoint(self._ckpt_dir, state, clean=clean)
 
     def _restore(self) -> bool:
         """Resume from the last checkpoint; False when there is none (a fresh start)."""
         assert self._ckpt_dir is not None
-        state = load_checkpoint(self._ckpt_dir)
-        if state is None:
+        saved = load_checkpoint(self._ckpt_dir)
+        if saved is None:
             return False
+        envelope, state = self._restore_checkpoint(saved)  # counters, returns, evaluation, version
         arrays = {k: v.numpy() for k, v in state["arrays"].items()}
         self.theta, self._adam_m, self._adam_v = arrays["theta"], arrays["adam_m"], arrays["adam_v"]
         self.agents = set(arrays["agents"].tolist())
         self.obs_rms.moments = RunningMeanStd.moments_from_arrays(arrays, "obs")
-        known = {f.name for f in dataclasses.fields(Counters)}  # a field added since is defaulted
-        self.counters = Counters(**{k: v for k, v in state["counters"].items() if k in known})
         self.handout.rejected.update(state["rejected"])
-        self.train_returns.extend(state["train_returns"])
-        self.eval_return, self.best_eval_return = state["eval"]
-        self._note_checkpoint(self.counters.version, float(state.get("saved_at", time.time())))
-        clean = bool(state.get("clean"))
-        # Versions published after an unclean checkpoint died with the old process, and workers
-        # may still hold them: go on past every one that can have existed (their results are then
-        # rejected as of an unknown version).
-        self.counters.version = resumed_version(
-            self.counters.version, clean=clean, checkpoint_every=self.cfg.checkpoint_every
-        )
-        if clean:
+        if envelope.clean:
             # The last version its process published, but not its pool of results: workers that
             # already evaluated their pairs of it would wait for a version that cannot come (the
             # pool can no longer fill). The same weights under the next version number are a
             # new hand-out; no update is lost.
             self.counters.version += 1
-        log.info("resumed from checkpoint: %s", self.counters)
+            log.info("version %d: the checkpoint's weights, handed out anew", self.counters.version)
         return True
 
     def close(self) -> None:

@@ -2,6 +2,11 @@
 
 `PPOLearner` has no networking, so tests and the serial harness drive it directly:
 add_fragment() until ready(), update(), params(). `run_learner` serves it over the protocol.
+
+A learner is one rank of a group (common/ranks.py); a single learner is `RankGroup()`, the group of
+one. The group enters in two places only: the intake (`SoloIntake` or `GroupIntake`: how fragments
+are counted and when a batch is due), and the reductions inside the one PPO update
+(`RankGroup.all_sum`, `RankGroup.mean_grads`: the identity in a group of one).
 """
 
 from __future__ import annotations
@@ -12,24 +17,17 @@ import datetime
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from surreal.algorithms.common.checkpoint import load_checkpoint, resumed_version, save_checkpoint
+from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
-from surreal.algorithms.common.ranks import (
-    RankGroup,
-    flat_grads,
-    group_from_environ,
-    launch_ranks,
-    set_flat_grads,
-)
+from surreal.algorithms.common.ranks import RankGroup, group_from_environ, launch_ranks
 from surreal.algorithms.common.run import RunContext, progress_extras, rank_from_environ
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
@@ -48,6 +46,8 @@ BATCH_KEYS = ("obs", "actions", "logprobs", "advantages", "returns", "values")
 LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 VALUE_CHUNK = 4096  # observations per forward pass when the learner values a batch
 
+Entry = tuple[dict[str, np.ndarray], int, str]  # a fragment kept for an update: tensors, policy lag, worker
+
 
 @dataclasses.dataclass
 class Counters:
@@ -64,23 +64,9 @@ class Counters:
     elapsed_seconds: float = 0.0  # wall time of earlier runs of this learner (before a restart)
 
 
-@dataclasses.dataclass
-class Pending:
-    """What one rank took in since its group last combined counters (every update): the group's
-    counters and statistics change only then, the same way on every rank. A single learner applies
-    each fragment's at once."""
-
-    env_steps: int = 0
-    episodes: int = 0
-    dropped_fragments: int = 0
-    rejected: dict[str, int] = dataclasses.field(default_factory=dict)
-    returns: list[float] = dataclasses.field(default_factory=list)
-    obs: RunningMeanStd | None = None
-    ret: RunningMeanStd | None = None
-    streams: int = 0  # experience streams open on this rank's server (its last status)
-
-
 class PPOLearner(LearnerProgress):
+    recent_returns = 20  # training episodes that status's train_return averages
+
     def __init__(
         self,
         cfg: PPOConfig,
@@ -95,28 +81,21 @@ class PPOLearner(LearnerProgress):
         self.cfg, self.spaces, self.total_steps = cfg, spaces, total_steps
         # Learner ranks (ranks.py): each takes what its own actors send; the group's batch is theirs.
         self.group = group or RankGroup()
-        self._round = 0  # updates this group did since it formed: the commitment's key
-        self._committed = False
-        self.rank_env_steps = [0] * self.group.size  # env steps each rank took in, since it formed
-        self.rank_streams = [0] * self.group.size
         self.update_seconds = 0.0  # in update(), since this process started (collectives included)
         self.device = resolve_device(cfg.device, self.group.rank)
         torch.manual_seed(seed)  # the initial weights are drawn on the CPU: the same on any device
         self.net = make_network(cfg, spaces).to(self.device)
         self._params = list(self.net.parameters())
-        # foreach: one kernel per op over all parameter tensors instead of a Python loop.
+        # fused: one kernel per op over all parameter tensors instead of a Python loop.
         self.optimizer = torch.optim.Adam(self._params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
         self.obs_rms = RunningMeanStd((obs_stats_dim(spaces),))
         self.ret_rms = RunningMeanStd((1,))
         self.counters = Counters()
-        self._pending = self._new_pending()
         self.train_returns: deque[float] = deque(maxlen=100)
         self._init_progress()
-        self._batch: list[tuple[dict[str, np.ndarray], int, str]] = []  # (tensors, policy lag, worker)
-        self._batch_steps = 0
-        # Of a rank: fragments taken once the group's batch was full (the next update's, as with
-        # one learner, whose batch ends with the fragment that fills it).
-        self._carry: list[tuple[dict[str, np.ndarray], int, str]] = []
+        self.intake: SoloIntake | GroupIntake = (
+            SoloIntake(self) if self.group.size == 1 else GroupIntake(self, self.group)
+        )
         # Whatever workers send, the log gets one line per interval about it (protocol/ratelimit.py).
         self._rejections = RejectionLog(log, "fragment")
         self._skips = RejectionLog(log, "update")
@@ -138,23 +117,11 @@ class PPOLearner(LearnerProgress):
     @property
     def holding(self) -> bool:
         """This rank committed to the group's next update and waits for the others."""
-        return self._committed
+        return self.intake.holding
 
     def ready(self) -> bool:
-        """A batch is due: enough steps buffered, or the run is done and some are left. Of a rank:
-        the group's ranks together hold a batch and every rank has committed to the update (the
-        wait never blocks; PeerLost if a peer left or went silent)."""
-        if self.group.size == 1:
-            return self._batch_steps >= self.cfg.steps_per_update or (self.done and self._batch_steps > 0)
-        if self.done:  # the group ends together, after the update that reached total_steps
-            return False
-        self.group.keep_alive()
-        if not self._committed:
-            if self.group.group_steps(self._round) < self.cfg.steps_per_update:
-                return False
-            self.group.commit(self._round)
-            self._committed = True
-        return self.group.all_committed(self._round)
+        """An update is due: the intake holds a batch (and, of a rank, the group agreed on it)."""
+        return self.intake.ready()
 
     def params(self) -> Params:
         extras = {
@@ -171,8 +138,8 @@ class PPOLearner(LearnerProgress):
     # --- experience ---
 
     def add_fragment(self, fragment: Fragment) -> bool:
-        """Account for a fragment; keep it for the next update unless stale. True if kept."""
-        p = self._pending
+        """Count a fragment (its steps, episodes and statistics, stale or not) and keep it for the
+        next update unless it is stale. True if kept."""
         if self.done:
             return False
         t, rejection = open_fragment(fragment.tensors, self.spaces, self.cfg)  # image stacks rebuilt
@@ -180,65 +147,14 @@ class PPOLearner(LearnerProgress):
             assert rejection is not None
             self._reject(fragment.worker_id, *rejection)
             return False
-        steps = t["rewards"].size
-        p.env_steps += steps
-        p.episodes += len(t["episode_returns"])
-        p.returns.extend(t["episode_returns"].tolist())
-        # Stale or not, the fragment saw real states: the statistics take them either way.
-        assert p.obs is not None and p.ret is not None
-        p.obs.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
-        p.ret.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
         lag = self.counters.version - fragment.policy_version
         kept = 0 <= lag <= self.cfg.max_policy_lag  # < 0: a version this learner never had
-        entry = (t, lag, fragment.worker_id)
-        if not kept:
-            p.dropped_fragments += 1
-        elif (
-            self.group.size > 1
-            and self.group.add_steps(self._round, steps) - steps >= self.cfg.steps_per_update
-        ):
-            # The group's batch was full before this fragment came: it is the next update's.
-            self._carry.append(entry)
-            self.group.add_steps(self._round + 1, steps)
-        else:
-            self._batch.append(entry)
-            self._batch_steps += steps
-        if self.group.size == 1:
-            self._apply_pending()
+        self.intake.take(t, (t, lag, fragment.worker_id) if kept else None)
         return kept
 
     def _reject(self, worker_id: str, reason: str, detail: str) -> None:
-        rejected = self._pending.rejected
-        rejected[reason] = rejected.get(reason, 0) + 1
+        self.intake.reject(reason)
         self._rejections.note(worker_id, reason, detail)
-        if self.group.size == 1:
-            self._apply_pending()
-
-    def _new_pending(self) -> Pending:
-        dim = (obs_stats_dim(self.spaces),)
-        return Pending(obs=RunningMeanStd(dim), ret=RunningMeanStd((1,)), streams=self._pending.streams
-                       if hasattr(self, "_pending") else 0)  # fmt: skip
-
-    def _apply_pending(self) -> None:
-        """Every rank's Pending into the counters and statistics, in rank order (the same result on
-        every rank); a single learner's at once."""
-        mine, self._pending = self._pending, self._new_pending()
-        everyone = self.group.gather(mine) if self.group.size > 1 else [mine]
-        c = self.counters
-        for rank, p in enumerate(everyone):
-            c.env_steps += p.env_steps
-            c.episodes += p.episodes
-            c.dropped_fragments += p.dropped_fragments
-            for reason, n in p.rejected.items():
-                c.rejected[reason] = c.rejected.get(reason, 0) + n
-            self.train_returns.extend(p.returns)
-            assert p.obs is not None and p.ret is not None
-            self.obs_rms.merge(p.obs.moments)
-            self.ret_rms.merge(p.ret.moments)
-            self.rank_env_steps[rank] += p.env_steps
-            self.rank_streams[rank] = p.streams
-        if any(p.env_steps for p in everyone):
-            self._note_steps()
 
     # --- update ---
 
@@ -255,26 +171,17 @@ class PPOLearner(LearnerProgress):
 
     def _update(self) -> dict[str, float]:
         cfg, c = self.cfg, self.counters
-        batch, self._batch, self._carry = self._batch, self._carry, []
-        self._batch_steps = sum(t["rewards"].size for t, _, _ in self._batch)
-        if self.group.size > 1:
-            self._committed = False
-            self._round += 1
-            self._apply_pending()  # the group's counters and statistics, before GAE uses them
+        batch = self.intake.next_batch()  # of a rank: the group's counters and statistics first
         data, lags = self._prepare(batch)
-        rows = len(data["obs"]) if data is not None else 0
-        lag_sum, lag_count = float(sum(lags)), len(lags)
-        if self.group.size > 1:
-            totals = torch.tensor([rows, lag_sum, lag_count], dtype=torch.float64)
-            summed = self.group.all_sum(totals).tolist()
-            rows, lag_sum, lag_count = int(summed[0]), summed[1], int(summed[2])
+        mine = [len(data["obs"]) if data is not None else 0, sum(lags), len(lags)]
+        rows, lag_sum, lag_count = self.group.all_sum(torch.tensor(mine, dtype=torch.float64)).tolist()
         if rows == 0:
             return {}
         frac = 1.0 - (c.env_steps - rows) / self.total_steps
         lr = cfg.learning_rate * min(max(frac, 0.0), 1.0) if cfg.anneal_lr else cfg.learning_rate
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        stats = self._optimize(data, rows)
+        stats = self._optimize(data, int(rows))
         if stats is None:
             c.skipped_updates += 1
             self._skips.note("learner", "non_finite_loss", "a non-finite loss or gradient; the "
@@ -282,11 +189,7 @@ class PPOLearner(LearnerProgress):
             return {}
         c.updates += 1
         c.version += 1
-        stats.update(
-            learning_rate=lr,
-            batch_steps=float(rows),
-            policy_lag=lag_sum / lag_count,
-        )
+        stats.update(learning_rate=lr, batch_steps=rows, policy_lag=lag_sum / lag_count)
         if data is not None:  # of this rank's share
             stats["explained_variance"] = _explained_variance(data["values"], data["returns"])
         self._log_update(stats)
@@ -294,9 +197,7 @@ class PPOLearner(LearnerProgress):
             self.save()
         return stats
 
-    def _prepare(
-        self, batch: list[tuple[dict[str, np.ndarray], int, str]]
-    ) -> tuple[dict[str, torch.Tensor] | None, list[int]]:
+    def _prepare(self, batch: list[Entry]) -> tuple[dict[str, torch.Tensor] | None, list[int]]:
         """Values of every observation in one forward pass, then GAE per fragment, flattened; and
         the policy lags of the fragments used. A fragment whose values, advantages or returns are
         not finite (finite inputs can still overflow) is rejected; None if none is left."""
@@ -360,123 +261,90 @@ class PPOLearner(LearnerProgress):
         )  # fmt: skip
 
     def _optimize(self, data: dict[str, torch.Tensor] | None, rows: int) -> dict[str, float] | None:
-        """Clipped PPO epochs over shuffled minibatches of the group's `rows` rows (this rank's
-        `data`, None if it has none). Stats stay tensors until the end. None if a loss or gradient
-        was not finite: the weights and optimizer state are then as before (on every rank)."""
-        cfg, net, ranked = self.cfg, self.net, self.group.size > 1
-        keys = ("obs", "actions", "logprobs", "advantages", "returns", "values")
+        """`epochs` of clipped PPO over shuffled minibatches of the group's `rows` rows, of which
+        this learner holds `data` (None: none). Every rank splits its rows into the same number of
+        minibatches, so that each gradient step is one of the group. Stats stay tensors until one
+        host read per epoch. None if a loss or gradient was not finite: the weights and optimizer
+        state are then as before (on every rank)."""
+        cfg = self.cfg
         size = len(data["obs"]) if data is not None else 0
-        # Every rank takes the same number of gradient steps: the group's batch decides it.
-        n_minibatches = max(1, round(rows / cfg.minibatch_size))
-        rows_stats: list[torch.Tensor] = []
+        n = max(1, round(rows / cfg.minibatch_size))
+        sizes = [size // n + (i < size % n) for i in range(n)]  # this rank's rows in each (tensor_split)
+        weights = self._to_device(np.array(sizes, np.float64))
+        finite = torch.ones((), dtype=torch.bool, device=self.device)
+        epochs: list[torch.Tensor] = []  # per epoch, [n, LOSS_STATS]: each minibatch's mean stats
         saved = self._snapshot()
-        finite = torch.ones((), dtype=torch.bool, device="cpu" if ranked else self.device)
         for _ in range(cfg.epochs):
-            epoch_start = len(rows_stats)
             # One gather per tensor per epoch; the minibatches are then contiguous views.
             perm = torch.randperm(size, device=self.device)
-            if data is None:
-                shuffled: list[Any] = [[None] * n_minibatches] * len(keys)
-            elif ranked:  # exactly n_minibatches pieces, some perhaps empty
-                shuffled = [data[k][perm].tensor_split(n_minibatches) for k in keys]
-            else:
-                shuffled = [data[k][perm].chunk(n_minibatches) for k in keys]
-            # Of ranks: every minibatch's advantage mean and std over the group, in one collective.
-            adv_stats = self._group_adv_stats(shuffled[keys.index("advantages")]) if ranked else None
-            for i, (obs, actions, old_logp, adv, returns, old_values) in enumerate(
-                zip(*shuffled, strict=True)
-            ):
-                if ranked:
-                    assert adv_stats is not None
-                    mean, std, count = adv_stats[i]
-                    if cfg.norm_adv and adv is not None and len(adv) and count > 1:
-                        adv = (adv - mean) / (std + 1e-8)
-                    row, ok = self._ranked_step(obs, actions, old_logp, adv, returns, old_values)
-                    finite &= ok
-                    rows_stats.append(row)
-                    continue
-                new_logp, entropy, new_values = net.evaluate(obs, actions)
-                if cfg.norm_adv and len(adv) > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                loss, stats = ppo_loss(
-                    new_logp, old_logp, adv, new_values, old_values, returns, entropy,
-                    cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef,
-                )  # fmt: skip
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm, foreach=True)
-                finite &= torch.isfinite(loss) & torch.isfinite(norm)
-                self.optimizer.step()
-                rows_stats.append(torch.stack([stats[k] for k in LOSS_STATS]))
-            if ranked:  # the epoch's stats as the group's means, and whether any rank went non-finite
-                epoch = torch.stack(rows_stats[epoch_start:]).to("cpu", torch.float64)
-                bad = (~finite).double().reshape(1).cpu()
-                summed = self.group.all_sum(torch.cat([epoch.reshape(-1), bad]))
-                epoch = summed[:-1].reshape(epoch.shape)
-                rows_stats[epoch_start:] = list(epoch[:, :-1] / epoch[:, -1:].clamp(min=1.0))
-                finite = torch.tensor(bool(summed[-1] == 0))
+            shuffled = {k: v[perm] for k, v in data.items()} if data is not None else {}
+            pieces = {k: v.tensor_split(n) for k, v in shuffled.items()}
+            adv_norm = self._advantage_norm(shuffled.get("advantages"), weights) if cfg.norm_adv else None
+            steps = []
+            for i in range(n):
+                mb = {k: v[i] for k, v in pieces.items()} if sizes[i] else None
+                stats, ok = self._step(mb, None if adv_norm is None else adv_norm[i])
+                steps.append(stats)
+                finite &= ok
+            # The group's means of each minibatch's stats (weighted by rows), and its finite flag.
+            weighted = torch.stack(steps).double() * weights[:, None]
+            summed = self.group.all_sum(
+                torch.cat([weighted.flatten(), weights, (~finite).double().reshape(1)])
+            )
+            k = n * len(LOSS_STATS)
+            means = summed[:k].view(n, len(LOSS_STATS)) / summed[k:-1, None].clamp(min=1.0)
+            epochs.append(means)
             # One host read per epoch. After a non-finite step the rest of the epoch computes NaN;
             # all of it is undone.
-            if not bool(finite):
+            bad, kl = torch.stack([summed[-1], means[:, LOSS_STATS.index("approx_kl")].mean()]).tolist()
+            if bad:
                 self._rollback(saved)
                 return None
-            if cfg.target_kl is not None:  # one host read per epoch, not per minibatch
-                kl = torch.stack(rows_stats[epoch_start:])[:, LOSS_STATS.index("approx_kl")].mean()
-                if kl.item() > cfg.target_kl:
-                    break
-        means = torch.stack(rows_stats).mean(0).tolist()
-        return {**dict(zip(LOSS_STATS, means, strict=True)), "grad_steps": float(len(rows_stats))}
+            if cfg.target_kl is not None and kl > cfg.target_kl:
+                break
+        overall = torch.cat(epochs).mean(0).tolist()
+        return {**dict(zip(LOSS_STATS, overall, strict=True)), "grad_steps": float(n * len(epochs))}
 
-    def _ranked_step(self, obs: torch.Tensor | None, actions: torch.Tensor | None,
-                     old_logp: torch.Tensor | None, adv: torch.Tensor | None,
-                     returns: torch.Tensor | None, old_values: torch.Tensor | None,
-                     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """One gradient step of the group on this rank's piece of the minibatch (None or empty:
-        none; advantages already normalized over the group's minibatch). The gradient is the mean
-        over the group's minibatch: each rank's mean gradient weighted by its rows, summed, divided
-        by the rows of all. Returns (the loss stats times this rank's rows, then its rows; whether
-        its loss and the gradient were finite)."""
-        cfg, group = self.cfg, self.group
-        n = 0 if obs is None else len(obs)
+    def _advantage_norm(self, adv: torch.Tensor | None, weights: torch.Tensor) -> torch.Tensor:
+        """[n, 2]: what normalizes the advantages of each of the n minibatches over the group
+        (subtract the first, divide by the second): their mean and unbiased std (+1e-8), from the
+        ranks' counts, sums and sums of squares (float64), in one reduction for the epoch. A
+        minibatch of one row is left as it is. `adv`: this rank's shuffled advantages (None: none),
+        `weights`: its rows in each minibatch."""
+        sums = _piece_sums(adv if adv is not None else weights.new_zeros(0), len(weights))
+        count, total, sq = self.group.all_sum(torch.cat([weights[:, None], sums], 1)).unbind(1)
+        mean = total / count.clamp(min=1.0)
+        std = ((sq - count * mean * mean) / (count - 1).clamp(min=1.0)).clamp(min=0.0).sqrt()
+        several = count > 1
+        norm = torch.stack([torch.where(several, mean, 0.0), torch.where(several, std + 1e-8, 1.0)], 1)
+        return norm.to(adv.dtype if adv is not None else torch.float32)
+
+    def _step(self, mb: dict[str, torch.Tensor] | None, adv_norm: torch.Tensor | None,
+              ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """One gradient step on this rank's piece `mb` of a minibatch (None: no rows): the clipped
+        PPO loss, its gradient averaged over the group's minibatch, clipped, then Adam. Returns the
+        loss stats (zeros without rows) and whether the loss and gradient norm were finite."""
+        cfg = self.cfg
         self.optimizer.zero_grad(set_to_none=True)
-        if n:
-            assert obs is not None and actions is not None and old_logp is not None
-            assert adv is not None and returns is not None and old_values is not None
-            new_logp, entropy, new_values = self.net.evaluate(obs, actions)
-            loss, stats = ppo_loss(
-                new_logp, old_logp, adv, new_values, old_values, returns, entropy,
+        if mb is None:  # this rank takes the group's step with nothing of its own
+            rows, stats, finite = 0, torch.zeros(len(LOSS_STATS), device=self.device), None
+        else:
+            rows = len(mb["obs"])
+            new_logp, entropy, new_values = self.net.evaluate(mb["obs"], mb["actions"])
+            adv = mb["advantages"]
+            if adv_norm is not None:
+                adv = (adv - adv_norm[0]) / adv_norm[1]
+            loss, loss_stats = ppo_loss(
+                new_logp, mb["logprobs"], adv, new_values, mb["values"], mb["returns"], entropy,
                 cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef,
             )  # fmt: skip
             loss.backward()
-            row = torch.stack([stats[k] for k in LOSS_STATS]).double() * n
-            ok = torch.isfinite(loss)
-        else:
-            row = torch.zeros(len(LOSS_STATS), dtype=torch.float64, device=self.device)
-            ok = torch.ones((), dtype=torch.bool, device=self.device)
-        flat = flat_grads(self._params).cpu().double() * n
-        total_rows = group.all_sum(torch.cat([flat, torch.tensor([float(n)], dtype=torch.float64)]))
-        grads = (total_rows[:-1] / total_rows[-1]).to(self.device, self._params[0].dtype)
-        set_flat_grads(self._params, grads)
+            stats, finite = torch.stack([loss_stats[k] for k in LOSS_STATS]), torch.isfinite(loss)
+        self.group.mean_grads(self._params, rows)  # a single learner's stay as they are
         norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm, foreach=True)
         self.optimizer.step()
-        weighted = torch.cat([row.cpu(), torch.tensor([float(n)], dtype=torch.float64)])
-        return weighted, ok & torch.isfinite(norm).cpu()
-
-    def _group_adv_stats(self, pieces: Sequence[torch.Tensor | None]) -> list[list[float]]:
-        """(mean, unbiased std, count) of each minibatch's advantages over the group, from this
-        rank's `pieces` of them: their counts, sums and sums of squares summed in one collective
-        per epoch (float64) instead of two per minibatch beside the gradient's."""
-        local = torch.zeros((len(pieces), 3), dtype=torch.float64)
-        for i, adv in enumerate(pieces):
-            if adv is not None and len(adv):
-                a = adv.detach().double().cpu()
-                local[i] = torch.stack(
-                    [torch.tensor(float(len(a)), dtype=torch.float64), a.sum(), (a * a).sum()]
-                )
-        n, total, sq = self.group.all_sum(local).unbind(1)
-        mean = total / n.clamp(min=1.0)
-        var = ((sq - n * mean * mean) / (n - 1).clamp(min=1.0)).clamp(min=0.0)
-        return torch.stack([mean, var.sqrt(), n], 1).tolist()  # type: ignore[no-any-return]
+        ok = torch.isfinite(norm)
+        return stats, ok if finite is None else finite & ok
 
     def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
         """Copies of the weights and the optimizer state, to undo an update that went non-finite."""
@@ -500,39 +368,21 @@ class PPOLearner(LearnerProgress):
     # --- evaluation, status, checkpoints ---
 
     def status(self, connected_actors: int = 0) -> dict[str, Any]:
-        """The contract's status dict (see status.json)."""
+        """The contract's status dict (see status.json); of a rank, with the group's fields."""
         c = self.counters
-        recent = list(self.train_returns)[-20:]
-        if self.group.size == 1:
-            return {
-                **self.contract_status(recent, c.dropped_fragments, connected_actors),
-                "rejected_fragments": dict(c.rejected),
-                "skipped_updates": c.skipped_updates,
-                "update_seconds": self.update_seconds,  # in updates since this process started
-            }
-        # Of a group: the experiment's counters (as of the last update), this rank's streams now
-        # and the others' as of the last update, and what each rank took in.
-        self._pending.streams = connected_actors
-        streams = list(self.rank_streams)
-        streams[self.group.rank] = connected_actors
         return {
-            **self.contract_status(recent, c.dropped_fragments, sum(streams)),
+            **self.contract_status(c.dropped_fragments, connected_actors),
             "rejected_fragments": dict(c.rejected),
             "skipped_updates": c.skipped_updates,
-            "group_restarts": self.group.restarts,
-            # since this rank started: in updates, and in their collectives (benchmarks read them)
-            "update_seconds": self.update_seconds,
-            "collective_seconds": self.group.collective_seconds,
-            "learners": [{"rank": r, "env_steps": s, "connected_actors": n}
-                         for r, (s, n) in enumerate(zip(self.rank_env_steps, streams, strict=True))],
-        }  # fmt: skip
+            "update_seconds": self.update_seconds,  # in updates since this process started
+            **self.intake.status(connected_actors),
+        }
 
     def _log_update(self, stats: dict[str, float]) -> None:
         if self._tb is None:
             return
-        step = self.counters.env_steps
+        c, step = self.counters, self.counters.env_steps
         self._tb.add("train", stats, step)
-        c = self.counters
         progress = {
             "steps_per_second": self.steps_per_second(),
             "episodes": c.episodes,
@@ -540,68 +390,40 @@ class PPOLearner(LearnerProgress):
             "skipped_updates": c.skipped_updates,
         }
         if self.train_returns:
-            progress["episode_return"] = float(np.mean(list(self.train_returns)[-20:]))
+            progress["episode_return"] = self.train_return()
         self._tb.add("progress", progress, step)
         self._tb.add("rejected_fragments", c.rejected, step)
-        if self.group.size > 1:  # what each rank took in
-            per_rank = {f"rank{r}_env_steps": n for r, n in enumerate(self.rank_env_steps)}
-            self._tb.add("learners", per_rank, step)
+        for name, values in self.intake.scalars().items():
+            self._tb.add(name, values, step)
 
     def save(self, *, clean: bool = False) -> None:
-        """Checkpoint model, optimizer, normalization statistics and counters (atomically).
-        `clean`: this process publishes no version after this one (it is stopping), so a restore
-        resumes at exactly this version instead of jumping past versions that may have existed."""
+        """Checkpoint model, optimizer, normalization statistics and counters (atomically; the
+        envelope and `clean`: LearnerProgress._save_checkpoint)."""
         if self._ckpt_dir is None:
             return
-        counters = dataclasses.replace(self.counters, elapsed_seconds=self.elapsed_seconds())
-        saved_at = time.time()
+        stats = {**self.obs_rms.to_arrays("obs"), **self.ret_rms.to_arrays("ret")}
         state = {
             "model": self.net.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "normalization": {
-                k: torch.from_numpy(v)
-                for k, v in {**self.obs_rms.to_arrays("obs"), **self.ret_rms.to_arrays("ret")}.items()
-            },
-            "counters": dataclasses.asdict(counters),
-            "train_returns": list(self.train_returns),
-            "eval": [self.eval_return, self.best_eval_return],
-            "clean": clean,
-            "saved_at": saved_at,
+            "normalization": {k: torch.from_numpy(v) for k, v in stats.items()},
         }
-        save_checkpoint(state, self._ckpt_dir)
-        self._note_checkpoint(counters.version, saved_at)
-        log.info(
-            "checkpoint: version %d, %d env steps, %d updates, train return %s, eval return %s%s",
-            counters.version, counters.env_steps, counters.updates, self.status()["train_return"],
-            self.eval_return, " (clean)" if clean else "",
-        )  # fmt: skip
+        self._save_checkpoint(self._ckpt_dir, state, clean=clean)
 
     def _restore(self) -> bool:
         """Resume from the last checkpoint: rank 0 reads it and sends it to the other ranks.
         False when there is none (a fresh start)."""
-        state = load_checkpoint(self._ckpt_dir) if self._ckpt_dir is not None else None
-        state = self.group.broadcast(state)
-        if state is None:
+        saved = load_checkpoint(self._ckpt_dir) if self._ckpt_dir is not None else None
+        saved = self.group.broadcast(saved)
+        if saved is None:
             if self.group.size > 1:  # the same seed draws the same weights, unless threads differ
                 self.net.load_state_dict(self.group.broadcast(self.net.state_dict()))
             return False
+        _, state = self._restore_checkpoint(saved)  # counters, returns, evaluation, version
         self.net.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         stats = {k: v.numpy() for k, v in state["normalization"].items()}
         self.obs_rms.moments = RunningMeanStd.moments_from_arrays(stats, "obs")
         self.ret_rms.moments = RunningMeanStd.moments_from_arrays(stats, "ret")
-        known = {f.name for f in dataclasses.fields(Counters)}  # a field added since is defaulted
-        self.counters = Counters(**{k: v for k, v in state["counters"].items() if k in known})
-        self.train_returns.extend(state["train_returns"])
-        self.eval_return, self.best_eval_return = state["eval"]
-        self._note_checkpoint(self.counters.version, float(state.get("saved_at", time.time())))
-        # Versions published after an unclean checkpoint died with the old process, and actors
-        # may still hold them: go on past every one that can have existed.
-        self.counters.version = resumed_version(
-            self.counters.version, clean=bool(state.get("clean")), checkpoint_every=self.cfg.checkpoint_every
-        )
-        log.info("resumed from checkpoint (%s): %s", "clean" if state.get("clean") else "jumped",
-                 self.counters)  # fmt: skip
         return True
 
     def close(self) -> None:
@@ -609,6 +431,186 @@ class PPOLearner(LearnerProgress):
         self._skips.flush(force=True)
         if self._tb is not None:
             self._tb.close()
+
+
+def _piece_sums(x: torch.Tensor, n: int) -> torch.Tensor:
+    """[n, 2] float64: the sum and the sum of squares of each of `x.tensor_split(n)`'s pieces."""
+    q, r = divmod(len(x), n)  # the first r pieces have q + 1 elements, the others q
+    x, cut = x.double(), r * (q + 1)
+    parts = (x[:cut].view(r, q + 1), x[cut:].view(n - r, q))
+    return torch.cat([torch.stack([p.sum(1), p.square().sum(1)], 1) for p in parts])
+
+
+# --- intake: fragments in, a batch out; the counters and statistics they change ---
+
+
+class SoloIntake:
+    """A single learner's intake: each fragment's counts and statistics go into the learner's at
+    once, and a batch is due when it holds `steps_per_update` steps (or the run is done and some
+    are left)."""
+
+    holding = False  # a single learner never waits for peers
+
+    def __init__(self, learner: PPOLearner) -> None:
+        self.learner = learner
+        self.batch: list[Entry] = []
+        self.steps = 0  # env steps in `batch`
+
+    def take(self, t: dict[str, np.ndarray], entry: Entry | None) -> None:
+        """Count fragment `t`; keep `entry` for the next update (None: stale, dropped)."""
+        learner, c = self.learner, self.learner.counters
+        steps = t["rewards"].size
+        c.env_steps += steps
+        c.episodes += len(t["episode_returns"])
+        learner.train_returns.extend(t["episode_returns"].tolist())
+        # Stale or not, the fragment saw real states: the statistics take them either way.
+        learner.obs_rms.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
+        learner.ret_rms.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
+        learner._note_steps()
+        if entry is None:
+            c.dropped_fragments += 1
+        else:
+            self.batch.append(entry)
+            self.steps += steps
+
+    def reject(self, reason: str) -> None:
+        """Count a fragment rejected whole (its steps do not count)."""
+        rejected = self.learner.counters.rejected
+        rejected[reason] = rejected.get(reason, 0) + 1
+
+    def ready(self) -> bool:
+        return self.steps >= self.learner.cfg.steps_per_update or (self.learner.done and self.steps > 0)
+
+    def next_batch(self) -> list[Entry]:
+        """The batch to update on; the next one starts empty."""
+        batch, self.batch, self.steps = self.batch, [], 0
+        return batch
+
+    def status(self, connected_actors: int) -> dict[str, Any]:
+        return {}
+
+    def scalars(self) -> dict[str, dict[str, float]]:
+        return {}
+
+
+@dataclasses.dataclass
+class Pending:
+    """What one rank took in since its group last combined counters (every update): the group's
+    counters and statistics change only then, the same way on every rank."""
+
+    obs: RunningMeanStd
+    ret: RunningMeanStd
+    env_steps: int = 0
+    episodes: int = 0
+    dropped_fragments: int = 0
+    rejected: dict[str, int] = dataclasses.field(default_factory=dict)
+    returns: list[float] = dataclasses.field(default_factory=list)
+    streams: int = 0  # experience streams open on this rank's server (its last status)
+
+
+class GroupIntake:
+    """A rank's intake. What it takes is counted in `Pending` and combined with the other ranks'
+    at each update, in rank order (the same counters and statistics on every rank). An update is
+    due when the group as a whole holds a batch (RankGroup.add_steps counts every rank's intake)
+    and every rank has committed to it (RankGroup.commit: the wait never blocks; PeerLost if a
+    peer left or went silent). A fragment taken once the group's batch was full is the next
+    update's, as with one learner, whose batch ends with the fragment that fills it."""
+
+    def __init__(self, learner: PPOLearner, group: RankGroup) -> None:
+        self.learner, self.group = learner, group
+        self.pending = self._new_pending(streams=0)
+        self.batch: list[Entry] = []
+        self.steps = 0  # env steps in `batch`
+        self.carry: list[Entry] = []  # taken once the group's batch was full: the next update's
+        self.round = 0  # updates this group did since it formed: the commitment's key
+        self.holding = False  # committed to the next update, waiting for the others
+        self.rank_env_steps = [0] * group.size  # env steps each rank took in, since it formed
+        self.rank_streams = [0] * group.size  # as of the last update
+
+    def _new_pending(self, streams: int) -> Pending:
+        dim = (obs_stats_dim(self.learner.spaces),)
+        return Pending(obs=RunningMeanStd(dim), ret=RunningMeanStd((1,)), streams=streams)
+
+    def take(self, t: dict[str, np.ndarray], entry: Entry | None) -> None:
+        """Count fragment `t`; keep `entry` for an update (None: stale, dropped)."""
+        p, steps = self.pending, t["rewards"].size
+        p.env_steps += steps
+        p.episodes += len(t["episode_returns"])
+        p.returns.extend(t["episode_returns"].tolist())
+        # Stale or not, the fragment saw real states: the statistics take them either way.
+        p.obs.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
+        p.ret.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
+        if entry is None:
+            p.dropped_fragments += 1
+        elif self.group.add_steps(self.round, steps) - steps >= self.learner.cfg.steps_per_update:
+            # The group's batch was full before this fragment came: it is the next update's.
+            self.carry.append(entry)
+            self.group.add_steps(self.round + 1, steps)
+        else:
+            self.batch.append(entry)
+            self.steps += steps
+
+    def reject(self, reason: str) -> None:
+        """Count a fragment rejected whole (its steps do not count)."""
+        self.pending.rejected[reason] = self.pending.rejected.get(reason, 0) + 1
+
+    def ready(self) -> bool:
+        if self.learner.done:  # the group ends together, after the update that reached total_steps
+            return False
+        self.group.keep_alive()
+        if not self.holding:
+            if self.group.group_steps(self.round) < self.learner.cfg.steps_per_update:
+                return False
+            self.group.commit(self.round)
+            self.holding = True
+        return self.group.all_committed(self.round)
+
+    def next_batch(self) -> list[Entry]:
+        """This rank's part of the group's batch, once every rank's Pending is in the counters and
+        statistics (GAE uses them); the carried fragments start the next one."""
+        batch, self.batch, self.carry = self.batch, self.carry, []
+        self.steps = sum(t["rewards"].size for t, _, _ in self.batch)
+        self.holding = False
+        self.round += 1
+        self._combine()
+        return batch
+
+    def _combine(self) -> None:
+        """Every rank's Pending into the counters and statistics, in rank order."""
+        learner, c = self.learner, self.learner.counters
+        mine, self.pending = self.pending, self._new_pending(self.pending.streams)
+        everyone = self.group.gather(mine)
+        for rank, p in enumerate(everyone):
+            c.env_steps += p.env_steps
+            c.episodes += p.episodes
+            c.dropped_fragments += p.dropped_fragments
+            for reason, n in p.rejected.items():
+                c.rejected[reason] = c.rejected.get(reason, 0) + n
+            learner.train_returns.extend(p.returns)
+            learner.obs_rms.merge(p.obs.moments)
+            learner.ret_rms.merge(p.ret.moments)
+            self.rank_env_steps[rank] += p.env_steps
+            self.rank_streams[rank] = p.streams
+        if any(p.env_steps for p in everyone):
+            learner._note_steps()
+
+    def status(self, connected_actors: int) -> dict[str, Any]:
+        """The group's fields: its streams (this rank's now, the others' as of the last update),
+        what each rank took in, and (since this rank started) its time in collectives."""
+        self.pending.streams = connected_actors  # the others hear it at the next update
+        streams = list(self.rank_streams)
+        streams[self.group.rank] = connected_actors
+        return {
+            "connected_actors": sum(streams),
+            "group_restarts": self.group.restarts,
+            "collective_seconds": self.group.collective_seconds,  # benchmarks read it
+            "learners": [{"rank": r, "env_steps": s, "connected_actors": n}
+                         for r, (s, n) in enumerate(zip(self.rank_env_steps, streams, strict=True))],
+        }  # fmt: skip
+
+    def scalars(self) -> dict[str, dict[str, float]]:
+        """TensorBoard's extra group: what each rank took in."""
+        return {"learners": {f"rank{r}_env_steps": n for r, n in enumerate(self.rank_env_steps)}}
 
 
 def _explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:

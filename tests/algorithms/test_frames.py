@@ -189,7 +189,7 @@ def test_hostile_encodings_are_rejected_as_malformed_and_counted(case: str) -> N
     assert not learner.add_fragment(Fragment("rogue", 0, tensors))
     c = learner.counters
     assert c.rejected["malformed"] == 1 and sum(c.rejected.values()) == 1
-    assert (c.env_steps, learner._batch_steps) == (0, 0)
+    assert (c.env_steps, learner.intake.steps) == (0, 0)
     assert learner.status()["rejected_fragments"]["malformed"] == 1
 
 

@@ -208,7 +208,7 @@ def _late_fragment_main(rank: int, store_dir: str, cfg: Any, frags: list[Fragmen
         while not learner.ready():
             pass
         stats = learner.update()
-        out.put((rank, {"batch_steps": stats["batch_steps"], "next": len(learner._batch),
+        out.put((rank, {"batch_steps": stats["batch_steps"], "next": len(learner.intake.batch),
                         "next_count": group.group_steps(1)}))  # fmt: skip
         learner.close()
         group.close()
@@ -263,6 +263,10 @@ def test_the_group_of_one_has_no_store_and_identity_collectives():
     group = RankGroup()
     t = torch.arange(3.0)
     assert group.all_sum(t) is t and group.gather("x") == ["x"] and group.broadcast(5) == 5
+    param = torch.nn.Parameter(torch.ones(3))
+    param.grad = grad = torch.arange(3.0)
+    group.mean_grads([param], rows=3)  # a single learner's gradient is left as it is, not copied
+    assert param.grad is grad
     group.commit(0)
     assert group.all_committed(0)
     with pytest.raises(ValueError, match="needs a store"):

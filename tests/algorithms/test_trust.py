@@ -71,7 +71,7 @@ def test_a_poisoned_fragment_is_rejected_whole_for_its_reason(env_id, name, valu
     c = learner.counters
     assert c.rejected[reason] == 1 and sum(c.rejected.values()) == 1
     # Rejected fragments neither count steps nor touch the statistics.
-    assert (c.env_steps, c.episodes, learner._batch_steps) == (0, 0, 0)
+    assert (c.env_steps, c.episodes, learner.intake.steps) == (0, 0, 0)
     assert (learner.obs_rms.count, learner.ret_rms.count) == before
     assert learner.status()["rejected_fragments"][reason] == 1
 
