@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench e2e clean repeat
+.PHONY: install demo test test-fast lint bench e2e clean repeat failure-demo
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ bench: install
 	$(BIN)/python benchmarks/checkpoint_write.py
 	$(BIN)/python benchmarks/pixel_bytes.py
 	$(BIN)/python benchmarks/render_scale.py
+
+# The failure policy's outcomes, measured: each role SIGKILLed past its budget, on real processes and
+# in containers (benchmarks/failure_outcomes.py; minutes: not part of bench).
+failure-demo: install
+	$(BIN)/python benchmarks/failure_outcomes.py --backend local && $(BIN)/python benchmarks/failure_outcomes.py --backend containers
 
 clean:
 	rm -rf $(VENV) .surreal .pytest_cache .ruff_cache .mypy_cache
