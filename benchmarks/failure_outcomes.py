@@ -20,12 +20,14 @@ container of the experiment, or a process (its controller) naming the SURREAL_HO
 is built from this tree first when its source label differs (as tests/containers does).
 
     python benchmarks/failure_outcomes.py --backend local|containers [--scenario evaluator|actors|learner|all]
-                                          [--eval-steps 400000] [--fail-steps 2000000]
+                                          [--eval-steps 400000] [--fail-steps 2000000] [--keep-logs DIR]
 
 One row per scenario, and exit 1 if an outcome is not the expected one (each such row says why).
-Whatever a scenario created is deleted (`surreal delete`), also on an error or Ctrl-C. A scenario
-takes one to three minutes here (2 cores); the evaluator one runs to its end, so its steps must
-outlast six kills and their backoffs (0.5 s doubling: about 16 s, plus each restart's start).
+Whatever a scenario created is deleted (`surreal delete`), also on an error or Ctrl-C. The actors'
+and the learner's scenarios take under a minute each here (2 cores). The evaluator's runs to its
+end, so its steps must outlast six kills and their backoffs (0.5 s doubling: about 16 s, plus each
+restart's start); it then takes over ten minutes, as the learner waits its `final_eval_timeout`
+(600 s) for a report from the evaluator that has failed before it evaluates the final version itself.
 """
 
 from __future__ import annotations
@@ -218,7 +220,7 @@ def wait_status(cli: Cli, name: str, pred: Callable[[dict[str, Any]], bool], tim
         time.sleep(every)
 
 
-def scenario(backend: str, which: str, steps: int) -> Row:
+def scenario(backend: str, which: str, steps: int, keep_logs: Path | None = None) -> Row:
     row, role = Row(backend, which), ROLES[which]
     home = Path(tempfile.mkdtemp(prefix="surreal-failure-"))
     # No role's word in the name: `problem` names Jobs after the experiment.
@@ -302,6 +304,9 @@ def scenario(backend: str, which: str, steps: int) -> Row:
         return row
     finally:
         with shielded():
+            logs = home / "experiments" / name / "logs"
+            if keep_logs is not None and logs.is_dir():
+                shutil.copytree(logs, keep_logs / f"{backend}-{which}", dirs_exist_ok=True)
             if (home / "experiments" / name).exists():
                 proc = cli.run("delete", name, timeout=900)
                 if proc.returncode != 0:
@@ -366,6 +371,8 @@ def main() -> None:
                         help="the evaluator scenario's steps: the run must outlast the kills")  # fmt: skip
     parser.add_argument("--fail-steps", type=int, default=2_000_000,
                         help="the actors' and learner's runs' steps: still going when they fail")  # fmt: skip
+    parser.add_argument("--keep-logs", type=Path, metavar="DIR",
+                        help="copy each run's logs/ to DIR/BACKEND-SCENARIO before deleting it")  # fmt: skip
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, interrupt)
     if args.backend == "containers":
@@ -374,7 +381,7 @@ def main() -> None:
     try:
         for which in ROLES if args.scenario == "all" else (args.scenario,):
             steps = args.eval_steps if which == "evaluator" else args.fail_steps
-            rows.append(scenario(args.backend, which, steps))
+            rows.append(scenario(args.backend, which, steps, args.keep_logs))
     except KeyboardInterrupt:
         sys.exit("interrupted (what was created is deleted)")
     head = (
