@@ -23,12 +23,15 @@ demo: install
 	SURREAL_HOME=$${SURREAL_HOME:-$$PWD/.surreal} $(BIN)/surreal create demo --algo ppo --env CartPole-v1 --agents 2 --steps 100000 --seed 1
 	SURREAL_HOME=$${SURREAL_HOME:-$$PWD/.surreal} $(BIN)/surreal status demo
 
-# The layer contracts are checked by tests/test_packaging.py, so this is the whole suite.
+# The layer contracts are checked by tests/test_packaging.py, so this is the whole suite, on JOBS
+# pytest-xdist workers (docs/decisions.md; the schedule is in tests/conftest.py).
+JOBS ?= 2
+XDIST := -n $(JOBS)
 test: install
-	$(BIN)/python -m pytest -q -ra --durations=15
+	$(BIN)/python -m pytest -q -ra --durations=15 $(XDIST)
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(XDIST)
 
 # A path's tests K times in a row, then each test's failures out of K: make repeat TESTS=tests/containers K=10
 TESTS ?= tests

@@ -47,6 +47,13 @@ class Cli:
         return out.split()
 
 
+def alive(proc: subprocess.Popen[str]) -> bool:
+    """True while `proc` runs; a create that ended fails the test at once, with what it said."""
+    if proc.poll() is None:
+        return True
+    raise AssertionError(f"surreal create ended early ({proc.returncode}): {proc.communicate()[1][-2000:]}")
+
+
 @pytest.fixture
 def cli(tmp_path: Path, engine: Engine, image: str) -> Iterator[Cli]:
     c = Cli(tmp_path / "home", engine)
@@ -188,7 +195,7 @@ def test_interrupting_a_foreground_create_removes_every_container(cli: Cli, sig:
                              "containers"], env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, stdin=subprocess.DEVNULL)  # fmt: skip
     try:
-        wait_until("5 containers", lambda: proc.poll() is None and len(cli.containers("intr")) == 5, 300, 1.0)
+        wait_until("5 containers", lambda: alive(proc) and len(cli.containers("intr")) == 5, 300, 1.0)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=300)
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import pip_config_mounts, source_hash
+from image_build import pip_config_mounts, source_hash
 
 from surreal.orchestrator.containers import plan as containers_plan
 from surreal.orchestrator.containers import run as containers_run

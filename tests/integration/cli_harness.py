@@ -6,13 +6,15 @@ time or throughput. The `cli` fixture (conftest.py) kills whatever a failed test
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,18 +88,64 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, poll: float = 0
 
 
 def running(cli: Cli, name: str, min_updates: int = 0) -> dict[str, Any] | None:
-    """The status once the run is Running and has counted env steps and `min_updates` updates."""
-    if not cli.exp_dir(name).is_dir():
-        return None
-    st = cli.status(name)
-    assert st["phase"] in ("Pending", "Running"), f"run ended early: {st}"
-    progress = (st["env_steps"] or 0) > 0 and (st["updates"] or 0) >= min_updates
-    return st if st["phase"] == "Running" and progress else None
+    """The learner's status once the run is Running and has counted env steps and `min_updates`
+    updates, read from the files the run writes (the supervisor's state.json, the learner's
+    status.json), not through `surreal status`: a test that acts on the run the moment this
+    returns acts within milliseconds of what it read, not seconds of CLI start-up later, while a
+    small run may end within seconds."""
+    try:
+        state = cli.state(name)
+        learner = json.loads((cli.exp_dir(name) / "status.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None  # not written yet (both files are replaced atomically)
+    assert state["phase"] in ("Pending", "Running") and not learner.get("done"), (
+        f"run ended early: {state['phase']}, {learner}"
+    )  # fmt: skip
+    progress = (learner["env_steps"] or 0) > 0 and (learner["updates"] or 0) >= min_updates
+    return learner if state["phase"] == "Running" and progress else None
+
+
+@contextlib.contextmanager
+def frozen(cli: Cli, name: str, role: str = "actor") -> Iterator[list[int]]:
+    """Every running component of `role` stopped (SIGSTOP) for the block, then continued: with
+    its actors frozen a run takes no env step, so it cannot end while the test looks at it or
+    injects faults, however fast the machine. Yields their pids."""
+    pids = [c["pid"] for c in cli.state(name)["components"] if c["role"] == role and c["state"] == "Running"]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def ended(cli: Cli, name: str, seen: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
-    """The status once the run is over, else None; every status read is appended to `seen`."""
+    """`surreal status` once the run is over, else None. Until then it reads the run's files, not
+    the CLI (a `surreal status` costs a second of a core; a test polling it twice a second while
+    its run finishes took half the machine): the supervisor's state.json says the phase, and
+    while its supervisor lives nothing else ends the run. Every read while running is appended
+    to `seen`: the learner's status.json with the supervisor's components."""
+    try:
+        state = cli.state(name)
+    except (FileNotFoundError, json.JSONDecodeError):
+        state = None
+    if state is not None and state["phase"] not in TERMINAL and alive(state):
+        if seen is not None:
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+                learner = json.loads((cli.exp_dir(name) / "status.json").read_text())
+                seen.append({**learner, "components": state["components"]})
+        return None
     st = cli.status(name)
-    if seen is not None:
-        seen.append(st)
     return st if st["phase"] in TERMINAL else None
+
+
+def alive(state: dict[str, Any]) -> bool:
+    """The supervisor that wrote `state` still runs (the same process, not a recycled pid)."""
+    try:
+        proc = psutil.Process(state["supervisor_pid"])
+        same = abs(proc.create_time() - (state.get("supervisor_create_time") or proc.create_time())) < 1.0
+        return same and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

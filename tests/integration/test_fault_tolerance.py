@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 import pytest
-from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
+from cli_harness import RUN_TIMEOUT, Cli, ended, frozen, running, wait_for
 
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.orchestrator.policy import RETRIES
@@ -25,8 +25,11 @@ from surreal.orchestrator.policy import RETRIES
 pytestmark = pytest.mark.slow
 
 STEPS = 30_000  # env steps of each run: long enough to kill something in the middle
+# The runs here assert mechanics, not learning: 2 epochs per update instead of CartPole's 20 cut
+# the learner's work (the run's bottleneck) tenfold.
 QUICK = ("--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
-         "--steps", str(STEPS), "--set", "eval_episodes=2")  # fmt: skip
+         "--steps", str(STEPS), "--set", "eval_episodes=2",
+         "--set", "epochs=2")  # fmt: skip
 FINAL_EVAL_TIMEOUT = PPOConfig().final_eval_timeout
 
 
@@ -56,11 +59,11 @@ def restarted(cli: Cli, name: str, component: str, old_pid: int) -> dict[str, An
 def test_killed_actor_is_restarted_and_the_run_succeeds(cli: Cli) -> None:
     cli.run("create", "ft-actor", *QUICK, "--detach", timeout=30.0)
     wait_for(lambda: running(cli, "ft-actor"), 60.0, "phase Running with env steps")
-    victim = cli.component("ft-actor", "actor-0")
-
-    os.kill(victim["pid"], signal.SIGKILL)
-
-    wait_for(lambda: restarted(cli, "ft-actor", "actor-0", victim["pid"]), 60.0, "a new actor-0")
+    # The other actor frozen, the run cannot end before the killed one is back.
+    with frozen(cli, "ft-actor"):
+        victim = cli.component("ft-actor", "actor-0")
+        os.kill(victim["pid"], signal.SIGKILL)
+        wait_for(lambda: restarted(cli, "ft-actor", "actor-0", victim["pid"]), 60.0, "a new actor-0")
     st = cli.status("ft-actor")
     assert restarts(st)["actor-0"] == 1, st["components"]
     final = wait_for(lambda: ended(cli, "ft-actor"), RUN_TIMEOUT, "the run to end", poll=0.5)
@@ -75,17 +78,18 @@ def test_killed_learner_resumes_from_its_checkpoint(cli: Cli) -> None:
     cli.run("create", "ft-learner", *QUICK, "--set", f"checkpoint_every={every}", "--detach",
             timeout=30.0)  # fmt: skip
     checkpoints = cli.exp_dir("ft-learner") / "checkpoints"
-    wait_for(
-        lambda: running(cli, "ft-learner", min_updates=2 * every)
-        and checkpoints.is_dir() and any(checkpoints.iterdir()),
-        90.0, f"{2 * every} updates and a checkpoint",
+    wait_for(lambda: running(cli, "ft-learner"), 60.0, "phase Running with env steps")
+    victim = cli.component("ft-learner", "learner")
+    # Read from the files the run writes, the kill lands milliseconds after this read.
+    before = wait_for(
+        lambda: (st := running(cli, "ft-learner", min_updates=2 * every))
+        and checkpoints.is_dir() and any(checkpoints.iterdir()) and st,
+        90.0, f"{2 * every} updates and a checkpoint", poll=0.05,
     )  # fmt: skip
-    before = cli.status("ft-learner")  # just before the kill
     # status.json is written after an update (and its checkpoint) completed, so the learner's
     # latest checkpoint holds at least this many updates.
     checkpointed = before["updates"] // every * every
     assert checkpointed > 0 and before["policy_version"] >= checkpointed
-    victim = cli.component("ft-learner", "learner")
     status_file = cli.exp_dir("ft-learner") / "status.json"
 
     os.kill(victim["pid"], signal.SIGKILL)
@@ -120,23 +124,25 @@ def test_killed_learner_resumes_from_its_checkpoint(cli: Cli) -> None:
 
 
 def test_an_evaluator_killed_past_its_budget_fails_no_run_and_holds_no_end(cli: Cli) -> None:
-    # 4x the steps of the other runs: the evaluator is killed RETRIES + 1 times while it trains.
-    steps = 4 * STEPS
+    steps = 2 * STEPS
     cli.run("create", "ft-eval", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
             "--steps", str(steps), "--set", "eval_episodes=2", "--set", "eval_interval=2000",
             "--detach", timeout=30.0)  # fmt: skip
     # It has reported an evaluation: the learner has heard from it.
     wait_for(lambda: (st := running(cli, "ft-eval")) and st["eval_return"] is not None, 120.0,
-             "the evaluator's first report")  # fmt: skip
-    for kill in range(RETRIES + 1):
-        victim = cli.component("ft-eval", "evaluator")
-        os.kill(victim["pid"], signal.SIGKILL)
-        if kill < RETRIES:
-            wait_for(lambda v=victim: (c := cli.component("ft-eval", "evaluator"))["state"] == "Running"
-                     and c["pid"] != v["pid"], 60.0, f"the evaluator's restart {kill + 1}")  # fmt: skip
-    wait_for(lambda: cli.component("ft-eval", "evaluator")["state"] == "Failed", 30.0,
-             "the evaluator to fail for good")  # fmt: skip
-    assert cli.status("ft-eval")["phase"] == "Running", "the run ended before its evaluator failed"
+             "the evaluator's first report", poll=0.05)  # fmt: skip
+    # The evaluator is killed RETRIES + 1 times (its restarts back off for 15 s and more) while
+    # the actors are frozen: the run cannot end before its evaluator has failed for good.
+    with frozen(cli, "ft-eval"):
+        for kill in range(RETRIES + 1):
+            victim = cli.component("ft-eval", "evaluator")
+            os.kill(victim["pid"], signal.SIGKILL)
+            if kill < RETRIES:
+                wait_for(lambda v=victim: (c := cli.component("ft-eval", "evaluator"))["state"] == "Running"
+                         and c["pid"] != v["pid"], 60.0, f"the evaluator's restart {kill + 1}")  # fmt: skip
+        wait_for(lambda: cli.component("ft-eval", "evaluator")["state"] == "Failed", 30.0,
+                 "the evaluator to fail for good")  # fmt: skip
+        assert cli.status("ft-eval")["phase"] == "Running", "the run ended before its evaluator failed"
 
     # A learner that waited out final_eval_timeout for the dead evaluator would miss this wait.
     assert RUN_TIMEOUT < FINAL_EVAL_TIMEOUT

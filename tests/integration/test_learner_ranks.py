@@ -14,7 +14,7 @@ import pytest
 import torch
 from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
 from test_fault_tolerance import dead
-from test_preemption import resumed
+from test_preemption import clean_saves_before, resumed
 
 from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED
 
@@ -63,30 +63,34 @@ def test_two_learner_ranks_solve_cartpole_within_100k_steps(cli: Cli) -> None:
     assert "rank 1 INFO" in log and "every learner rank finished" in log
 
 
-def test_a_killed_rank_restarts_the_group_from_the_checkpoint_and_the_run_succeeds(cli: Cli) -> None:
-    """SIGKILL to rank 1 mid-run: torch's elastic agent stops rank 0 and starts both again; they
-    resume from rank 0's checkpoint (`checkpoint_seconds`=2), and the run ends Succeeded. What
-    is lost is the work since that checkpoint; the test prints it. The bar (checkpoint_seconds +
-    5 s) against the measured lag from the checkpoint to the kill, 10 runs on the 2-core machine:
-    min 0.13 s, median 0.95 s, max 2.04 s; every run resumed at the checkpoint's counters."""
+def test_a_killed_rank_then_a_sigterm_to_the_group_lose_only_what_they_may(cli: Cli) -> None:
+    """One `--learners 2` run, two faults. SIGKILL to rank 1 mid-run: the learner's agent stops rank
+    0 and starts both again; they resume from rank 0's last timed checkpoint (`checkpoint_seconds`
+    = 2): what is lost is the work since it. Then SIGTERM to the learner (the agent): it reaches
+    both ranks, rank 0 saves the version the group has, the agent exits 143 (a disruption, not a
+    failure), and the restarted learner resumes exactly that version: 0 updates lost. The run
+    ends Succeeded. The SIGKILL's bar (checkpoint_seconds + 5 s) against the measured lag from
+    the checkpoint to the kill, 10 runs on the 2-core machine: min 0.13 s, median 0.95 s, max
+    2.04 s; every run resumed at the checkpoint's counters."""
     seconds = 2.0
-    cli.run("create", "ranks-kill", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
+    cli.run("create", "ranks-faults", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
             "--learners", "2", "--steps", "30000", "--seed", "1", "--set", "eval_episodes=2",
+            "--set", "epochs=2",  # mechanics, not learning: a tenth of CartPole's collectives
             "--set", "checkpoint_every=100000", "--set", f"checkpoint_seconds={seconds}",
             "--detach", timeout=30.0)  # fmt: skip
-    checkpoint = cli.exp_dir("ranks-kill") / "checkpoints" / "latest.pt"
-    wait_for(lambda: running(cli, "ranks-kill", min_updates=5) and checkpoint.exists(), 120.0,
-             "5 updates and a timed checkpoint")  # fmt: skip
-    victim = wait_for(lambda: ranks(cli, "ranks-kill").get(1), 30.0, "rank 1")
+    checkpoint = cli.exp_dir("ranks-faults") / "checkpoints" / "latest.pt"
+    wait_for(lambda: running(cli, "ranks-faults", min_updates=5) and checkpoint.exists(), 120.0,
+             "5 updates and a timed checkpoint", poll=0.05)  # fmt: skip
+    victim = wait_for(lambda: ranks(cli, "ranks-faults").get(1), 30.0, "rank 1")
     # Rank 1 frozen, the group completes no update and rank 0 writes no checkpoint: the one read
-    # now is what the group restarts from (or an older one than a clean save on SIGTERM).
+    # now is what the group restarts from.
     victim.send_signal(signal.SIGSTOP)
     killed_at = time.time()
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     victim.send_signal(signal.SIGKILL)
     wait_for(lambda: dead(victim.pid), 60.0, "rank 1 to die", poll=0.01)
 
-    how, _, env_steps, updates = resumed(cli, "ranks-kill")
+    how, _, env_steps, updates = resumed(cli, "ranks-faults")
     counters = saved["counters"]
     lag = killed_at - saved["saved_at"]
     print(f"SIGKILL to rank 1 {lag:.2f} s after rank 0's checkpoint (version {counters['version']}, "
@@ -94,13 +98,35 @@ def test_a_killed_rank_restarts_the_group_from_the_checkpoint_and_the_run_succee
           f"{how} at {updates} updates, {env_steps} env steps")  # fmt: skip
     assert lag <= seconds + 5.0, lag
     assert updates >= counters["updates"] and env_steps >= counters["env_steps"]
-    final = wait_for(lambda: ended(cli, "ranks-kill"), RUN_TIMEOUT, "the end", poll=0.5)
-    assert final["phase"] == "Succeeded", final
-    assert final["group_restarts"] == 1, final
-    # The elastic agent (the learner component) restarted the group; the supervisor restarted
-    # nothing.
-    assert all(c["restarts"] == 0 and c["state"] == "Succeeded" for c in final["components"]), final
-    cli.run("delete", "ranks-kill")
+
+    # The restarted group has updated: SIGTERM to the learner component.
+    regrouped = wait_for(
+        lambda: (st := running(cli, "ranks-faults", min_updates=updates + 5))
+        and st["group_restarts"] == 1 and st,
+        120.0, "5 updates of the restarted group", poll=0.05,
+    )  # fmt: skip
+    agent = cli.component("ranks-faults", "learner")
+    # The learner's agent restarted the group; the supervisor restarted nothing.
+    assert regrouped["group_restarts"] == 1 and agent["restarts"] == 0, (regrouped, agent)
+    os.kill(agent["pid"], signal.SIGTERM)
+    wait_for(lambda: dead(agent["pid"]), 60.0, "the learner to exit", poll=0.01)
+    how, *resumed_at = resumed(cli, "ranks-faults", nth=2)
+    log = cli.run("logs", "ranks-faults", "learner", "--lines", "100000").stdout
+    saves = clean_saves_before(log, 2)
+    assert len(saves) == 1, f"expected the SIGTERM's clean checkpoint only:\n{log}"
+    print(f"SIGTERM: saved version {saves[0][0]}, {saves[0][1]} env steps, {saves[0][2]} updates; "
+          f"resumed {how} at {resumed_at}")  # fmt: skip
+    assert "learner ranks stopped by signal" in log and "exit code 143" in log, log[-3000:]
+    assert (how, resumed_at) == ("clean", saves[0]), (how, resumed_at, saves)
+
+    final = wait_for(lambda: ended(cli, "ranks-faults"), RUN_TIMEOUT, "the end", poll=0.5)
+    assert final["phase"] == "Succeeded" and final["env_steps"] >= 30_000, final
+    # The supervisor restarted the learner once (the SIGTERM, not a failure) and nothing else.
+    learner = cli.component("ranks-faults", "learner")
+    assert (learner["restarts"], learner["failures"]) == (1, 0), learner
+    others = [c for c in final["components"] if c["name"] != "learner"]
+    assert all(c["restarts"] == 0 and c["state"] == "Succeeded" for c in others), final
+    cli.run("delete", "ranks-faults")
     assert not cli.leftovers()  # the ranks too: they die with the agent (PR_SET_PDEATHSIG)
 
 

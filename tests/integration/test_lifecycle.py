@@ -14,13 +14,14 @@ from typing import Any
 
 import psutil
 import pytest
-from cli_harness import RUN_TIMEOUT, Cli, ended, processes_mentioning, running, wait_for
+from cli_harness import RUN_TIMEOUT, Cli, ended, frozen, processes_mentioning, running, wait_for
 
 pytestmark = pytest.mark.slow
 
 # Small, quick runs: CartPole's preset, two agents, two-episode evaluations.
 QUICK = ("--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
-         "--set", "eval_episodes=2")  # fmt: skip
+         "--set", "eval_episodes=2",
+         "--set", "epochs=2")  # fmt: skip
 CONTRACT_FIELDS = (
     "name", "algo", "env", "backend", "phase", "env_steps", "updates", "policy_version",
     "episodes", "train_return", "eval_return", "steps_per_second", "elapsed_seconds", "components",
@@ -63,29 +64,35 @@ def test_detached_run_status_list_logs_and_delete(cli: Cli) -> None:
     out = cli.run("create", "life", *QUICK, "--steps", str(steps), "--detach", timeout=30.0)
     assert "life" in out.stdout
 
-    st = wait_for(lambda: running(cli, "life"), 60.0, "phase Running with env steps")
-    assert set(CONTRACT_FIELDS) <= set(st), f"missing: {set(CONTRACT_FIELDS) - set(st)}"
-    identity = (st["name"], st["algo"], st["env"], st["backend"])
-    assert identity == ("life", "ppo", "CartPole-v1", "local"), identity
-    for key in COUNTERS:
-        assert isinstance(st[key], int) and st[key] >= 0, (key, st[key])
-    for key in METRICS:
-        assert isinstance(st[key], int | float), (key, st[key])
-    for key in ("train_return", "eval_return"):
-        assert st[key] is None or isinstance(st[key], int | float), (key, st[key])
-    names = {c["name"]: c for c in st["components"]}
-    assert {"learner", "actor-0", "evaluator"} <= set(names), names
-    for comp in st["components"]:
-        assert set(comp) >= {"name", "role", "state", "restarts"}, comp
-        assert comp["restarts"] == 0 and comp["state"] == "Running", comp
-    assert names["actor-0"]["role"] == "actor" and names["learner"]["role"] == "learner"
+    actor_log = cli.exp_dir("life") / "logs" / "actor-0.log"
+    wait_for(lambda: running(cli, "life") and actor_log.exists() and actor_log.stat().st_size > 0, 60.0,
+             "phase Running with env steps, and a line of actor-0")  # fmt: skip
+    # Actors frozen: the run cannot end while the CLI is asked about it (a 30k-step run may be over
+    # in 5 s, a `surreal status` takes 1-3 s on a busy machine).
+    with frozen(cli, "life"):
+        st = cli.status("life")
+        assert set(CONTRACT_FIELDS) <= set(st), f"missing: {set(CONTRACT_FIELDS) - set(st)}"
+        identity = (st["name"], st["algo"], st["env"], st["backend"])
+        assert identity == ("life", "ppo", "CartPole-v1", "local"), identity
+        for key in COUNTERS:
+            assert isinstance(st[key], int) and st[key] >= 0, (key, st[key])
+        for key in METRICS:
+            assert isinstance(st[key], int | float), (key, st[key])
+        for key in ("train_return", "eval_return"):
+            assert st[key] is None or isinstance(st[key], int | float), (key, st[key])
+        names = {c["name"]: c for c in st["components"]}
+        assert {"learner", "actor-0", "evaluator"} <= set(names), names
+        for comp in st["components"]:
+            assert set(comp) >= {"name", "role", "state", "restarts"}, comp
+            assert comp["restarts"] == 0 and comp["state"] == "Running", comp
+        assert names["actor-0"]["role"] == "actor" and names["learner"]["role"] == "learner"
 
-    listed = json.loads(cli.run("list", "-o", "json").stdout)
-    assert [r["name"] for r in listed] == ["life"], listed
-    assert listed[0]["phase"] in ("Running", "Succeeded"), listed
+        listed = json.loads(cli.run("list", "-o", "json").stdout)
+        assert [r["name"] for r in listed] == ["life"], listed
+        assert listed[0]["phase"] == "Running", listed
 
-    # Checked at the end, so that a quiet log does not hide the rest of the lifecycle.
-    actor_log_while_running = cli.run("logs", "life", "actor-0").stdout
+        # Checked at the end, so that a quiet log does not hide the rest of the lifecycle.
+        actor_log_while_running = cli.run("logs", "life", "actor-0").stdout
 
     final = wait_for(lambda: ended(cli, "life"), RUN_TIMEOUT, "the run to end", poll=0.5)
     assert final["phase"] == "Succeeded", final

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from cli_harness import Cli, ended, running, wait_for
+from cli_harness import Cli, ended, wait_for
 
 from surreal.algorithms.es.noise import pair_seed
 from surreal.protocol import LearnerClient, ProtocolError
@@ -103,9 +103,12 @@ class Rogue:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        stream = self.client.experience("rogue")
         params = None
         try:
+            # Started beside `create`: it is there from the learner's first moment, so a run that
+            # is over in seconds cannot end before it has sent anything.
+            self.client.wait_ready(120.0)
+            stream = self.client.experience("rogue")
             for i in itertools.count():
                 params = self.client.get_params(params.version if params else -1) or params
                 if params is None:
@@ -119,6 +122,8 @@ class Rogue:
 
 
 def _start_rogue(cli: Cli, name: str, make) -> Rogue:
+    """A rogue for the run `create --detach` has just written (program.json and token are there
+    when it returns); it waits for the learner to serve."""
     exp_dir = cli.exp_dir(name)
     program = json.loads((exp_dir / "program.json").read_text())
     address = next(c for c in program["components"] if c["role"] == "learner")["env"]["SURREAL_LEARNER_ADDR"]
@@ -150,7 +155,6 @@ def test_the_readme_job_learns_cartpole_beside_a_poisoning_actor(cli: Cli) -> No
 
     cli.run("create", "poisoned", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
             "--steps", "100000", "--seed", "1", "--detach", timeout=120)  # fmt: skip
-    wait_for(lambda: running(cli, "poisoned"), 120, "the run to start")
     rogue = _start_rogue(cli, "poisoned", poisoned)
     final = wait_for(lambda: ended(cli, "poisoned"), 600, "the end of the run", poll=0.5)
     rogue.thread.join(timeout=60)
@@ -184,7 +188,6 @@ def test_es_drops_non_finite_results_and_impossible_moments_and_still_learns(cli
     rng = np.random.default_rng(1)
     cli.run("create", "es-poisoned", "--algo", "es", "--env", "CartPole-v1", "--agents", "8",
             "--steps", "400000", "--seed", "1", "--detach", timeout=120)  # fmt: skip
-    wait_for(lambda: running(cli, "es-poisoned"), 120, "the run to start")
     rogue = _start_rogue(cli, "es-poisoned", lambda params, i: es_batch(params, rng, i))
     final = wait_for(lambda: ended(cli, "es-poisoned"), 600, "the end of the run", poll=0.5)
     rogue.thread.join(timeout=60)

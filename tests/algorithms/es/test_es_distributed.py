@@ -90,7 +90,9 @@ def test_bursty_workers_start_every_round_on_one_version(tmp_path):
 @pytest.mark.slow
 def test_a_lost_worker_makes_short_rounds_and_the_run_still_ends(tmp_path):
     """One of two bursty workers is killed: every later round lacks its pairs, waits its time
-    (at least 2 s), is updated short and counted; the run reaches its budget and ends."""
+    (at least 2 s), is updated short and counted. After 3 such rounds the worker is started again,
+    as its supervisor or Job would: the run reaches its budget and ends, every worker seeing the
+    end (a worker that never came back would be waited for RELEASE_SECONDS, 60 s)."""
     agents_in_worker, addr = 32, f"127.0.0.1:{free_port()}"
     cfg = dataclasses.replace(preset_for("Pendulum-v1"), policy="linear", population=16,
                               eval_episodes=1, eval_interval=10**9, checkpoint_every=100)  # fmt: skip
@@ -109,8 +111,10 @@ def test_a_lost_worker_makes_short_rounds_and_the_run_still_ends(tmp_path):
         wait_for(lambda: read_status(status_path).get("updates", 0) >= 4, timeout=120)
         workers[1].send_signal(signal.SIGKILL)
         workers[1].wait()
+        wait_for(lambda: read_status(status_path).get("short_rounds", 0) >= 3, timeout=120)
+        workers[1] = spawn("es", "actor", ctx(1), cfg, log)
         assert master.wait(timeout=300) == 0
-        assert workers[0].wait(timeout=30) == 0
+        assert [w.wait(timeout=30) for w in workers] == [0, 0]
     finally:
         for proc in (master, *workers):
             if proc.poll() is None:
