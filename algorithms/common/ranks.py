@@ -369,12 +369,34 @@ def _started_here() -> list[Any]:
     return psutil.Process().children()
 
 
-class JoinWatch:
+class _Watcher:
+    """A daemon thread running `_watch` until `stop()`, which waits for it: `_stopped` tells it."""
+
+    name = "surreal-watch"
+
+    def __init__(self) -> None:
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=self.name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        raise NotImplementedError
+
+
+class JoinWatch(_Watcher):
     """The agent's bound on forming a group: `timeout` after the group's start, the ranks that
     have not come up (`_came_up`) are named in `missing`; `form_timeout` later, the ranks that
     came up but whose process group has not formed (`_formed`: hung in init_process_group). Either
     way `problem` says so and the ranks (`started()`: psutil processes) are killed, which ends the
     agent's run. A thread; `stop()` once the run is over."""
+
+    name = "surreal-join-watch"
 
     def __init__(
         self,
@@ -390,15 +412,7 @@ class JoinWatch:
         self.started = started
         self.missing: list[int] = []
         self.problem: str | None = None  # why the group did not form, once the watch gave up on it
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="surreal-join-watch", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join()
+        super().__init__()
 
     def _watch(self) -> None:
         if self._stopped.wait(self.timeout.total_seconds()):
@@ -422,24 +436,18 @@ class JoinWatch:
                 process.kill()
 
 
-class StopForward:
+class StopForward(_Watcher):
     """The agent's stop request (preemption.stop_for: the learner's role failed elsewhere, e.g.
     no actor is left) passed on to its ranks as SIGTERM, once to each rank that is up: they save
     and leave as on a real SIGTERM (rank 0 checkpoints), and `launch_ranks` restarts no group. A
     thread; `stop()` once the run is over."""
 
+    name = "surreal-stop-forward"
+
     def __init__(self, started: Callable[[], list[Any]] = _started_here) -> None:
         self.started = started
         self._told: set[int] = set()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="surreal-stop-forward", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join()
+        super().__init__()
 
     def _watch(self) -> None:
         from surreal.algorithms.common import preemption

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_envs  # noqa: F401  (registers SurrealTestCountdown-v0)
+from fake_time import Clock, ClockServer
 
 from surreal.algorithms.common import evaluator, serving
 from surreal.algorithms.common.envs import EnvBatch
@@ -24,20 +25,6 @@ from surreal.protocol.types import EvalReport, Params
 
 START = 1000.0
 FINAL_EVAL_TIMEOUT = 600.0  # the configs' default (ppo and es)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def test_a_live_evaluator_calls_well_within_the_silence_the_learner_tolerates() -> None:
@@ -63,12 +50,13 @@ class Core:
         self.final_evaluated = False
 
 
-class Server:
+class Server(ClockServer):
     """What await_final_eval sees of the server on `clock`: the evaluator's calls at the times of
     `calls`, and its final report at `report_at` (None: never)."""
 
     def __init__(self, clock: Clock, core: Core, calls: list[float], report_at: float | None) -> None:
-        self.clock, self.core, self.calls, self.report_at = clock, core, calls, report_at
+        super().__init__(clock)
+        self.core, self.calls, self.report_at = core, calls, report_at
 
     @property
     def evaluator_heard_at(self) -> float | None:
@@ -78,16 +66,10 @@ class Server:
             heard.append(self.report_at)
         return max(heard, default=None)
 
-    def next_fragment(self, timeout: float) -> None:
-        self.clock.now += timeout
-
-    def release(self) -> None:
-        pass
-
 
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
-    clock = Clock()
+    clock = Clock(START)
     monkeypatch.setattr(serving, "time", clock)
     monkeypatch.setattr(evaluator, "time", clock)
     return clock

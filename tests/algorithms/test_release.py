@@ -9,6 +9,7 @@ import json
 import time
 
 import pytest
+from fake_time import Clock, ClockServer
 from test_scale import FakeCore, context  # a core and a run context for a real ServingLoop
 
 from surreal.algorithms.common import serving
@@ -41,35 +42,22 @@ def test_nothing_open_and_nobody_missing_owes_nothing() -> None:
     assert owed_the_end(END, END, set(), set(), {}) == (set(), set())
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = END
-
-    def monotonic(self) -> float:
-        return self.now
-
-
-class Server:
+class Server(ClockServer):
     """What release_workers sees of the server: each call to workers() gives the next of
     `script` (the last one repeats); each wait for a fragment takes its timeout on `clock`."""
 
     def __init__(self, clock: Clock, script: list[tuple[set[str], dict[str, float]]]) -> None:
-        self.clock, self.script, self.calls = clock, script, 0
+        super().__init__(clock)
+        self.script, self.calls = script, 0
 
     def workers(self) -> tuple[set[str], dict[str, float]]:
         self.calls += 1
         return self.script[min(self.calls, len(self.script)) - 1]
 
-    def next_fragment(self, timeout: float) -> None:
-        self.clock.now += timeout
-
-    def release(self) -> None:
-        pass
-
 
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
-    clock = Clock()
+    clock = Clock(END)
     monkeypatch.setattr(serving, "time", clock)
     return clock
 

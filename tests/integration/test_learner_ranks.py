@@ -131,7 +131,8 @@ def test_a_killed_rank_then_a_sigterm_to_the_group_lose_only_what_they_may(cli: 
 
 
 # On PYTHONPATH as sitecustomize.py (imported by every Python process the run starts): learner rank 1
-# hangs before it joins its group, as the issue's rank did. Nothing in the product reads it.
+# hangs in `{target}` and so never joins its group (`open_store`, as the issue's rank did) or joins
+# but never forms it (`dist.init_process_group`). Nothing in the product reads it.
 HANG_RANK_1 = """
 import os, sys
 if sys.argv[1:3] == ["component", "learner"] and os.environ.get("RANK") == "1":
@@ -141,59 +142,32 @@ if sys.argv[1:3] == ["component", "learner"] and os.environ.get("RANK") == "1":
     def hang(*args, **kwargs):
         time.sleep(3600)
 
-    ranks.open_store = hang
+    ranks.{target} = hang
 """
 
 
-HANG_RANK_1_FORMING = """
-import os, sys
-if sys.argv[1:3] == ["component", "learner"] and os.environ.get("RANK") == "1":
-    import time
-    from surreal.algorithms.common import ranks
-
-    def hang(*args, **kwargs):
-        time.sleep(3600)
-
-    ranks.dist.init_process_group = hang
-"""
-
-
-def test_a_rank_hung_inside_init_process_group_fails_the_run_within_5_minutes(cli: Cli, tmp_path) -> None:
-    """Every rank joins, rank 1 never leaves init_process_group (rank 0 waits in it for rank 1):
-    `rank_join_seconds` and half as long again after the group's start the agent stops it, and
-    the learner fails at once (not gloo's timeout, an ordinary failure: group restarts x the
-    learner's lives)."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HANG_RANK_1_FORMING)
-    cli.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
-    started = time.monotonic()
-    cli.run("create", "ranks-form", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
-            "--learners", "2", "--steps", "60000", "--seed", "1", "--set", f"rank_join_seconds={JOIN}",
-            "--detach", timeout=30.0)  # fmt: skip
-    final = wait_for(lambda: ended(cli, "ranks-form"), 300.0, "the run to fail", poll=0.5)
-    print(f"Failed {time.monotonic() - started:.1f} s after create; problem: {final.get('problem')}")
-    assert final["phase"] == "Failed", final
-    within = JOIN * 1.5  # and half as long again to form the group
-    expected = (f"learner ranks 0, 1 of 2 joined but did not form the process group within {within:.0f} s "
-                "of its start (hung in init_process_group)")  # fmt: skip
-    assert final["problem"] == f"the learner failed (exit code {EXIT_GROUP_NOT_FORMED}: {expected})", final
-    learner = next(c for c in final["components"] if c["name"] == "learner")
-    assert (learner["state"], learner["restarts"]) == ("Failed", 0), final["components"]
-    log = cli.run("logs", "ranks-form", "learner", "--lines", "100000").stdout
-    assert "group restart 1" not in log, log[-3000:]
-    cli.run("delete", "ranks-form")
-    assert not cli.leftovers()
-
-
-def test_a_rank_that_never_joins_fails_the_run_naming_it_within_5_minutes(cli: Cli, tmp_path) -> None:
-    """Rank 1 hangs before it joins: the learner's agent gives up `rank_join_seconds` after it started
-    the group, the learner fails at once (no group restart, no restart of the learner) and the run
-    is Failed, its problem naming rank 1, well within the 5 minutes that
+@pytest.mark.parametrize(
+    "target, problem",
+    [
+        ("open_store", f"learner rank 1 of 2 did not join the group within {JOIN} s"),
+        (
+            "dist.init_process_group",
+            f"learner ranks 0, 1 of 2 joined but did not form the process group within {JOIN * 1.5:.0f} s "
+            "of its start (hung in init_process_group)",
+        ),
+    ],
+    ids=["never-joins", "never-forms"],
+)
+def test_a_hung_rank_fails_the_run_naming_it_within_5_minutes(cli: Cli, tmp_path, target, problem) -> None:
+    """Rank 1 hangs before it joins (the learner's agent gives up `rank_join_seconds` after it
+    started the group), or inside init_process_group, where rank 0 waits for it (half as long
+    again): the learner fails at once, not after gloo's timeout as an ordinary failure (group
+    restarts x the learner's lives): no group restart, no restart of the learner, and the run is
+    Failed, its problem naming the rank, well within the 5 minutes that
     test_ranks.py::test_a_rank_that_never_joins_fails_the_run_within_5_minutes computes."""
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HANG_RANK_1)
+    (hook / "sitecustomize.py").write_text(HANG_RANK_1.format(target=target))
     cli.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
     started = time.monotonic()
     cli.run("create", "ranks-hang", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
@@ -202,8 +176,7 @@ def test_a_rank_that_never_joins_fails_the_run_naming_it_within_5_minutes(cli: C
     final = wait_for(lambda: ended(cli, "ranks-hang"), 300.0, "the run to fail", poll=0.5)
     print(f"Failed {time.monotonic() - started:.1f} s after create; problem: {final.get('problem')}")
     assert final["phase"] == "Failed", final
-    expected = f"learner rank 1 of 2 did not join the group within {JOIN} s"
-    assert final["problem"] == f"the learner failed (exit code {EXIT_GROUP_NOT_FORMED}: {expected})", final
+    assert final["problem"] == f"the learner failed (exit code {EXIT_GROUP_NOT_FORMED}: {problem})", final
     learner = next(c for c in final["components"] if c["name"] == "learner")
     assert (learner["state"], learner["restarts"]) == ("Failed", 0), final["components"]
     log = cli.run("logs", "ranks-hang", "learner", "--lines", "100000").stdout
