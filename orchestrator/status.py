@@ -17,6 +17,7 @@ that section to this module):
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
@@ -123,3 +124,21 @@ def status_object(
     out["components"] = [dict(c) for c in components]
     out.update({k: v for k, v in extra.items() if v is not None})
     return out
+
+
+def describe_exit(code: int) -> str:
+    """How a process ended, in the words of every backend: 'exit code 3', or 'killed by SIGKILL'
+    for a Popen-style return code (negative: the signal)."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def describe_container_exit(code: int) -> str:
+    """describe_exit for a container's exit code, where 128 + N means signal N (137: SIGKILL)."""
+    if 128 < code < 128 + signal.NSIG:
+        return describe_exit(128 - code)
+    return describe_exit(code)

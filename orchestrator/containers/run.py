@@ -21,6 +21,7 @@ from typing import Any
 from surreal.orchestrator.containers.jobs import Action, JobController
 from surreal.orchestrator.containers.plan import RUN_LABEL, ContainersError, HostPath, Plan, PodRun, job_pod
 from surreal.orchestrator.kube.render import object_names
+from surreal.orchestrator.status import describe_container_exit
 
 # A pod whose container restarted this often without ever being ready is in CrashLoopBackOff.
 CRASH_LOOP_RESTARTS = 2
@@ -121,6 +122,7 @@ class Run:
         self.started: list[PodRun] = list(started)  # a run started earlier: its pods, to watch
         self.controller = controller or JobController(plan.jobs)
         self.handled: set[str] = set(handled)  # ended Job pods the controller has decided on
+        self.exit_codes: dict[str, int] = {}  # of the Job pods decided on by this process, by pod name
         self._due: list[tuple[float, str, int]] = []  # (monotonic time, job, index) to replace
         # The run is over (or being stopped): pods that end are accounted for, none is started.
         self.stopping = False
@@ -186,9 +188,8 @@ class Run:
                 continue
             self.handled.add(pod.name)
             changed = True
-            decision = self.controller.exited(
-                pod.workload, pod.name, pod.index, int(state.get("ExitCode") or 0)
-            )
+            self.exit_codes[pod.name] = int(state.get("ExitCode") or 0)
+            decision = self.controller.exited(pod.workload, pod.name, pod.index, self.exit_codes[pod.name])
             if decision.action is Action.REPLACE:
                 self._due.append((time.monotonic() + decision.delay, pod.workload, pod.index))
             elif decision.action is Action.FAIL_JOB:
@@ -223,14 +224,20 @@ class Run:
         return changed
 
     def job_failure(self, role: str | None = None) -> str:
-        """One line for a failed Job (of `role`, or any): its reason, and its last pod's last words."""
+        """One line for a failed Job (of `role`, or any): its reason, how its last pod ended (in the
+        words of every backend: `describe_exit`) and its last words."""
         for name, job in self.controller.jobs.items():
             if job.condition != "Failed" or (role is not None and job.job.role != role):
                 continue
             pods = [p for p in self.started if p.workload == name]
-            tail = [line for line in self.logs(pods[-1]).splitlines() if line.strip()] if pods else []
-            return (f"Job {name} failed ({job.reason}: {job.message}); its last pod "
-                    f"{pods[-1].name if pods else '?'} said: {tail[-1] if tail else 'nothing'}")  # fmt: skip
+            if not pods:
+                return f"Job {name} failed ({job.reason}: {job.message})"
+            last = pods[-1]
+            tail = [line for line in self.logs(last).splitlines() if line.strip()]
+            code = self.exit_codes.get(last.name)
+            ended = f" ended ({describe_container_exit(code)})" if code is not None else ""
+            said = f"; its last line: {tail[-1]}" if tail else "; it logged nothing"
+            return f"Job {name} failed ({job.reason}: {job.message}); its last pod {last.name}{ended}{said}"
         return ""
 
     def jobs(self) -> list[dict[str, Any]]:

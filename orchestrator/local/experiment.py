@@ -32,9 +32,8 @@ from surreal.orchestrator.home import (
 from surreal.orchestrator.launcher import CorruptFile
 from surreal.orchestrator.local import processes as local
 from surreal.orchestrator.local.sched_slice import slice_ms_from_env
-from surreal.orchestrator.local.supervisor import describe_exit
 from surreal.orchestrator.program import LOCAL_KNOB, Target, local_split, make_program, workers_problem
-from surreal.orchestrator.status import component, exit_code, status_object
+from surreal.orchestrator.status import component, describe_exit, exit_code, status_object
 from surreal.spec import ExperimentSpec
 
 

@@ -47,7 +47,7 @@ from surreal.orchestrator.home import LOG_DIR
 from surreal.orchestrator.local.sched_slice import slice_ms_from_env, slice_request
 from surreal.orchestrator.policy import POLICIES, Action, RolePolicy, decide, policy_of, role_failure
 from surreal.orchestrator.program import ENV_TERMINATION_LOG
-from surreal.orchestrator.status import ENDED_STATES, ComponentState, Phase
+from surreal.orchestrator.status import ENDED_STATES, ComponentState, Phase, describe_exit
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +58,6 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 _ENDED = ENDED_STATES
-
-
-def describe_exit(code: int) -> str:
-    """'exit code 3' or 'killed by SIGKILL' for a Popen-style return code."""
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 def _child_preexec(

@@ -53,5 +53,6 @@ def test_a_container_that_exits_at_start(
             run.wait_for("the learner", lambda: run.probe(run.pod("learner")), 180)
     message = str(err.value)
     assert message.startswith("Job crash-learner failed (BackoffLimitExceeded: ") and "\n" not in message
+    assert " ended (exit code " in message  # how its last pod ended, as local says it
     assert "missing.yaml" in message  # the learner's own last word says why
     assert len(run.pods_of("learner")) == 1 and len([p for p in run.started if p.role == "learner"]) == 2
