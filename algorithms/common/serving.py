@@ -46,6 +46,9 @@ SCALE_CHECK_SECONDS = 1.0  # how often the learner looks at SCALE_FILE (a stat)
 # new worker's first fragment, and its times every WORKERS_WRITE_SECONDS).
 WORKERS_FILE = "workers.json"
 RECENT_WORKER_SECONDS = 300.0
+# A scale down retires workers that may still send a fragment or two while they stop: what is heard
+# only until this long after it is theirs, and owes them nothing at the end (they never come back).
+RETIRE_SECONDS = 30.0
 WORKERS_WRITE_SECONDS = 30.0
 RELEASE_SECONDS = 60.0  # the longest the learner serves, after the end, for workers to see it
 # A worker sees `done` with the next parameters it fetches and hangs up at once; one whose stream is
@@ -169,6 +172,7 @@ class ServingLoop:
         # Known workers without a stream open at the end: they see `done` only on a stream they
         # open later (release_workers waits for them).
         self._away_at_end: set[str] = set()
+        self._retired_until = float("-inf")  # time.time() until which a scale down's workers retire
 
     def train(self) -> bool:
         """Fragments in, updates, parameters out, status about once a second, until the core is
@@ -217,9 +221,7 @@ class ServingLoop:
             server.publish(core.params())
         self._done_at = time.monotonic()
         open_at_end, _ = server.workers()
-        cutoff = time.time() - RECENT_WORKER_SECONDS
-        recent = {w for w, t in self._known.items() if t >= cutoff}
-        self._away_at_end = recent - open_at_end
+        self._away_at_end = owed_at_end(self._known, open_at_end, time.time(), self._retired_until)
         # Those with a stream open see `done` on it: a learner restarted after the end (a SIGTERM
         # while it released its workers) waits only for the others.
         self._known = {w: t for w, t in self._known.items() if w in self._away_at_end}
@@ -344,6 +346,8 @@ class ServingLoop:
         new streams past the cap; open ones stay), the core, and what is published (a core may
         start a new version with the new hand-out)."""
         log.info("scaled from %d to %d agents (%s)", self.agents, agents, SCALE_FILE)
+        if agents < self.agents:
+            self._retired_until = time.time() + RETIRE_SECONDS
         self.agents = agents
         # Workers a scale down retires never come back: only those heard from from now on count.
         self._known = {}
@@ -387,6 +391,14 @@ def evaluator_alive(now: float, heard_at: float | None, started_at: float) -> bo
     if heard_at is not None:
         return now - heard_at < EVALUATOR_SILENCE_SECONDS
     return now - started_at < EVALUATOR_START_SECONDS
+
+
+def owed_at_end(known: dict[str, float], open_at_end: set[str], now: float, retired_until: float) -> set[str]:
+    """The workers owed the end when the run finishes at `now` (time.time()): those heard from
+    (`known`: when last) within RECENT_WORKER_SECONDS, and after `retired_until` (the workers a
+    scale down retired, heard from only until then, never come back), with no stream open."""
+    cutoff = max(now - RECENT_WORKER_SECONDS, retired_until)
+    return {w for w, t in known.items() if t > cutoff} - open_at_end
 
 
 def owed_the_end(

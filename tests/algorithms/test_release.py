@@ -13,7 +13,13 @@ from fake_time import Clock, ClockServer
 from test_scale import FakeCore, context  # a core and a run context for a real ServingLoop
 
 from surreal.algorithms.common import serving
-from surreal.algorithms.common.serving import HANG_UP_SECONDS, owed_the_end
+from surreal.algorithms.common.serving import (
+    HANG_UP_SECONDS,
+    RECENT_WORKER_SECONDS,
+    RETIRE_SECONDS,
+    owed_at_end,
+    owed_the_end,
+)
 
 END = 1000.0
 
@@ -40,6 +46,23 @@ def test_a_stream_opened_after_the_end_gets_its_own_bound() -> None:
 
 def test_nothing_open_and_nobody_missing_owes_nothing() -> None:
     assert owed_the_end(END, END, set(), set(), {}) == (set(), set())
+
+
+def test_at_the_end_the_workers_away_are_owed_except_those_a_scale_down_retired() -> None:
+    """actor-1 was retired by a scale down at END - 40 and sent its last fragment 2 s later,
+    while it stopped; actor-0 was kept and is reconnecting at the end; actor-2 streams still;
+    actor-3 went silent long ago. Only actor-0 is waited for (the run used to wait RELEASE_SECONDS
+    for actor-1, which never comes back)."""
+    scaled = END - 40
+    known = {
+        "actor-0": END - 1,
+        "actor-1": scaled + 2,
+        "actor-2": END,
+        "actor-3": END - RECENT_WORKER_SECONDS - 1,
+    }
+    assert owed_at_end(known, {"actor-2"}, END, scaled + RETIRE_SECONDS) == {"actor-0"}
+    # No scale down: everyone heard from lately and away is owed.
+    assert owed_at_end(known, {"actor-2"}, END, float("-inf")) == {"actor-0", "actor-1"}
 
 
 class Server(ClockServer):

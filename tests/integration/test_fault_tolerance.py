@@ -127,7 +127,7 @@ def test_an_evaluator_killed_past_its_budget_fails_no_run_and_holds_no_end(cli: 
     steps = 2 * STEPS
     cli.run("create", "ft-eval", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
             "--steps", str(steps), "--set", "eval_episodes=2", "--set", "eval_interval=2000",
-            "--detach", timeout=30.0)  # fmt: skip
+            "--set", "epochs=2", "--detach", timeout=30.0)  # fmt: skip
     # It has reported an evaluation: the learner has heard from it.
     wait_for(lambda: (st := running(cli, "ft-eval")) and st["eval_return"] is not None, 120.0,
              "the evaluator's first report", poll=0.05)  # fmt: skip
