@@ -20,6 +20,8 @@ from typing import Any
 
 import psutil
 
+from surreal.orchestrator.local.processes import is_alive
+
 SURREAL = shutil.which("surreal", path=str(Path(sys.executable).parent))
 CLI_TIMEOUT = 60.0  # seconds any one short command (status, list, logs, delete) may take
 # Seconds a small CartPole run may take to end on a busy 2-core machine: a deadline (passing runs
@@ -131,7 +133,7 @@ def ended(cli: Cli, name: str, seen: list[dict[str, Any]] | None = None) -> dict
         state = cli.state(name)
     except (FileNotFoundError, json.JSONDecodeError):
         state = None
-    if state is not None and state["phase"] not in TERMINAL and alive(state):
+    if state is not None and state["phase"] not in TERMINAL and is_alive(state):
         if seen is not None:
             with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
                 learner = json.loads((cli.exp_dir(name) / "status.json").read_text())
@@ -139,13 +141,3 @@ def ended(cli: Cli, name: str, seen: list[dict[str, Any]] | None = None) -> dict
         return None
     st = cli.status(name)
     return st if st["phase"] in TERMINAL else None
-
-
-def alive(state: dict[str, Any]) -> bool:
-    """The supervisor that wrote `state` still runs (the same process, not a recycled pid)."""
-    try:
-        proc = psutil.Process(state["supervisor_pid"])
-        same = abs(proc.create_time() - (state.get("supervisor_create_time") or proc.create_time())) < 1.0
-        return same and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
