@@ -62,33 +62,6 @@ def cli(tmp_path: Path, engine: Engine, image: str) -> Iterator[Cli]:
         c.run("delete", exp.name, ok=False)
 
 
-def test_create_runs_to_the_end_then_list_status_logs_and_delete(cli: Cli) -> None:
-    """A foreground create in 5 containers, to its end: a short run (learning in containers is
-    proven by test_pods.py's run, with faults)."""
-    out = cli.run("create", "c1", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
-                  "--steps", "20000", "--seed", "1", "--backend", "containers", timeout=900.0)  # fmt: skip
-    assert "c1: Succeeded" in out.stderr, out.stderr
-    assert cli.containers("c1") == []  # the run is done: its containers are gone, its files stay
-    st = cli.status("c1")
-    assert (st["backend"], st["phase"], st["agents"]) == ("containers", "Succeeded", 2), st
-    assert st["env_steps"] >= 20_000 and st["eval_return"] is not None, st
-    assert {c["role"] for c in st["components"]} == {"learner", "actor", "evaluator", "tensorboard"}
-    # Every Job's pod exited 0 by itself once the run was done; none had to be stopped.
-    record = json.loads((cli.home / "experiments" / "c1" / "containers.json").read_text())
-    assert record["stopped_at_end"] == [], record["stopped_at_end"]
-    assert {c["state"] for c in st["components"] if c["role"] != "tensorboard"} == {"Succeeded"}, st
-    assert [(j["role"], j["state"]) for j in st["jobs"]] == [
-        ("learner", "Complete"), ("actor", "Complete"), ("evaluator", "Complete")]  # fmt: skip
-    [row] = json.loads(cli.run("list", "-o", "json").stdout)
-    assert (row["name"], row["backend"], row["phase"]) == ("c1", "containers", "Succeeded"), row
-    learner_log = cli.run("logs", "c1", "learner").stdout
-    assert "run complete" in learner_log, learner_log[-2000:]
-    assert "connected to the learner at c1-learner:6000" in cli.run("logs", "c1", "actor-1").stdout
-    assert cli.run("delete", "c1").stdout.strip() == "experiment 'c1' deleted"
-    assert not (cli.home / "experiments" / "c1").exists() and cli.containers("c1") == []
-    assert cli.run("status", "c1", ok=False).returncode == 1
-
-
 def test_two_learner_ranks_in_the_learner_container_share_the_run(cli: Cli) -> None:
     """`--learners 2` in containers: one learner container runs both ranks (the elastic agent),
     rank r on port 6000 + r of the learner's name; actor-0 sends to rank 0, actor-1 to rank 1. A
@@ -147,23 +120,41 @@ def test_scale_starts_and_stops_actor_containers_and_the_learner_follows(cli: Cl
     assert not (cli.home / "experiments" / "sc").exists()
 
 
-def test_a_detached_run_ends_by_itself_and_frees_every_container(cli: Cli) -> None:
-    """No `surreal delete` needed: the run's controller sees the learner's Job complete, waits for
-    the workers' pods to end on their own, keeps the logs and removes the containers."""
+def test_a_detached_run_ends_by_itself_and_frees_every_container_then_list_status_logs_delete(
+    cli: Cli,
+) -> None:
+    """A detached create in 5 containers, to its end with no `surreal delete`: the run's controller
+    sees the learner's Job complete, waits for the workers' pods to end on their own, keeps the
+    logs and removes the containers; then the rest of the CLI on what is left. A short run
+    (learning in containers is proven by test_pods.py's run, with faults; a foreground create by
+    the ranks' run below and the interrupt test)."""
     cli.run("create", "dt", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--steps", "20000",
-            "--set", "eval_episodes=2", "--backend", "containers", "--detach", timeout=300.0)  # fmt: skip
+            "--seed", "1", "--set", "eval_episodes=2", "--backend", "containers", "--detach",
+            timeout=300.0)  # fmt: skip
     record = cli.home / "experiments" / "dt" / "containers.json"
     wait_until("the run to end", lambda: "phase" in json.loads(record.read_text()), 600, poll=1.0)
-    assert cli.containers("dt") == []
+    assert cli.containers("dt") == []  # the run is done: its containers are gone, its files stay
     st = cli.status("dt")
-    assert st["phase"] == "Succeeded" and st["env_steps"] >= 20_000 and st["eval_return"] is not None, st
+    assert (st["backend"], st["phase"], st["agents"]) == ("containers", "Succeeded", 2), st
+    assert st["env_steps"] >= 20_000 and st["eval_return"] is not None, st
+    assert {c["role"] for c in st["components"]} == {"learner", "actor", "evaluator", "tensorboard"}
+    # Every Job's pod exited 0 by itself once the run was done; none had to be stopped.
     assert json.loads(record.read_text())["stopped_at_end"] == []
-    assert "run complete" in cli.run("logs", "dt", "learner").stdout
+    assert {c["state"] for c in st["components"] if c["role"] != "tensorboard"} == {"Succeeded"}, st
+    assert [(j["role"], j["state"]) for j in st["jobs"]] == [
+        ("learner", "Complete"), ("actor", "Complete"), ("evaluator", "Complete")]  # fmt: skip
     assert (
         "experiment dt: Succeeded"
         in (cli.home / "experiments" / "dt" / "logs" / "controller.log").read_text()
     )
-    cli.run("delete", "dt")
+    [row] = json.loads(cli.run("list", "-o", "json").stdout)
+    assert (row["name"], row["backend"], row["phase"]) == ("dt", "containers", "Succeeded"), row
+    learner_log = cli.run("logs", "dt", "learner").stdout
+    assert "run complete" in learner_log, learner_log[-2000:]
+    assert "connected to the learner at dt-learner:6000" in cli.run("logs", "dt", "actor-1").stdout
+    assert cli.run("delete", "dt").stdout.strip() == "experiment 'dt' deleted"
+    assert not (cli.home / "experiments" / "dt").exists() and cli.containers("dt") == []
+    assert cli.run("status", "dt", ok=False).returncode == 1
 
 
 def test_no_engine_is_one_line_and_creates_nothing(cli: Cli, tmp_path: Path) -> None:

@@ -1,23 +1,35 @@
 """The suite's one solve of each algorithm on the local backend, the README's main job among them,
-and one bad actor must not ruin it. Beside a real run's actors, a "rogue" worker with the
-experiment's token sends well-formed fragments (PPO) or result batches (ES) full of what a broken
-environment or a buggy actor produces, as fast as the learner's credits allow, for the whole run.
-The learner rejects each whole, counts it by reason, names the rogue in a few log lines, and the
-run still learns: bounded by env steps, like every learning test here."""
+and bad input must not ruin it. Beside a real run's actors, a "rogue" worker with the experiment's
+token sends well-formed fragments (PPO) or result batches (ES) full of what a broken environment or
+a buggy actor produces, as fast as the learner's credits allow, for the whole run. The learner
+rejects each whole, counts it by reason, names the rogue in a few log lines, and the run still
+learns: bounded by env steps, like every learning test here.
+
+The README job also takes bad calls on the wire while it trains: each gets the right gRPC status,
+and a flood of random bytes (raw TCP, and as gRPC messages on every method, with and without the
+token) is refused and logged in a few lines; the learner keeps training, the run ends Succeeded and
+every process of it exits."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
+import random
+import socket
 import threading
+import time
 from collections.abc import Callable
 
+import grpc
 import numpy as np
 import pytest
-from cli_harness import Cli, ended, wait_for
+from cli_harness import Cli, ended, running, wait_for
 
 from surreal.algorithms.es.noise import pair_seed
 from surreal.protocol import LearnerClient, ProtocolError
+from surreal.protocol.v1 import surreal_pb2 as pb
+from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.slow
 
@@ -121,13 +133,18 @@ class Rogue:
             self.client.close()
 
 
-def _start_rogue(cli: Cli, name: str, make) -> Rogue:
-    """A rogue for the run `create --detach` has just written (program.json and token are there
-    when it returns); it waits for the learner to serve."""
+def _learner_address(cli: Cli, name: str) -> tuple[str, str]:
+    """The learner's address and the run's token, from what `create --detach` has written."""
     exp_dir = cli.exp_dir(name)
     program = json.loads((exp_dir / "program.json").read_text())
     address = next(c for c in program["components"] if c["role"] == "learner")["env"]["SURREAL_LEARNER_ADDR"]
-    rogue = Rogue(address, (exp_dir / "token").read_text().strip(), make)
+    return address, (exp_dir / "token").read_text().strip()
+
+
+def _start_rogue(cli: Cli, name: str, make) -> Rogue:
+    """A rogue for the run `create --detach` has just written (program.json and token are there
+    when it returns); it waits for the learner to serve."""
+    rogue = Rogue(*_learner_address(cli, name), make)
     rogue.thread.start()
     return rogue
 
@@ -137,15 +154,101 @@ def _rogue_lines(cli: Cli, name: str) -> list[str]:
     return [line for line in log.splitlines() if "'rogue'" in line]
 
 
+# Seconds of flood: thousands of bad calls, well inside the README job's run (25-60 s here).
+FLOOD_SECONDS = 8.0
+METHODS = ("/surreal.v1.Experience/Stream", "/surreal.v1.Parameters/Get", "/surreal.v1.Status/Get",
+           "/surreal.v1.Status/ReportEval", "/grpc.health.v1.Health/Check")  # fmt: skip
+
+
+def _raw_stream(address: str, token: str, fragment: pb.Fragment) -> grpc.RpcError:
+    requests = [pb.ExperienceRequest(hello=pb.Hello(worker_id="bad-caller")),
+                pb.ExperienceRequest(fragment=fragment)]  # fmt: skip
+    with grpc.insecure_channel(address) as channel:
+        call = pb_grpc.ExperienceStub(channel).Stream(
+            iter(requests), metadata=(("x-surreal-token", token),), timeout=10
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            for _ in call:
+                pass
+    return info.value
+
+
+def _grpc_garbage(address: str, token: str, until: float, seed: int) -> None:
+    rng, metadata = random.Random(seed), (("x-surreal-token", token),)
+    with grpc.insecure_channel(address) as channel:
+        while time.monotonic() < until:
+            method = rng.choice(METHODS)
+            try:
+                if method.endswith("/Stream"):
+                    call = channel.stream_stream(method, lambda b: b, lambda b: b)
+                    requests = [os.urandom(rng.randint(0, 500)) for _ in range(rng.randint(1, 4))]
+                    for _ in call(iter(requests), metadata=metadata, timeout=1):
+                        pass
+                else:
+                    call = channel.unary_unary(method, lambda b: b, lambda b: b)
+                    call(os.urandom(rng.randint(0, 500)), metadata=metadata, timeout=1)
+            except grpc.RpcError:
+                pass
+
+
+def _tcp_garbage(host: str, port: int, until: float, seed: int) -> None:
+    rng = random.Random(seed)
+    while time.monotonic() < until:
+        try:
+            with socket.create_connection((host, port), timeout=1) as s:
+                s.sendall(os.urandom(rng.randint(1, 4000)))
+        except OSError:
+            pass
+
+
 CONTRACT_FIELDS = {
     "name", "algo", "env", "backend", "phase", "env_steps", "updates", "policy_version", "episodes",
     "train_return", "eval_return", "steps_per_second", "elapsed_seconds", "components",
 }  # fmt: skip
 
 
-def test_the_readme_job_learns_cartpole_beside_a_poisoning_actor(cli: Cli) -> None:
+def _bad_calls(address: str, token: str) -> None:
+    """Each bad call gets its own gRPC status."""
+    for bad_token in ("", "wrong-token"):
+        client = LearnerClient(address, bad_token)
+        # gRPC shares a process's connections to one address: the rogue's, refused while the learner
+        # started, may still be backing off, and a call without wait-for-ready fails at once there.
+        client.wait_ready(30.0)
+        with pytest.raises(ProtocolError) as info:
+            client.get_params()
+        assert info.value.code == "UNAUTHENTICATED", str(info.value)
+        client.close()
+    obs_ok = pb.Tensor(name="obs", dtype=pb.FLOAT32, shape=[1, 1, 4], data=bytes(16))
+    short = pb.Tensor(name="obs", dtype=pb.FLOAT32, shape=[33, 2, 4], data=bytes(16))
+    stranger = pb.Tensor(name="not_a_tensor", dtype=pb.FLOAT32, shape=[1], data=bytes(4))
+    for tensors in ([short], [obs_ok, stranger]):
+        error = _raw_stream(address, token, pb.Fragment(policy_version=0, tensors=tensors))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    huge = pb.Tensor(name="obs", dtype=pb.UINT8, shape=[80 * 2**20],
+                     data=np.zeros(80 * 2**20, np.uint8).tobytes())  # fmt: skip
+    error = _raw_stream(address, token, pb.Fragment(policy_version=0, tensors=[huge]))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def _flood(address: str, token: str) -> None:
+    """FLOOD_SECONDS of random bytes: as gRPC messages with and without the token, and raw TCP."""
+    host, port = address.rsplit(":", 1)
+    until = time.monotonic() + FLOOD_SECONDS
+    flood = [
+        threading.Thread(target=_grpc_garbage, args=(address, token, until, 1)),
+        threading.Thread(target=_grpc_garbage, args=(address, "wrong", until, 2)),
+        threading.Thread(target=_tcp_garbage, args=(host, int(port), until, 3)),
+    ]
+    for t in flood:
+        t.start()
+    for t in flood:
+        t.join()
+
+
+def test_the_readme_job_learns_cartpole_beside_a_poisoning_actor_and_a_flood(cli: Cli) -> None:
     """The README's main job (PPO, CartPole-v1, 2 agents, 100k steps, seed 1) with a rogue beside
-    its actors from its first env steps: it still solves CartPole."""
+    its actors from its first env steps, and bad calls and a flood on the wire while it trains: it
+    still solves CartPole."""
     rng = np.random.default_rng(0)
 
     def poisoned(params, i: int) -> dict[str, np.ndarray]:
@@ -156,12 +259,24 @@ def test_the_readme_job_learns_cartpole_beside_a_poisoning_actor(cli: Cli) -> No
     cli.run("create", "poisoned", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
             "--steps", "100000", "--seed", "1", "--detach", timeout=120)  # fmt: skip
     rogue = _start_rogue(cli, "poisoned", poisoned)
+    address, token = _learner_address(cli, "poisoned")
+    before = wait_for(lambda: running(cli, "poisoned"), 120, "training to start", poll=0.05)
+    _bad_calls(address, token)
+    _flood(address, token)
+    # The learner's own status file: `surreal status` takes seconds, and the run may end in them.
+    during = running(cli, "poisoned")
+    assert during is not None and during["env_steps"] > before["env_steps"], (before, during)
+    wire = during["wire_rejections"]
+    assert wire["undecodable"] > 50 and wire["unauthenticated"] > 50, wire
+
     final = wait_for(lambda: ended(cli, "poisoned"), 600, "the end of the run", poll=0.5)
     rogue.thread.join(timeout=60)
     rejected = final["rejected_fragments"]
     named = len(_rogue_lines(cli, "poisoned"))
+    log = (cli.exp_dir("poisoned") / "logs" / "learner.log").read_text()
     print(f"rogue sent {rogue.sent} fragments ({rogue.error}); rejected {rejected}; eval return "
-          f"{final['eval_return']}; {named} log lines name the rogue")  # fmt: skip
+          f"{final['eval_return']}; {named} log lines name the rogue; flood refused: "
+          f"{final['wire_rejections']}; learner.log: {len(log)} characters")  # fmt: skip
     assert final["phase"] == "Succeeded", final
     assert final["eval_return"] >= 475, final
     assert CONTRACT_FIELDS <= final.keys()
@@ -178,10 +293,18 @@ def test_the_readme_job_learns_cartpole_beside_a_poisoning_actor(cli: Cli) -> No
     for reason in ("non_finite", "out_of_range", "bad_action", "bad_moments"):
         assert rejected[reason] > 0, rejected
     assert final["skipped_updates"] == 0
+    assert final["wire_rejections"]["undecodable"] >= wire["undecodable"]
     # Named at a bounded rate: the first rejection, then a summary per 10 s at most.
     lines = _rogue_lines(cli, "poisoned")
     assert 1 <= len(lines) <= final["elapsed_seconds"] / 10 + 3, lines
+    # Thousands of bad calls: a few summary lines, no tracebacks.
+    assert len(log) < 32_000, f"learner.log has {len(log)} characters"
+    assert "Traceback" not in log and "rejected" in log
+    table = cli.run("status", "poisoned").stdout
+    assert "rejected:" in table and "undecodable" in table, table
     cli.run("delete", "poisoned")
+    # Every process of the run is gone (the learner used to hang in its server's stop).
+    wait_for(lambda: not cli.leftovers(), 60, "every process of the run to exit")
 
 
 def test_es_drops_non_finite_results_and_impossible_moments_and_still_learns(cli: Cli) -> None:
