@@ -73,6 +73,14 @@ class Algorithm:
     def _presets(self) -> Any:
         return importlib.import_module(f"{self.package}.presets")
 
+    def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
+        """The policy in a checkpoint's `state` (load_checkpoint's) of a run of `config` on the
+        environment `resolved` describes: an evaluator.TrainedAct (raw observations [N, ...] and
+        `deterministic` -> actions [N, ...])."""
+        spaces = importlib.import_module("surreal.algorithms.common.envs").spaces_of(resolved)
+        module = importlib.import_module(f"{self.package}.evaluator")
+        return module.checkpoint_policy(config, spaces, state, seed)
+
     def role_main(self, role: str) -> RoleMain:
         if role not in self.roles:
             raise ValueError(f"algorithm {self.name!r} has no role {role!r} (roles: {self.roles})")

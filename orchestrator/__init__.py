@@ -5,7 +5,8 @@ The core, used by every backend and importing none:
 - `launcher`: the `Launcher` interface and its errors;
 - `policy`: the failure policy (what an exit of each role means), `status`: the status contract;
 - `home`, `home_launcher`, `files`: experiments that live on this machine (`$SURREAL_HOME`);
-- `plot`: learning curves from TensorBoard events.
+- `plot`: learning curves from TensorBoard events;
+- `trained`: a run's policy from its checkpoint (`surreal.load_policy`) and `surreal record`.
 
 One subpackage per backend: `local` (supervised processes), `containers` (the Kubernetes objects as
 podman or Docker containers; it reuses kube's rendering), `kube` (render and apply the objects; the

@@ -54,6 +54,11 @@ EXPERIMENT_FILES = (SPEC_FILE, TOKEN_FILE, STATUS_FILE, "state.json", "program.j
                     "objects.yaml", "logs", "tb", "checkpoints")  # fmt: skip
 
 
+def home_dir() -> Path:
+    """This machine's experiment home: $SURREAL_HOME, else ~/.surreal."""
+    return Path(os.environ.get("SURREAL_HOME") or Path.home() / ".surreal")
+
+
 def experiments_root(home: Path) -> Path:
     return home / "experiments"
 

@@ -126,6 +126,8 @@ class ExperimentSpec:
             data[RESOLVED] = _plain(dataclasses.asdict(self.resolved))
             if not self.resolved.env_kwargs:
                 del data[RESOLVED][ENV_KWARGS]
+            if not self.resolved.obs_leaves:  # one Box: spec files stay as they were
+                del data[RESOLVED]["obs_leaves"]
         return data
 
     def to_yaml(self) -> str:
@@ -522,7 +524,8 @@ def _resolved_section(value: Any) -> ResolvedEnv:
         if key not in names:
             raise SpecError(f"{RESOLVED}: unknown key {key!r} (known: {', '.join(names)})")
     for f in fields:
-        if f.name not in value and f.default_factory is dataclasses.MISSING:
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.name not in value and required:
             raise SpecError(f"{RESOLVED}: {f.name} is missing")
     values = {k: _coerce(f"{RESOLVED}.{k}", _field_type(ResolvedEnv, k), v) for k, v in value.items()}
     resolved = ResolvedEnv(**values)

@@ -74,6 +74,10 @@ class ResolvedEnv:
     """Lower bounds of Box actions, one per action; None for Discrete."""
     action_high: tuple[float, ...] | None
     """Upper bounds of Box actions, one per action; None for Discrete."""
+    obs_leaves: tuple[dict[str, Any], ...] = ()
+    """Observations that are not one Box: their leaves (obs_leaves.ObsLeaf.to_dict), every one
+    described, also those a policy cannot take (obs_keys chooses; EnvSpaces.keep refuses). Left
+    out of the spec file for a Box."""
 
     @property
     def pixels(self) -> bool:
@@ -92,8 +96,16 @@ class ResolvedEnv:
             raise ValueError("env must name the environment")
         if not self.entry_point:
             raise ValueError("entry_point must name the environment's constructor")
-        if self.obs_dim < 1:
+        if self.obs_dim < 1 and not self.obs_leaves:
             raise ValueError(f"obs_dim must be a positive integer, got {self.obs_dim}")
+        if self.obs_leaves:
+            from surreal.algorithms.common.obs_leaves import UNSUPPORTED, ObsLeaf
+
+            leaves = [ObsLeaf.from_dict(leaf) for leaf in self.obs_leaves]
+            width = sum(leaf.width for leaf in leaves if leaf.kind != UNSUPPORTED)
+            if width != self.obs_dim or self.image_shape is not None:
+                raise ValueError(f"obs_dim must be the leaves' width ({width}) and image_shape null "
+                                 "for observations of several leaves")  # fmt: skip
         if self.image_shape is not None:
             shape = self.image_shape
             if len(shape) != 3 or min(shape) < 1:

@@ -7,12 +7,13 @@ and the rare episode-end bookkeeping kept out of the common case.
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 
-from surreal.algorithms.common import atari
+from surreal.algorithms.common import atari, obs_leaves
 from surreal.algorithms.common.env_ref import (
     EnvRef,
     ResolvedEnv,
@@ -22,6 +23,7 @@ from surreal.algorithms.common.env_ref import (
     make_raw,
     resolve,
 )
+from surreal.algorithms.common.obs_leaves import UNSUPPORTED, ObsLeaf, describe, select
 from surreal.protocol.ratelimit import RejectionLog
 
 log = logging.getLogger(__name__)
@@ -81,12 +83,15 @@ def _make_resolved(
 class EnvSpaces(NamedTuple):
     """What a network needs to know about an environment."""
 
-    obs_dim: int  # observation size, flattened (C*H*W for images)
+    obs_dim: int  # observation size, flattened (C*H*W for images; a packed row's width: obs_leaves)
     discrete: bool
     action_dim: int  # number of actions (Discrete) or action vector length (Box)
     action_low: np.ndarray | None  # Box bounds, None for Discrete
     action_high: np.ndarray | None
     image_shape: tuple[int, int, int] | None = None  # (C, H, W) of uint8 images; None: a vector
+    # Observations that are not one Box (obs_leaves.py): their leaves, () for a Box. A policy sees
+    # those `keep` selects; batches hold them as leaf arrays, networks as packed float32 rows.
+    obs_leaves: tuple[ObsLeaf, ...] = ()
 
     @property
     def pixels(self) -> bool:
@@ -94,29 +99,56 @@ class EnvSpaces(NamedTuple):
         return self.image_shape is not None
 
     @property
+    def has_image(self) -> bool:
+        """The policy sees an image: the whole observation, or one of its leaves (a CNN)."""
+        return self.image_shape is not None or any(leaf.kind == "image" for leaf in self.obs_leaves)
+
+    @property
+    def structured(self) -> bool:
+        """Observations are leaves (obs_leaves.py), not one Box."""
+        return bool(self.obs_leaves)
+
+    @property
     def obs_shape(self) -> tuple[int, ...]:
-        """One observation as the batch delivers it: (C, H, W) images or (D,) vectors."""
+        """One observation as a network takes it: (C, H, W) images or (D,) vectors (packed rows)."""
         return self.image_shape if self.image_shape is not None else (self.obs_dim,)
 
     @property
     def obs_dtype(self) -> type[np.generic]:
         return np.uint8 if self.image_shape is not None else np.float32
 
+    def keep(self, obs_keys: Iterable[str], env: str = "the environment") -> EnvSpaces:
+        """These spaces as a policy observing the top-level keys `obs_keys` sees them (every key
+        when empty): ValueError naming the key the policy cannot take (obs_leaves.select)."""
+        keys = tuple(obs_keys)
+        if not self.structured:
+            if keys:
+                raise ValueError(f"obs_keys {','.join(keys)}: {env}'s observations are one Box, with no keys")
+            return self
+        leaves = select(self.obs_leaves, keys, env)
+        return self._replace(obs_leaves=leaves, obs_dim=sum(leaf.width for leaf in leaves))
+
 
 def env_spaces(env: gym.Env) -> EnvSpaces:
-    """Describe `env`'s spaces; raise ValueError for the spaces we do not support."""
+    """Describe `env`'s spaces; raise ValueError for the action spaces we do not support. Every
+    observation space is described (obs_leaves.py); `EnvSpaces.keep` refuses what a policy cannot
+    take."""
     obs_space, act_space = env.observation_space, env.action_space
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise ValueError(f"unsupported observation space {obs_space} (only Box is supported)")
-    obs_dim = int(np.prod(obs_space.shape))
-    image = image_layout(obs_space)
-    image_shape = image[1] if image else None
+    if isinstance(obs_space, gym.spaces.Box):
+        obs_dim = int(np.prod(obs_space.shape))
+        image = image_layout(obs_space)
+        image_shape = image[1] if image else None
+        leaves: tuple[ObsLeaf, ...] = ()
+    else:
+        leaves = tuple(describe(obs_space))
+        obs_dim = sum(leaf.width for leaf in leaves if leaf.kind != UNSUPPORTED)
+        image_shape = None
     if isinstance(act_space, gym.spaces.Discrete):
-        return EnvSpaces(obs_dim, True, int(act_space.n), None, None, image_shape)
+        return EnvSpaces(obs_dim, True, int(act_space.n), None, None, image_shape, leaves)
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
         low = act_space.low.astype(np.float32)
         high = act_space.high.astype(np.float32)
-        return EnvSpaces(obs_dim, False, int(act_space.shape[0]), low, high, image_shape)
+        return EnvSpaces(obs_dim, False, int(act_space.shape[0]), low, high, image_shape, leaves)
     raise ValueError(f"unsupported action space {act_space} (only Discrete and 1-D Box)")
 
 
@@ -134,6 +166,23 @@ def image_layout(space: gym.Space) -> tuple[str, tuple[int, int, int]] | None:
     if shape[2] <= 4 < shape[0]:
         return "hwc", (shape[2], shape[0], shape[1])
     return "chw", (shape[0], shape[1], shape[2])
+
+
+def obs_layout(space: gym.Space) -> str:
+    """How `shaped_obs` turns one of `space`'s observations into what the networks take: "flat", or
+    an image's `image_layout`."""
+    layout = image_layout(space)
+    return layout[0] if layout else "flat"
+
+
+def shaped_obs(layout: str, o: np.ndarray) -> np.ndarray:
+    """One raw observation as a batch row: a flat vector, or a (C, H, W) image (channels-last ones
+    transposed; "hw" and "chw" as they are, a batch row of (1, H, W) takes an (H, W) image)."""
+    if layout == "flat":
+        return np.ravel(o)
+    if layout == "hwc":
+        return np.moveaxis(o, -1, 0)
+    return o
 
 
 _SPACES: dict[str, EnvSpaces] = {}  # spaces_for's answers in this process, by env and kwargs
@@ -183,6 +232,7 @@ def resolve_env(env: EnvRef | str) -> ResolvedEnv:
         action_dim=spaces.action_dim,
         action_low=bounds(spaces.action_low),
         action_high=bounds(spaces.action_high),
+        obs_leaves=tuple(leaf.to_dict() for leaf in spaces.obs_leaves),
     )
 
 
@@ -194,8 +244,9 @@ def spaces_of(facts: ResolvedEnv) -> EnvSpaces:
 
     shape = facts.image_shape
     image = (shape[0], shape[1], shape[2]) if shape is not None else None
+    leaves = tuple(ObsLeaf.from_dict(leaf) for leaf in facts.obs_leaves)
     return EnvSpaces(facts.obs_dim, facts.discrete, facts.action_dim, bounds(facts.action_low),
-                     bounds(facts.action_high), image)  # fmt: skip
+                     bounds(facts.action_high), image, leaves)  # fmt: skip
 
 
 def use_resolved(facts: ResolvedEnv) -> None:
@@ -204,15 +255,19 @@ def use_resolved(facts: ResolvedEnv) -> None:
     _SPACES[_key(facts.ref)] = spaces_of(facts)
 
 
+# A batch of observations: [N, ...] (one Box), or leaf arrays [N, ...] by name (obs_leaves.py).
+Obs = np.ndarray | dict[str, np.ndarray]
+
+
 class StepResult(NamedTuple):
     """One step of an EnvBatch. Lists are empty in the common case (no episode ended)."""
 
-    obs: np.ndarray  # [N, D] float32; the reset observation where an episode ended
+    obs: Obs  # [N, D] float32 (or leaf arrays); the reset observation where an episode ended
     rewards: np.ndarray  # [N] float32
     terminated: np.ndarray  # [N] bool: the MDP ended (no bootstrap)
     truncated: np.ndarray  # [N] bool: cut by a time limit and not terminated (bootstrap)
     trunc_envs: list[int]  # indices of the truncated envs
-    trunc_obs: list[np.ndarray]  # their final observations [D] float32, same order
+    trunc_obs: list[Any]  # their final observations [D] float32 (or leaf rows), same order
     episode_returns: list[float]  # undiscounted returns of episodes that ended this step
     episode_lengths: list[int]
 
@@ -234,14 +289,24 @@ class EnvBatch:
     rewards are clipped, so the game's own score comes in `info["episode"]` when the game ends).
     """
 
-    def __init__(self, env: EnvRef | str, num_envs: int, seed: int, *, training: bool = True) -> None:
+    def __init__(
+        self,
+        env: EnvRef | str,
+        num_envs: int,
+        seed: int,
+        *,
+        training: bool = True,
+        obs_keys: Iterable[str] = (),
+    ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.envs = [make_env(env, seed + i, training=training) for i in range(num_envs)]
         self.num_envs = num_envs
-        self.spaces = env_spaces(self.envs[0])
-        layout = image_layout(self.envs[0].observation_space)
-        self._layout = layout[0] if layout else "flat"
+        # Observations of several leaves (obs_leaves.py) come as leaf arrays [N, ...] by name.
+        self.spaces = env_spaces(self.envs[0]).keep(obs_keys, str(env))
+        self._layout = obs_layout(self.envs[0].observation_space)
+        if self.spaces.structured:
+            self._put = self._put_leaves  # type: ignore[method-assign]
         self._game_scores = atari.reports_game_episodes(self.envs[0])
         self._ep_return = np.zeros(num_envs, np.float64)
         self._ep_length = np.zeros(num_envs, np.int64)
@@ -249,18 +314,30 @@ class EnvBatch:
         self._broken_log = RejectionLog(log, "environment step", interval=60.0)
         self._env_name = str(env)
 
-    def _put(self, out: np.ndarray, i: int, o: np.ndarray) -> None:
-        if self._layout == "flat":
-            out[i] = np.ravel(o)
-        elif self._layout == "hwc":
-            out[i] = np.moveaxis(o, -1, 0)
-        else:  # "chw", or "hw" broadcast into its one channel
-            out[i] = o
+    def _put(self, out: Obs, i: int, o: Any) -> None:
+        out[i] = shaped_obs(self._layout, o)  # type: ignore[index]
 
-    def _new_obs(self) -> np.ndarray:
+    def _put_leaves(self, out: Obs, i: int, o: Any) -> None:
+        obs_leaves.put(self.spaces.obs_leaves, out, i, o)  # type: ignore[arg-type]
+
+    def _new_obs(self) -> Obs:
+        if self.spaces.structured:
+            return obs_leaves.empty(self.spaces.obs_leaves, self.num_envs)
         return np.empty((self.num_envs, *self.spaces.obs_shape), self.spaces.obs_dtype)
 
-    def reset(self) -> np.ndarray:
+    def _finite_rows(self, obs: Obs) -> np.ndarray:
+        """[N] bool: which envs' observations are finite (images and discrete leaves always are)."""
+        if isinstance(obs, dict):
+            ok = np.ones(self.num_envs, bool)
+            for leaf in self.spaces.obs_leaves:
+                if leaf.kind == "vector":
+                    ok &= np.isfinite(obs[leaf.name]).all(axis=1)
+            return ok
+        if self.spaces.pixels:
+            return np.ones(self.num_envs, bool)
+        return np.asarray(np.isfinite(obs.reshape(self.num_envs, -1)).all(axis=1))
+
+    def reset(self) -> Obs:
         """Reset every env and the episode trackers; return observations [N, ...]."""
         obs = self._new_obs()
         for i, env in enumerate(self.envs):
@@ -292,7 +369,10 @@ class EnvBatch:
                 truncated[i] = trunc and not term
                 if self._game_scores and "episode" in info:
                     games[i] = (float(info["episode"]["r"]), int(info["episode"]["l"]))
-        finite = np.isfinite(rewards).all() and (sp.pixels or np.isfinite(obs).all())
+        finite = np.isfinite(rewards).all() and (
+            sp.pixels
+            or (np.isfinite(obs).all() if isinstance(obs, np.ndarray) else self._finite_rows(obs).all())
+        )
         if not finite:
             ended = self._end_broken(obs, rewards, terminated, truncated, ended)
         self._ep_return += rewards
@@ -302,12 +382,10 @@ class EnvBatch:
         return self._end_episodes(ended, obs, rewards, terminated, truncated, games)
 
     def _end_broken(
-        self, obs: np.ndarray, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+        self, obs: Obs, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
         ended: list[int],
     ) -> list[int]:  # fmt: skip
-        ok = np.isfinite(rewards)
-        if not self.spaces.pixels:
-            ok &= np.isfinite(obs.reshape(self.num_envs, -1)).all(axis=1)
+        ok = np.isfinite(rewards) & self._finite_rows(obs)
         broken = np.flatnonzero(~ok)
         rewards[broken] = 0.0
         terminated[broken], truncated[broken] = True, False
@@ -321,14 +399,14 @@ class EnvBatch:
     def _end_episodes(
         self,
         ended: list[int],
-        obs: np.ndarray,
+        obs: Obs,
         rewards: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
         games: dict[int, tuple[float, int]],
     ) -> StepResult:
         trunc_envs = [i for i in ended if truncated[i]]
-        trunc_obs = [obs[i].copy() for i in trunc_envs]
+        trunc_obs = [obs_leaves.row(obs, i) if isinstance(obs, dict) else obs[i].copy() for i in trunc_envs]
         if self._game_scores:  # only whole games are episodes; a lost life is not
             returns = [games[i][0] for i in ended if i in games]
             lengths = [games[i][1] for i in ended if i in games]

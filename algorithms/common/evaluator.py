@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from surreal.algorithms.common.envs import EnvBatch
+from surreal.algorithms.common.envs import EnvBatch, Obs
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.protocol.client import LearnerClient, ProtocolError
@@ -23,8 +23,11 @@ from surreal.protocol.types import EvalReport, Params
 
 log = logging.getLogger(__name__)
 
-Policy = Callable[[np.ndarray], np.ndarray]  # raw observations [N, D] -> actions [N, ...]
+Policy = Callable[[Obs], np.ndarray]  # raw observations [N, ...] (or leaf arrays) -> actions [N, ...]
 PolicyFactory = Callable[[Params], Policy]
+# A checkpoint's policy (each algorithm's evaluator.checkpoint_policy): raw observations [N, ...] and
+# whether to take the mode -> actions [N, ...].
+TrainedAct = Callable[[Obs, bool], np.ndarray]
 # An evaluator that cannot reach the learner this long exits EXIT_LEARNER_GONE. The backstop:
 # on Kubernetes the component's watch of the learner's Job (orchestrator/kube/watch.py) ends it
 # within seconds of that Job's end; this bound stays for a cluster whose API it cannot read.
@@ -35,6 +38,12 @@ GIVE_UP_SECONDS = 900.0
 # the end the learner waits for its report only while it hears from it (serving.evaluator_alive).
 HEARTBEAT_SECONDS = 5.0
 FAILED_POLL_SECONDS = 2.0
+
+
+def eval_seed(seed: int) -> int:
+    """The first env seed of a run's evaluation episodes (the evaluator's and the learner's own
+    final one): apart from every actor's (run.py's actor seeds)."""
+    return seed * 1_000_003 + 7
 
 
 class EvalSettings(Protocol):
@@ -123,11 +132,13 @@ class _Line:
 
 
 def run_evaluator(
-    cfg: EvalSettings, ctx: RunContext, make_policy: PolicyFactory, poll_seconds: float = 0.5
-) -> int:
+    cfg: EvalSettings, ctx: RunContext, make_policy: PolicyFactory, poll_seconds: float = 0.5,
+    obs_keys: tuple[str, ...] = (),
+) -> int:  # fmt: skip
     """Evaluate published versions until the final one is evaluated and reported (exit 0 right
-    after that report: the learner may stop serving once it has it)."""
-    envs = EnvBatch(ctx.env, cfg.eval_episodes, seed=ctx.seed * 1_000_003 + 7, training=False)
+    after that report: the learner may stop serving once it has it). `obs_keys`: the observation
+    keys the policy sees (EnvSpaces.keep)."""
+    envs = EnvBatch(ctx.env, cfg.eval_episodes, seed=eval_seed(ctx.seed), training=False, obs_keys=obs_keys)
     client = LearnerClient(ctx.learner_for(0), ctx.token)
     line = _Line(client)
     last_version, last_steps = None, 0

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from surreal.algorithms.common import preemption
 from surreal.algorithms.common.checkpoint import write_json
 from surreal.algorithms.common.envs import EnvBatch
-from surreal.algorithms.common.evaluator import HEARTBEAT_SECONDS, Policy, evaluate
+from surreal.algorithms.common.evaluator import HEARTBEAT_SECONDS, Policy, eval_seed, evaluate
 from surreal.algorithms.common.ranks import PeerLost, RankGroup
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.algorithms.common.scale import (
@@ -243,7 +243,7 @@ class ServingLoop:
         return False
 
     def run(self, ctx: RunContext, *, final_eval_timeout: float, eval_episodes: int,
-            policy_for: Callable[[Params], Policy]) -> int:  # fmt: skip
+            policy_for: Callable[[Params], Policy], obs_keys: tuple[str, ...] = ()) -> int:  # fmt: skip
         """train(), then `finish`; the server is stopped and the core closed however it ends.
         Returns 0, or EXIT_PREEMPTED when SIGTERM (or a learner rank's loss) stopped the training
         (after a checkpoint)."""
@@ -257,7 +257,7 @@ class ServingLoop:
                     code = preemption.EXIT_PREEMPTED
                     return code
             code = finish(self, ctx, final_eval_timeout=final_eval_timeout,
-                          eval_episodes=eval_episodes, policy_for=policy_for)  # fmt: skip
+                          eval_episodes=eval_episodes, policy_for=policy_for, obs_keys=obs_keys)  # fmt: skip
             return code
         finally:
             self.group.leave(code)
@@ -419,9 +419,10 @@ def finish(
     final_eval_timeout: float,
     eval_episodes: int,
     policy_for: Callable[[Params], Policy],
+    obs_keys: tuple[str, ...] = (),
 ) -> int:
-    """End a trained run: the final evaluation (from the evaluator, or here if none arrives),
-    the last status, workers released. Returns 0."""
+    """End a trained run: the final evaluation (from the evaluator, or here if none arrives; of
+    the observation keys `obs_keys`), the last status, workers released. Returns 0."""
     core = loop.core
     if not loop.group.is_root:  # the evaluator reports to rank 0, which evaluates and reports
         loop.release_workers(timeout=RELEASE_SECONDS)
@@ -431,7 +432,7 @@ def finish(
     if not core.final_evaluated:
         log.warning("no evaluation of the final version arrived; evaluating it here")
         params = core.params()
-        envs = EnvBatch(ctx.env, eval_episodes, seed=ctx.seed * 1_000_003 + 7, training=False)
+        envs = EnvBatch(ctx.env, eval_episodes, seed=eval_seed(ctx.seed), training=False, obs_keys=obs_keys)
         try:
             result = evaluate(envs, policy_for(params))
         finally:

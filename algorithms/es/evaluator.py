@@ -3,11 +3,14 @@ observations normalized with the statistics shipped in the same Params."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from surreal.algorithms.common import evaluator
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
-from surreal.algorithms.common.normalization import ObsNormalizer
+from surreal.algorithms.common.normalization import ObsNormalizer, RunningMeanStd
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.networks import Policy, PolicySpec
@@ -26,10 +29,24 @@ def deterministic_policy(cfg: ESConfig, spaces: EnvSpaces, params: Params) -> ev
     policy = Policy(PolicySpec.from_config(cfg, spaces), params.weights["theta"])
     norm = normalizer(cfg, params)
 
-    def act(obs: np.ndarray) -> np.ndarray:
+    def act(obs: Any) -> np.ndarray:  # one Box: an array (ES refuses leaves at create)
         return policy.act(norm(obs) if norm is not None else obs)
 
     return act
+
+
+def checkpoint_policy(
+    cfg: ESConfig, spaces: EnvSpaces, state: Mapping[str, Any], seed: int = 0
+) -> evaluator.TrainedAct:
+    """The unperturbed parameters a master's checkpoint state holds, with the observation statistics
+    they were trained with: raw observations [N, ...] -> actions. An ES policy has no distribution
+    to sample from: `deterministic` changes nothing (and `seed` is not used)."""
+    arrays = {k: v.numpy() for k, v in state["arrays"].items()}
+    stats = RunningMeanStd()
+    stats.moments = RunningMeanStd.moments_from_arrays(arrays, "obs")
+    params = Params(0, {"theta": arrays["theta"]}, {"obs_mean": stats.mean, "obs_var": stats.var})
+    policy = deterministic_policy(cfg, spaces, params)
+    return lambda obs, deterministic: policy(obs)
 
 
 def run_evaluator(cfg: ESConfig, ctx: RunContext) -> int:

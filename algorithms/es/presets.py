@@ -11,6 +11,7 @@ import dataclasses
 
 from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, as_env_ref
 from surreal.algorithms.common.envs import resolve_env
+from surreal.algorithms.common.obs_leaves import ObsLeaf, summary
 from surreal.algorithms.es.config import ESConfig
 
 # Serial harness, 8 agents, seed 0: eval 500 from 100k steps on; `es-cp` in docs/algorithms/es.md.
@@ -109,8 +110,15 @@ def check_env_supported(env: EnvRef | str, *, resolved: ResolvedEnv | None = Non
     big enough for pixels (Nature CNN: 1.7M weights) makes each perturbation's evaluation and the
     population needed to estimate its gradient far dearer than PPO on the same pixels
     (docs/decisions.md)."""
-    if (resolved or resolve_env(env)).pixels:
+    facts = resolved or resolve_env(env)
+    if facts.pixels:
         raise ValueError(
             f"ES does not support image observations ({env}): use --algo ppo, which trains a CNN "
             "policy on pixels"
+        )
+    if facts.obs_leaves:
+        leaves = summary([ObsLeaf.from_dict(leaf) for leaf in facts.obs_leaves])
+        raise ValueError(
+            f"ES takes observations that are one Box; {env}'s are {leaves}: use --algo ppo, which "
+            "encodes each of them"
         )

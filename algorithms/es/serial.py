@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from surreal.algorithms.common.envs import EnvBatch
-from surreal.algorithms.common.evaluator import evaluate
+from surreal.algorithms.common.evaluator import eval_seed, evaluate
 from surreal.algorithms.es.actor import ESWorker, agent_ids
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy
@@ -33,7 +33,7 @@ def train(cfg: ESConfig, env_id: str, steps: int, agents: int, seed: int, eval_e
     master = ESMaster(cfg, _spaces(env_id), steps, agents, seed=seed)
     sizes = [agents // workers + (i < agents % workers) for i in range(workers)]
     pool = [ESWorker(cfg, env_id, agent_ids(i, n), seed=seed + i) for i, n in enumerate(sizes)]
-    envs = EnvBatch(env_id, cfg.eval_episodes, seed=seed * 1_000_003 + 7, training=False)
+    envs = EnvBatch(env_id, cfg.eval_episodes, seed=eval_seed(seed), training=False)
     start, next_eval, result = time.monotonic(), 0, float("nan")
     for worker in pool:
         worker.set_params(master.params())

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import numpy as np
 
+from surreal.algorithms.common import obs_leaves
 from surreal.algorithms.common.env_ref import EnvRef
-from surreal.algorithms.common.envs import EnvBatch
+from surreal.algorithms.common.envs import EnvBatch, EnvSpaces
 from surreal.algorithms.common.normalization import (
     ObsNormalizer,
     RunningMeanStd,
@@ -42,7 +44,7 @@ class PPOActor:
 
     def __init__(self, cfg: PPOConfig, env: EnvRef | str, num_envs: int, seed: int) -> None:
         self.cfg = cfg
-        self.envs = EnvBatch(env, num_envs, seed)
+        self.envs = EnvBatch(env, num_envs, seed, obs_keys=cfg.obs_keys)
         self.spaces = self.envs.spaces
         self.rng = np.random.default_rng(seed)
         self.policy: NumpyPolicy | None = None  # set by set_params
@@ -62,9 +64,7 @@ class PPOActor:
         if policy is None:
             raise RuntimeError("collect() before set_params(): the actor has no policy yet")
         t_len, n = cfg.fragment_length, self.envs.num_envs
-        norm = self._normalizer
-        obs = np.empty((t_len + 1, n, *sp.obs_shape), sp.obs_dtype)  # row t_len: bootstrap
-        raw = obs if norm is None else np.empty((t_len, n, sp.obs_dim), np.float32)
+        track = (LeafRows if sp.structured else BoxRows)(sp, t_len, n, self._normalizer)
         act_shape = (t_len, n) if sp.discrete else (t_len, n, sp.action_dim)
         actions = np.empty(act_shape, np.int64 if sp.discrete else np.float32)
         logprobs = np.empty((t_len, n), np.float32)
@@ -72,15 +72,12 @@ class PPOActor:
         terminated = np.empty((t_len, n), bool)
         truncated = np.empty((t_len, n), bool)
         trunc_index: list[tuple[int, int]] = []
-        trunc_obs: list[np.ndarray] = []
+        trunc_obs: list[Any] = []
         ep_returns: list[float] = []
         ep_lengths: list[int] = []
         cur = self._obs
         for t in range(t_len):
-            raw[t] = cur
-            if norm is not None:
-                norm(cur, out=obs[t])
-            a, logprobs[t] = policy.act(obs[t])
+            a, logprobs[t] = policy.act(track.store(t, cur))
             actions[t] = a
             res = self.envs.step(a)
             rewards[t] = res.rewards
@@ -94,20 +91,16 @@ class PPOActor:
                 ep_lengths += res.episode_lengths
             cur = res.obs
         self._obs = cur
-        obs[t_len] = cur if norm is None else norm(cur)
-        tr_obs = np.array(trunc_obs, sp.obs_dtype).reshape(-1, *sp.obs_shape)
-        if norm is not None:
-            tr_obs = norm(tr_obs)
+        track.store(t_len, cur)
         return {
-            **(encode_stacks(obs) if sp.pixels else {"obs": obs}),  # images: each new frame once
+            **track.wire(trunc_obs),
             "actions": actions,
             "logprobs": logprobs,
             "rewards": rewards,
             "terminated": terminated,
             "truncated": truncated,
             "trunc_index": np.array(trunc_index, np.int64).reshape(-1, 2),
-            "trunc_obs": tr_obs,
-            **self._moments(raw[:t_len], rewards, terminated | truncated),
+            **self._moments(track.raw, rewards, terminated | truncated),
             "episode_returns": np.array(ep_returns, np.float64),
             "episode_lengths": np.array(ep_lengths, np.int64),
         }
@@ -117,7 +110,7 @@ class PPOActor:
         cfg, d = self.cfg, obs_stats_dim(self.spaces)
         obs_rms, ret_rms = RunningMeanStd((d,)), RunningMeanStd((1,))
         if cfg.norm_obs:
-            obs_rms.merge(batch_moments(raw_obs.reshape(-1, d)))
+            obs_rms.merge(batch_moments(raw_obs.reshape(rewards.size, d)))
         if cfg.norm_reward:
             trace, self._running_return = discounted_return_trace(
                 rewards, dones, self._running_return, cfg.gamma
@@ -127,6 +120,71 @@ class PPOActor:
 
     def close(self) -> None:
         self.envs.close()
+
+
+class BoxRows:
+    """A fragment's observations of one Box: [T+1, N, ...] as the policy takes them (normalized
+    vectors, or uint8 images sent as new frames), and the raw vectors [T, N, D] whose moments go
+    to the learner."""
+
+    def __init__(self, sp: EnvSpaces, t_len: int, n: int, norm: ObsNormalizer | None) -> None:
+        self.sp, self.norm, self.t_len = sp, norm, t_len
+        self.obs = np.empty((t_len + 1, n, *sp.obs_shape), sp.obs_dtype)  # row t_len: bootstrap
+        self.raw = self.obs[:t_len] if norm is None else np.empty((t_len, n, sp.obs_dim), np.float32)
+
+    def store(self, t: int, cur: Any) -> np.ndarray:
+        """Row `t` from the batch's observations `cur`; what the policy takes."""
+        if self.norm is None:  # raw is a view of these rows
+            self.obs[t] = cur
+            return self.obs[t]
+        if t < self.t_len:
+            self.raw[t] = cur
+        return self.norm(cur, out=self.obs[t])
+
+    def wire(self, trunc_obs: list[np.ndarray]) -> dict[str, np.ndarray]:
+        sp = self.sp
+        trunc = np.array(trunc_obs, sp.obs_dtype).reshape(-1, *sp.obs_shape)
+        if self.norm is not None:
+            trunc = self.norm(trunc)
+        return {**(encode_stacks(self.obs) if sp.pixels else {"obs": self.obs}), "trunc_obs": trunc}
+
+
+class LeafRows:
+    """A fragment's observations of several leaves (obs_leaves.py): each leaf [T+1, N, ...], its
+    vector leaves normalized, the policy given packed rows; the raw vector leaves [T, N, D] side by
+    side for the moments."""
+
+    def __init__(self, sp: EnvSpaces, t_len: int, n: int, norm: ObsNormalizer | None) -> None:
+        self.leaves, self.norm, self.t_len = sp.obs_leaves, norm, t_len
+        self.obs = obs_leaves.empty(self.leaves, t_len + 1, n)
+        self.raw = np.empty((t_len, n, obs_stats_dim(sp)), np.float32)
+
+    def _normalize(self, rows: dict[str, np.ndarray]) -> np.ndarray:
+        block = obs_leaves.float_block(self.leaves, rows)
+        if self.norm is not None and block.shape[-1]:
+            obs_leaves.set_float_block(self.leaves, rows, self.norm(block))
+        return block
+
+    def store(self, t: int, cur: Any) -> np.ndarray:
+        row = {name: array[t] for name, array in self.obs.items()}  # views into the fragment
+        for name, array in cur.items():
+            row[name][...] = array
+        block = self._normalize(row)
+        if t < self.t_len:
+            self.raw[t] = block
+        return obs_leaves.pack(self.leaves, row)
+
+    def wire(self, trunc_obs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        trunc = obs_leaves.stack(trunc_obs, self.leaves)
+        self._normalize(trunc)
+        out: dict[str, np.ndarray] = {}
+        for leaf in self.leaves:
+            if leaf.kind == "image":
+                out.update(encode_stacks(self.obs[leaf.name], leaf.name))
+            else:
+                out[leaf.name] = self.obs[leaf.name]
+            out[f"trunc_{leaf.name}"] = trunc[leaf.name]
+        return out
 
 
 def actor_seed(ctx: RunContext) -> int:

@@ -13,6 +13,7 @@ are what make pixels affordable on a CPU. Sampling and log-probabilities are the
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -20,8 +21,9 @@ import torch
 from torch import nn
 
 from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.common.obs_leaves import image_slice
 from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.networks import log_prob_entropy
+from surreal.algorithms.ppo.networks import log_prob_entropy, mlp
 
 NATURE_MIN_SIZE = 36  # the smallest height and width the Nature trunk's strides leave a pixel of
 FEATURES = 512  # width of the trunk's output (both kinds)
@@ -107,19 +109,103 @@ class CNNActorCritic(nn.Module):
         return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
 
 
-class CNNHead:
-    """The policy head's output for a batch of uint8 images, from published weights, on the CPU in
-    the actor's own process (one torch thread: the actor's core steps the environments too)."""
+class MixedActorCritic(nn.Module):
+    """Observations of several leaves with an image among them (obs_leaves.py; MiniGrid's image
+    and direction): the image through the CNN trunk, the other leaves' packed columns beside its
+    features, then separate policy and value MLPs on the two joined (Stable-Baselines3's
+    MultiInputPolicy: CombinedExtractor, then its MLPs). Input: packed float32 rows, the image's
+    columns holding its raw 0-255 values.
 
-    def __init__(self, weights: Mapping[str, np.ndarray], spaces: EnvSpaces) -> None:
+    state_dict keys: `trunk.*`, `policy.<i>.*`, `critic.<i>.*` (and `log_std`)."""
+
+    def __init__(
+        self,
+        spaces: EnvSpaces,
+        hidden_sizes: tuple[int, ...] = (64, 64),
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+        ortho_init: bool = True,
+    ) -> None:
+        super().__init__()
+        found = image_slice(spaces.obs_leaves)
+        if found is None:
+            raise ValueError("MixedActorCritic needs an image leaf")
+        self.image_at, leaf = found
+        self.image_shape = (leaf.shape[0], leaf.shape[1], leaf.shape[2])
+        self.image_size = leaf.width
+        self.discrete = spaces.discrete
+        self.trunk = cnn_trunk(self.image_shape, ortho_init)
+        joined = FEATURES + spaces.obs_dim - self.image_size
+        self.policy = mlp(joined, hidden_sizes, spaces.action_dim, activation, 0.01, ortho_init)
+        self.critic = mlp(joined, hidden_sizes, 1, activation, 1.0, ortho_init)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((spaces.action_dim,), float(log_std_init)))
+
+    @classmethod
+    def from_config(cls, cfg: PPOConfig, spaces: EnvSpaces) -> MixedActorCritic:
+        return cls(spaces, cfg.hidden_sizes, cfg.activation, cfg.log_std_init, cfg.ortho_init)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Packed rows -> the image's trunk features beside the other leaves' columns."""
+        a, b = self.image_at, self.image_at + self.image_size
+        image = obs[:, a:b].reshape(-1, *self.image_shape).mul(1.0 / 255.0)
+        return torch.cat([self.trunk(image), obs[:, :a], obs[:, b:]], dim=1)
+
+    def head(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy(self.features(obs))
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = self.features(obs)
+        logp, entropy = log_prob_entropy(
+            self.policy(x), actions, self.discrete, getattr(self, "log_std", None)
+        )
+        return logp, entropy, self.critic(x).squeeze(-1)
+
+    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logp, entropy, _ = self.evaluate(obs, actions)
+        return logp, entropy
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.features(obs)).squeeze(-1)
+
+    def weights_numpy(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+
+
+_HIDDEN_KEY = re.compile(r"policy\.(\d+)\.weight")
+
+
+def _hidden_sizes(weights: Mapping[str, np.ndarray]) -> tuple[int, ...]:
+    """The policy MLP's hidden widths, read off its weights (all but the output layer's)."""
+    layers = sorted(
+        (int(m[1]), np.shape(v)[0]) for k, v in weights.items() if (m := _HIDDEN_KEY.fullmatch(k))
+    )
+    return tuple(width for _, width in layers[:-1])
+
+
+class CNNHead:
+    """The policy head's output for a batch of uint8 images (or packed rows holding one: the mixed
+    network), from published weights, on the CPU in the actor's own process (one torch thread: the
+    actor's core steps the environments too)."""
+
+    def __init__(
+        self, weights: Mapping[str, np.ndarray], spaces: EnvSpaces, activation: str = "tanh"
+    ) -> None:
         torch.set_num_threads(1)
-        self.net = CNNActorCritic(spaces, ortho_init=False)
+        self.net: CNNActorCritic | MixedActorCritic
+        if spaces.structured:
+            self.net = MixedActorCritic(spaces, _hidden_sizes(weights) or (64,), activation, ortho_init=False)
+        else:
+            self.net = CNNActorCritic(spaces, ortho_init=False)
         # Decoded weights are read-only views of the message; load_state_dict copies them anyway.
         state = {k: torch.tensor(np.asarray(v, np.float32)) for k, v in weights.items()}
         try:
             self.net.load_state_dict(state)
         except RuntimeError as exc:  # names or shapes that are not this network's
-            raise ValueError(f"the parameters do not fit the CNN policy for {spaces.image_shape}: "
+            shape = spaces.image_shape or image_slice(spaces.obs_leaves)
+            raise ValueError(f"the parameters do not fit the CNN policy for {shape}: "
                              f"{str(exc).splitlines()[0]}") from None  # fmt: skip
         self.net.eval()
 

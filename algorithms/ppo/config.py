@@ -41,6 +41,9 @@ class PPOConfig:
     norm_reward: bool = True  # scale rewards by the running std of discounted returns
     obs_clip: float = 10.0  # clip normalized observations to [-obs_clip, obs_clip]
     reward_clip: float = 10.0  # clip scaled rewards to [-reward_clip, reward_clip]
+    # Dict observations: the top-level keys the policy observes (empty: all of them). Leaves a key
+    # no network here encodes out (MiniGrid's Text `mission`: --set obs_keys=image,direction).
+    obs_keys: tuple[str, ...] = ()
 
     # --- trust (what the learner accepts from actors; see fragment.py) ---
     max_abs_reward: float = 1e6  # a fragment with a larger raw reward is rejected as corrupt (a

@@ -9,14 +9,19 @@ from typing import NamedTuple
 
 import numpy as np
 
+from surreal.algorithms.common import obs_leaves
 from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.common.obs_leaves import ObsLeaf
 from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.frames import stacks_problem, with_stacks
+from surreal.algorithms.ppo.frames import stacks_problem, wire_names, with_stacks
 from surreal.protocol.codec import TensorSpec
 
 
 def obs_stats_dim(spaces: EnvSpaces) -> int:
-    """Length of the observation statistics: images are scaled in the CNN and never normalized."""
+    """Length of the observation statistics: images are scaled in the CNN and never normalized;
+    of observations of several leaves, the vector leaves alone are (obs_leaves.py)."""
+    if spaces.structured:
+        return obs_leaves.float_width(spaces.obs_leaves)
     return 0 if spaces.pixels else spaces.obs_dim
 
 
@@ -24,6 +29,8 @@ def _obs_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
     """Observations [T+1, N, ...] (row T bootstraps): float32 vectors as they are (normalized);
     uint8 images [C, H, W] as frames.py sends them: the newest frame of every step, and the older
     C-1 frames of the K' stacks that are not the previous step's shifted by one frame, at (t, n)."""
+    if spaces.structured:
+        return _leaf_schema(spaces.obs_leaves)
     if spaces.image_shape is None:
         return {"obs": TensorSpec("float32", (None, None, spaces.obs_dim))}
     c, h, w = spaces.image_shape
@@ -34,6 +41,23 @@ def _obs_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
     }
 
 
+def _leaf_schema(leaves: tuple[ObsLeaf, ...]) -> dict[str, TensorSpec]:
+    """Each leaf [T+1, N, ...] in its own dtype (`obs.<path>`), an image leaf as frames.py sends
+    images, and each leaf's truncated final observations [K, ...] (`trunc_obs.<path>`)."""
+    out = {}
+    for leaf in leaves:
+        if leaf.kind == "image":
+            c, h, w = leaf.shape
+            frames, keys, index = wire_names(leaf.name)
+            out[frames] = TensorSpec("uint8", (None, None, h, w))
+            out[keys] = TensorSpec("uint8", (None, c - 1, h, w))
+            out[index] = TensorSpec("int64", (None, 2))
+        else:
+            out[leaf.name] = TensorSpec(leaf.dtype, (None, None, *leaf.shape))
+        out[f"trunc_{leaf.name}"] = TensorSpec(leaf.dtype, (None, *leaf.shape))
+    return out
+
+
 def experience_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
     """The tensors of one fragment: T steps of N envs, K truncations, E finished episodes.
     Observations are float32 vectors [D], or uint8 images [C, H, W] (never float on the wire)."""
@@ -41,6 +65,7 @@ def experience_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
     obs_dtype = "uint8" if spaces.pixels else "float32"
     obs = tuple(spaces.obs_shape)
     actions = TensorSpec("int64", (None, None)) if spaces.discrete else TensorSpec("float32", (None, None, a))
+    trunc = {} if spaces.structured else {"trunc_obs": TensorSpec(obs_dtype, (None, *obs))}
     return {
         **_obs_schema(spaces),
         "actions": actions,  # [T, N] or [T, N, A], unclipped samples
@@ -50,7 +75,7 @@ def experience_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
         "truncated": TensorSpec("bool", (None, None)),
         "trunc_index": TensorSpec("int64", (None, 2)),  # (t, n) of each truncated step [K, 2]
         # their final observations, normalized; images as whole stacks (time limits only: rare)
-        "trunc_obs": TensorSpec(obs_dtype, (None, *obs)),
+        **trunc,
         "obs_count": TensorSpec("float64", (1,)),  # moments of the raw observations seen
         "obs_mean": TensorSpec("float64", (s,)),
         "obs_m2": TensorSpec("float64", (s,)),
@@ -86,14 +111,51 @@ def open_fragment(
     t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: PPOConfig
 ) -> tuple[dict[str, np.ndarray], None] | tuple[None, Rejection]:
     """The fragment as the learner trains on it (image stacks rebuilt into `obs` [T+1, N, C, H, W]
-    before anything reads them) and None; or None and why the learner must not train on it."""
-    if spaces.image_shape is not None:
+    before anything reads them; leaves checked, then packed into `obs` [T+1, N, W] and `trunc_obs`)
+    and None; or None and why the learner must not train on it."""
+    if spaces.structured:
+        opened = _open_leaves(t, spaces.obs_leaves, cfg)
+        if isinstance(opened, Rejection):
+            return None, opened
+        t = opened
+    elif spaces.image_shape is not None:
         problem = stacks_problem(t, spaces.image_shape)
         if problem is not None:
             return None, Rejection("malformed", problem)
         t = with_stacks(t)
     rejection = check_fragment(t, spaces, cfg)
     return (t, None) if rejection is None else (None, rejection)
+
+
+def _open_leaves(
+    t: dict[str, np.ndarray], leaves: tuple[ObsLeaf, ...], cfg: PPOConfig
+) -> dict[str, np.ndarray] | Rejection:
+    """A fragment of observations of several leaves with its image leaf's stacks rebuilt, every
+    leaf checked as what it is (obs_leaves.value_problem) and packed into the networks' rows:
+    `obs` [T+1, N, W] and `trunc_obs` [K, W]. Or why it is rejected."""
+    for leaf in leaves:
+        if leaf.kind == "image":
+            problem = stacks_problem(t, leaf.shape, leaf.name)
+            if problem is not None:
+                return Rejection("malformed", problem)
+            t = with_stacks(t, leaf.name)
+    steps, envs = t["rewards"].shape
+    kept = len(t["trunc_index"])
+    clip = cfg.obs_clip if cfg.norm_obs else None
+    for leaf in leaves:
+        obs, trunc = t[leaf.name], t[f"trunc_{leaf.name}"]
+        if obs.shape[:2] != (steps + 1, envs) or len(trunc) != kept:
+            return Rejection("malformed", f"{leaf.name} {obs.shape} / trunc_{leaf.name} {trunc.shape} do not "
+                             f"fit rewards {(steps, envs)} and {kept} truncations")  # fmt: skip
+        for name, values in ((leaf.name, obs), (f"trunc_{leaf.name}", trunc)):
+            found = obs_leaves.value_problem(leaf, name, values, clip)
+            if found is not None:
+                return Rejection(*found)
+    names = {leaf.name for leaf in leaves} | {f"trunc_{leaf.name}" for leaf in leaves}
+    out = {k: v for k, v in t.items() if k not in names}
+    out["obs"] = obs_leaves.pack(leaves, {leaf.name: t[leaf.name] for leaf in leaves})
+    out["trunc_obs"] = obs_leaves.pack(leaves, {leaf.name: t[f"trunc_{leaf.name}"] for leaf in leaves})
+    return out
 
 
 def check_fragment(t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: PPOConfig) -> Rejection | None:
@@ -117,7 +179,7 @@ def check_fragment(t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: PPOConfig) 
         and not (0 <= t["actions"].min() and t["actions"].max() < spaces.action_dim)
     ):
         return Rejection("bad_action", f"actions outside [0, {spaces.action_dim})")
-    problem = _range_problem(t, cfg)
+    problem = _range_problem(t, cfg, leaves_checked=spaces.structured)
     if problem is not None:
         return Rejection("out_of_range", problem)
     problem = _moments_problem(t, cfg)
@@ -147,11 +209,12 @@ def _shape_problem(t: dict[str, np.ndarray]) -> str | None:
     return None
 
 
-def _range_problem(t: dict[str, np.ndarray], cfg: PPOConfig) -> str | None:
+def _range_problem(t: dict[str, np.ndarray], cfg: PPOConfig, leaves_checked: bool = False) -> str | None:
     limit = cfg.max_abs_reward
     if t["rewards"].size and np.abs(t["rewards"]).max() > limit:
         return f"a reward of {np.abs(t['rewards']).max():.3g} (max_abs_reward is {limit:g})"
-    if cfg.norm_obs:  # actors send observations normalized and clipped to obs_clip
+    # Actors send observations normalized and clipped to obs_clip (leaves: _open_leaves checks each).
+    if cfg.norm_obs and not leaves_checked:
         bound = cfg.obs_clip * (1 + 1e-6)
         for name in ("obs", "trunc_obs"):
             if t[name].size and np.abs(t[name]).max() > bound:

@@ -22,6 +22,11 @@ import numpy as np
 WIRE_TENSORS = ("obs_frames", "obs_keys", "obs_key_index")
 
 
+def wire_names(name: str = "obs") -> tuple[str, str, str]:
+    """The three tensors of the images called `name` ("obs"; an image leaf's "obs.<path>")."""
+    return f"{name}_frames", f"{name}_keys", f"{name}_key_index"
+
+
 def key_rows(obs: np.ndarray) -> np.ndarray:
     """Which observations of `obs` [T+1, N, C, H, W] must travel whole, as a bool [T+1, N]: row 0,
     and every one that differs from its predecessor shifted by one frame. One comparison per step
@@ -33,41 +38,43 @@ def key_rows(obs: np.ndarray) -> np.ndarray:
     return key
 
 
-def encode_stacks(obs: np.ndarray) -> dict[str, np.ndarray]:
+def encode_stacks(obs: np.ndarray, name: str = "obs") -> dict[str, np.ndarray]:
     """The wire tensors of the uint8 observations `obs` [T+1, N, C, H, W] (see the module
-    docstring); `rebuild_stacks` inverts it exactly."""
+    docstring; named after `name`: wire_names); `rebuild_stacks` inverts it exactly."""
     c = obs.shape[2]
     index = np.argwhere(key_rows(obs)).astype(np.int64).reshape(-1, 2)  # row-major: sorted by (t, n)
+    frames, keys, key_index = wire_names(name)
     return {
-        "obs_frames": np.ascontiguousarray(obs[:, :, c - 1]),
-        "obs_keys": obs[index[:, 0], index[:, 1], : c - 1],
-        "obs_key_index": index,
+        frames: np.ascontiguousarray(obs[:, :, c - 1]),
+        keys: obs[index[:, 0], index[:, 1], : c - 1],
+        key_index: index,
     }
 
 
-def stacks_problem(t: dict[str, np.ndarray], image_shape: tuple[int, int, int]) -> str | None:
+def stacks_problem(t: dict[str, np.ndarray], image_shape: tuple[int, ...], name: str = "obs") -> str | None:
     """Why the wire tensors of `t` do not describe observations of `image_shape` [C, H, W] for its
     T steps of N envs (from `rewards` [T, N]), or None. Checked before `rebuild_stacks` allocates or
     indexes anything: shapes and dtypes, each index in range, keys in strictly increasing row-major
     order (so none is duplicated), and row 0 of every env among them."""
-    if any(name not in t for name in WIRE_TENSORS) or "obs" in t:
-        return f"image observations travel as {', '.join(WIRE_TENSORS)} (and no obs)"
-    frames, keys, index, rewards = t["obs_frames"], t["obs_keys"], t["obs_key_index"], t["rewards"]
+    names = wire_names(name)
+    if any(n not in t for n in names) or name in t:
+        return f"image observations travel as {', '.join(names)} (and no {name})"
+    frames, keys, index, rewards = t[names[0]], t[names[1]], t[names[2]], t["rewards"]
     c, h, w = image_shape
     if rewards.ndim != 2 or frames.shape != (rewards.shape[0] + 1, rewards.shape[1], h, w):
-        return f"obs_frames {frames.shape} does not fit rewards {rewards.shape} and {h}x{w} frames"
+        return f"{names[0]} {frames.shape} does not fit rewards {rewards.shape} and {h}x{w} frames"
     if frames.dtype != np.uint8 or keys.dtype != np.uint8 or index.dtype.kind not in "iu":
-        return "obs_frames/obs_keys are not uint8 or obs_key_index is not integer"
+        return f"{names[0]}/{names[1]} are not uint8 or {names[2]} is not integer"
     if keys.shape[1:] != (c - 1, h, w) or index.shape != (len(keys), 2):
-        return f"obs_keys {keys.shape} / obs_key_index {index.shape} do not fit {c}-frame stacks"
+        return f"{names[1]} {keys.shape} / {names[2]} {index.shape} do not fit {c}-frame stacks"
     t1, n = frames.shape[:2]
     if len(index) and (index.min() < 0 or index[:, 0].max() >= t1 or index[:, 1].max() >= n):
-        return "obs_key_index out of range"
+        return f"{names[2]} out of range"
     flat = index[:, 0].astype(np.int64) * n + index[:, 1]
     if (np.diff(flat) <= 0).any():
-        return "obs_key_index is not in strictly increasing (t, n) order (or has duplicates)"
+        return f"{names[2]} is not in strictly increasing (t, n) order (or has duplicates)"
     if np.count_nonzero(index[:, 0] == 0) != n:
-        return "obs_key_index does not list row 0 of every env"
+        return f"{names[2]} does not list row 0 of every env"
     return None
 
 
@@ -89,14 +96,15 @@ def rebuild_stacks(frames: np.ndarray, keys: np.ndarray, index: np.ndarray) -> n
     return obs
 
 
-def with_stacks(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """`t` with its wire tensors replaced by the rebuilt `obs` (after `stacks_problem` passed)."""
-    out = {k: v for k, v in t.items() if k not in WIRE_TENSORS}
-    out["obs"] = rebuild_stacks(t["obs_frames"], t["obs_keys"], t["obs_key_index"])
+def with_stacks(t: dict[str, np.ndarray], name: str = "obs") -> dict[str, np.ndarray]:
+    """`t` with its wire tensors replaced by the rebuilt `name` (after `stacks_problem` passed)."""
+    names = wire_names(name)
+    out = {k: v for k, v in t.items() if k not in names}
+    out[name] = rebuild_stacks(*(t[n] for n in names))
     return out
 
 
-def with_frames(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """`t` with its `obs` replaced by the wire tensors (what an actor sends)."""
-    out = {k: v for k, v in t.items() if k != "obs"}
-    return {**out, **encode_stacks(t["obs"])}
+def with_frames(t: dict[str, np.ndarray], name: str = "obs") -> dict[str, np.ndarray]:
+    """`t` with its `name` replaced by the wire tensors (what an actor sends)."""
+    out = {k: v for k, v in t.items() if k != name}
+    return {**out, **encode_stacks(t[name], name)}

@@ -626,7 +626,7 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     if ctx.learners > 1 and rank_from_environ() is None:
         return launch_ranks(ctx.learners, join)  # this process starts and watches the ranks
     torch.set_num_threads(cfg.learner_threads)
-    spaces = spaces_for(ctx.env)
+    spaces = spaces_for(ctx.env).keep(cfg.obs_keys)
     group = group_from_environ(ctx.learners, join)
     learner = PPOLearner(cfg, spaces, ctx.total_steps, seed=ctx.seed, exp_dir=ctx.exp_dir, group=group)
     loop = ServingLoop(
@@ -636,5 +636,5 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     )  # fmt: skip
     return loop.run(
         ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
-        policy_for=lambda params: eval_policy(cfg, spaces, params, ctx.seed),
+        policy_for=lambda params: eval_policy(cfg, spaces, params, ctx.seed), obs_keys=cfg.obs_keys,
     )  # fmt: skip

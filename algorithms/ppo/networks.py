@@ -21,7 +21,7 @@ from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.ppo.config import PPOConfig
 
 if TYPE_CHECKING:
-    from surreal.algorithms.ppo.cnn import CNNActorCritic
+    from surreal.algorithms.ppo.cnn import CNNActorCritic, MixedActorCritic
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -114,11 +114,15 @@ def log_prob_entropy(
     return logp, entropy
 
 
-def make_network(cfg: PPOConfig, spaces: EnvSpaces) -> ActorCritic | CNNActorCritic:
-    """What the learner trains: a CNN actor-critic on images, separate MLPs on vectors."""
-    if spaces.pixels:
-        from surreal.algorithms.ppo.cnn import CNNActorCritic
+def make_network(cfg: PPOConfig, spaces: EnvSpaces) -> ActorCritic | CNNActorCritic | MixedActorCritic:
+    """What the learner trains: a CNN actor-critic on images, separate MLPs on vectors (and on the
+    packed rows of observations of several leaves), the CNN and the MLPs on an image beside other
+    leaves (cnn.MixedActorCritic)."""
+    if spaces.has_image:
+        from surreal.algorithms.ppo.cnn import CNNActorCritic, MixedActorCritic
 
+        if spaces.structured:
+            return MixedActorCritic.from_config(cfg, spaces)
         return CNNActorCritic.from_config(cfg, spaces)
     return ActorCritic.from_config(cfg, spaces)
 

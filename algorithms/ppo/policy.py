@@ -16,10 +16,12 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.common import obs_leaves
+from surreal.algorithms.common.envs import EnvSpaces, Obs
 from surreal.algorithms.common.normalization import ObsNormalizer
 from surreal.algorithms.common.numpy_mlp import Layers, forward
 from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.fragment import obs_stats_dim
 from surreal.protocol.types import Params
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -59,7 +61,9 @@ class NumpyPolicy:
         self.spaces = spaces
         self.activation = activation
         self.head: Callable[[np.ndarray], np.ndarray] = (
-            self._cnn_head(weights, spaces) if spaces.pixels else self._mlp_head(weights, spaces)
+            self._cnn_head(weights, spaces, activation)
+            if spaces.has_image
+            else self._mlp_head(weights, spaces)
         )
         self.rng = rng
         if not spaces.discrete:
@@ -82,10 +86,12 @@ class NumpyPolicy:
         return lambda obs: forward(layers, obs, self.activation)
 
     @staticmethod
-    def _cnn_head(weights: Mapping[str, np.ndarray], spaces: EnvSpaces) -> Callable[[np.ndarray], np.ndarray]:
+    def _cnn_head(
+        weights: Mapping[str, np.ndarray], spaces: EnvSpaces, activation: str
+    ) -> Callable[[np.ndarray], np.ndarray]:
         from surreal.algorithms.ppo.cnn import CNNHead  # torch: only actors of image environments
 
-        return CNNHead(weights, spaces)
+        return CNNHead(weights, spaces, activation)
 
     def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Actions [B] int64 or [B, A] float32 for `obs` [B, ...], and their log-probs [B] float32.
@@ -124,9 +130,22 @@ class NumpyPolicy:
 def policy_from_params(
     cfg: PPOConfig, spaces: EnvSpaces, params: Params, rng: np.random.Generator | None = None
 ) -> tuple[NumpyPolicy, ObsNormalizer | None]:
-    """The policy in `params` and the observation normalizer shipped with it (None if unused)."""
+    """The policy in `params` and the observation normalizer shipped with it (None if unused; of
+    observations of several leaves, it normalizes their vector leaves side by side: policy_input)."""
     policy = NumpyPolicy(params.weights, spaces, cfg.activation, rng)
-    if not cfg.norm_obs or spaces.pixels:  # images are scaled inside the CNN, never normalized
+    if not cfg.norm_obs or spaces.pixels or not obs_stats_dim(spaces):  # images: scaled in the CNN
         return policy, None
     ex = params.extras
     return policy, ObsNormalizer(ex["obs_mean"], ex["obs_var"], cfg.obs_clip)
+
+
+def policy_input(spaces: EnvSpaces, norm: ObsNormalizer | None, obs: Obs) -> np.ndarray:
+    """A batch of raw observations (an EnvBatch's) as the policy takes them: normalized vectors,
+    uint8 images, or the packed rows of observations of several leaves (obs_leaves.py)."""
+    if not isinstance(obs, dict):
+        return norm(obs) if norm is not None else obs
+    leaves = spaces.obs_leaves
+    rows = {name: np.array(array) for name, array in obs.items()}
+    if norm is not None:
+        obs_leaves.set_float_block(leaves, rows, norm(obs_leaves.float_block(leaves, rows)))
+    return obs_leaves.pack(leaves, rows)

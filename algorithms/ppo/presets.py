@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, as_env_ref
-from surreal.algorithms.common.envs import resolve_env
+from surreal.algorithms.common.envs import resolve_env, spaces_of
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.scaling import REFERENCE_AGENTS, scale, scale_steps
 
@@ -166,9 +168,11 @@ def check_env_supported(env: EnvRef | str, *, resolved: ResolvedEnv | None = Non
 def check_config(cfg: PPOConfig, env: EnvRef | str, *, resolved: ResolvedEnv | None = None) -> None:
     """Raise ValueError if `cfg` cannot train on `env`: image observations are scaled to [0, 1]
     inside the CNN, so normalizing them is refused rather than ignored."""
-    if cfg.norm_obs and (resolved or resolve_env(env)).pixels:
+    facts = resolved or resolve_env(env)
+    if cfg.norm_obs and facts.pixels:
         raise ValueError(f"ppo.norm_obs must be false for image observations ({env}): the CNN "
                          "scales its uint8 input itself")  # fmt: skip
+    spaces_of(facts).keep(cfg.obs_keys, str(env))  # what the policy observes: every leaf encodable
 
 
 def fragment_bytes(cfg: PPOConfig, resolved: ResolvedEnv, agents_in_worker: int) -> int:
@@ -184,6 +188,10 @@ def fragment_bytes(cfg: PPOConfig, resolved: ResolvedEnv, agents_in_worker: int)
     pixels = resolved.image_shape is not None
     obs = resolved.obs_dim * (1 if pixels else 4)
     row = obs + (2 * 8 if pixels else 0)  # a key's obs_key_index entry
+    if resolved.obs_leaves:  # each leaf in its own dtype; an image leaf as frames.py sends it
+        leaves = spaces_of(resolved).keep(cfg.obs_keys).obs_leaves
+        obs = sum(leaf.width * np.dtype(leaf.dtype).itemsize for leaf in leaves)
+        row = obs + (2 * 8 if any(leaf.kind == "image" for leaf in leaves) else 0)
     action = 8 if resolved.discrete else 4 * resolved.action_dim
     return n * (t + 1) * row + n * t * (action + 4 + 4 + 1 + 1) + n * (obs + 8 * 3)
 

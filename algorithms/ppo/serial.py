@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from surreal.algorithms.common.envs import EnvBatch, spaces_for
-from surreal.algorithms.common.evaluator import EvalResult, evaluate
+from surreal.algorithms.common.evaluator import EvalResult, eval_seed, evaluate
 from surreal.algorithms.ppo.actor import PPOActor
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.evaluator import eval_policy
@@ -57,14 +57,16 @@ def train_serial(
     """
     start = time.monotonic()
     torch.set_num_threads(cfg.learner_threads)  # one process does everything; tiny ops
-    learner = PPOLearner(cfg, spaces_for(env_id), total_steps, seed=seed, exp_dir=exp_dir)
+    learner = PPOLearner(cfg, spaces_for(env_id).keep(cfg.obs_keys), total_steps, seed=seed, exp_dir=exp_dir)
     shares = [num_agents // workers + (i < num_agents % workers) for i in range(workers)]
     actors = [
         PPOActor(cfg, env_id, share * cfg.envs_per_agent, seed=seed * 1_000_003 + 10_007 * (i + 1))
         for i, share in enumerate(shares)
         if share > 0
     ]
-    eval_envs = EnvBatch(env_id, cfg.eval_episodes, seed=seed * 1_000_003 + 7, training=False)
+    eval_envs = EnvBatch(
+        env_id, cfg.eval_episodes, seed=eval_seed(seed), training=False, obs_keys=cfg.obs_keys
+    )
     evals: list[tuple[int, float]] = []
     reached: int | None = None
 

@@ -23,6 +23,7 @@ from surreal.cli.common import (
 )
 from surreal.cli.plot import plot
 from surreal.cli.provision import provision
+from surreal.cli.record import record
 from surreal.orchestrator import home
 from surreal.orchestrator.launcher import LauncherError, Placement
 from surreal.orchestrator.local import processes as local
@@ -257,3 +258,4 @@ def supervise(exp_dir: Path) -> None:
 
 cli.add_command(provision)
 cli.add_command(plot)
+cli.add_command(record)

@@ -6,20 +6,16 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 
 from surreal.orchestrator.backends import open_launcher
+from surreal.orchestrator.home import home_dir
 from surreal.orchestrator.launcher import Launcher, LauncherError
 from surreal.spec import SpecError, validate_name
 
 T = TypeVar("T")
-
-
-def home_dir() -> Path:
-    return Path(os.environ.get("SURREAL_HOME") or Path.home() / ".surreal")
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

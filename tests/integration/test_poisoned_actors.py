@@ -26,6 +26,9 @@ import numpy as np
 import pytest
 from cli_harness import Cli, ended, running, wait_for
 
+import surreal
+from surreal.algorithms.common.envs import EnvBatch
+from surreal.algorithms.common.evaluator import eval_seed, evaluate
 from surreal.algorithms.es.noise import pair_seed
 from surreal.protocol import LearnerClient, ProtocolError
 from surreal.protocol.v1 import surreal_pb2 as pb
@@ -302,6 +305,14 @@ def test_the_readme_job_learns_cartpole_beside_a_poisoning_actor_and_a_flood(cli
     assert "Traceback" not in log and "rejected" in log
     table = cli.run("status", "poisoned").stdout
     assert "rejected:" in table and "undecodable" in table, table
+    # What it trained, in Python: the final checkpoint's policy, on the evaluator's seeded episodes,
+    # scores what the run reported.
+    policy = surreal.load_policy(cli.exp_dir("poisoned"))
+    assert (policy.version, policy.env_steps) == (final["policy_version"], final["env_steps"]), final
+    cfg = policy.spec.config
+    envs = EnvBatch(policy.env, cfg.eval_episodes, seed=eval_seed(1), training=False)
+    assert evaluate(envs, policy.act).mean_return == final["eval_return"]
+    envs.close()
     cli.run("delete", "poisoned")
     # Every process of the run is gone (the learner used to hang in its server's stop).
     wait_for(lambda: not cli.leftovers(), 60, "every process of the run to exit")

@@ -1,0 +1,343 @@
+"""What a run trained, in your hands: `surreal.load_policy` and `surreal record`.
+
+A policy is found from an experiment on this machine (its name in $SURREAL_HOME, its folder, or a
+checkpoint file inside it): the spec says which algorithm, environment and settings made it, the
+learner's last checkpoint (`checkpoints/latest.pt`) holds its weights and the observation
+statistics it was trained with. `TrainedPolicy.act` takes raw observations as the environment gives
+them, one or a batch, and returns the actions the evaluator would take (Box actions clipped to
+their bounds, as actors clip them before they step). Local and containers experiments keep their
+checkpoints here; a Kubernetes experiment keeps its own on its volume in the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from surreal.algorithms.common import obs_leaves
+from surreal.algorithms.common.checkpoint import LATEST, Envelope, load_checkpoint
+from surreal.algorithms.common.env_ref import EnvRef, extend_import_path
+from surreal.algorithms.common.envs import make_env, obs_layout, shaped_obs, spaces_of
+from surreal.algorithms.registry import get_algorithm
+from surreal.orchestrator.home import (
+    SPEC_FILE,
+    ExperimentError,
+    existing_dir,
+    home_dir,
+    load_spec,
+    user_import_path,
+)
+from surreal.spec import ExperimentSpec
+
+CHECKPOINTS = "checkpoints"
+
+
+def _experiment_dir(where: str | os.PathLike[str], home: Path | None) -> tuple[Path, Path]:
+    """(the experiment's folder, its checkpoint file) for a name, a folder or a checkpoint file."""
+    text = os.fspath(where)
+    path = Path(text).expanduser()
+    if isinstance(where, os.PathLike) or os.sep in text or text.endswith(".pt") or path.exists():
+        if path.is_file():
+            exp_dir = path.parent.parent if path.parent.name == CHECKPOINTS else path.parent
+            return exp_dir, path
+        if path.name == CHECKPOINTS:
+            path = path.parent
+        if not (path / SPEC_FILE).is_file():
+            raise ExperimentError(f"{path} is neither an experiment folder (no {SPEC_FILE}) nor a checkpoint")
+        return path, path / CHECKPOINTS / LATEST
+    exp_dir = existing_dir(home or home_dir(), text)
+    return exp_dir, exp_dir / CHECKPOINTS / LATEST
+
+
+def load_policy(where: str | os.PathLike[str], *, home: Path | None = None, seed: int = 0) -> TrainedPolicy:
+    """The policy a run trained: `where` is an experiment's name (in `home`, default $SURREAL_HOME),
+    its folder, or a checkpoint file in its `checkpoints/` folder. `seed` seeds sampling
+    (`act(..., deterministic=False)`). Raises ExperimentError (a ValueError's sibling, with one
+    line that says why) when there is no such experiment, no checkpoint, or a file that is not one."""
+    exp_dir, checkpoint = _experiment_dir(where, home)
+    spec_path = exp_dir / SPEC_FILE
+    if not spec_path.is_file():
+        raise ExperimentError(f"no {SPEC_FILE} at {spec_path}: the checkpoint's experiment cannot be told")
+    spec = load_spec(exp_dir)
+    if not checkpoint.is_file():
+        where_kept = (
+            "its checkpoints are on its volume in the cluster: copy its folder (spec.yaml, checkpoints/) here"
+            if spec.backend == "kube"
+            else "its learner has not written one yet"
+        )
+        raise ExperimentError(f"experiment {spec.name!r} has no checkpoint at {checkpoint} ({where_kept})")
+    try:
+        saved = (
+            load_checkpoint(checkpoint.parent)
+            if checkpoint.name == LATEST
+            else _load_file(checkpoint)  # a copy under another name
+        )
+    except Exception as exc:  # torch raises many kinds for a file that is not a checkpoint
+        problem = f"{type(exc).__name__}: {exc}"
+        raise ExperimentError(f"{checkpoint} is not a checkpoint surreal wrote: {problem}") from None
+    assert saved is not None
+    return TrainedPolicy(spec, saved, checkpoint, seed)
+
+
+def _load_file(path: Path) -> dict[str, Any]:
+    import torch
+
+    return dict(torch.load(path, map_location="cpu", weights_only=True))
+
+
+class TrainedPolicy:
+    """A run's policy at its last checkpoint (`load_policy`): `act` on raw observations, and the
+    environment it was trained on (`make_env`), made as the run's evaluator made it."""
+
+    def __init__(self, spec: ExperimentSpec, saved: dict[str, Any], checkpoint: Path, seed: int = 0) -> None:
+        assert spec.resolved is not None, "a spec written by create carries its resolved environment"
+        self.spec, self.checkpoint = spec, checkpoint
+        extend_import_path(user_import_path())  # a user's module, as `create` found it
+        envelope, state = Envelope.open(saved)
+        self.version = int(envelope.counters.get("version", 0))
+        self.env_steps = int(envelope.counters.get("env_steps", 0))
+        self.eval_return = envelope.eval_return  # the last evaluation the run reported
+        algorithm = get_algorithm(spec.algo)
+        try:
+            self._act = algorithm.checkpoint_policy(spec.config, spec.resolved, state, seed)
+        except (KeyError, ValueError) as exc:
+            what = f"a {spec.algo} policy for {spec.env}"
+            raise ExperimentError(f"{checkpoint} does not hold {what}: {exc}") from None
+        self.spaces = spaces_of(spec.resolved).keep(getattr(spec.config, "obs_keys", ()), spec.env)
+        probe = self.make_env()
+        try:
+            self.observation_space, self.action_space = probe.observation_space, probe.action_space
+        finally:
+            probe.close()
+        self._layout = obs_layout(self.observation_space) if not self.spaces.structured else ""
+        self._raw_shape = tuple(self.observation_space.shape or ())
+
+    @property
+    def env(self) -> EnvRef:
+        """The environment (and its kwargs) the run trained on."""
+        return self.spec.env_ref
+
+    def make_env(self, *, render_mode: str | None = None, seed: int = 0) -> gym.Env:
+        """The run's environment as its evaluator made it (Atari's evaluation preprocessing, the
+        spec's env_kwargs), seeded; `render_mode` as gymnasium takes it ("rgb_array")."""
+        ref = self.env
+        if render_mode is not None:
+            ref = EnvRef(ref.name, {**ref.kwargs, "render_mode": render_mode})
+        return make_env(ref, seed, training=False)
+
+    def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        """The actions for one observation (shaped as the environment gives it) or for a batch of
+        them ([N, *shape]; of Dict or Tuple observations, a list of them): the mode of the policy,
+        or a sample (`deterministic=False`). Discrete actions are int64, Box actions float32
+        clipped to the action bounds."""
+        if self.spaces.structured:
+            return self._act_leaves(obs, deterministic)
+        x = np.asarray(obs)
+        single = x.shape == self._raw_shape
+        if not single and x.shape[1:] != self._raw_shape:
+            raise ValueError(
+                f"an observation of shape {x.shape}: {self.env} gives {self._raw_shape}, a batch is "
+                f"[N, {', '.join(map(str, self._raw_shape))}]"
+            )
+        batch = x[None] if single else x
+        rows = np.empty((len(batch), *self.spaces.obs_shape), self.spaces.obs_dtype)
+        for i, o in enumerate(batch):
+            rows[i] = shaped_obs(self._layout, o)
+        return self._actions(rows, deterministic, single)
+
+    def _act_leaves(self, obs: Any, deterministic: bool) -> np.ndarray:
+        batch = obs if isinstance(obs, list) else [obs]
+        rows = obs_leaves.empty(self.spaces.obs_leaves, len(batch))
+        try:
+            for i, o in enumerate(batch):
+                obs_leaves.put(self.spaces.obs_leaves, rows, i, o)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            leaves = obs_leaves.summary(self.spaces.obs_leaves)
+            raise ValueError(f"not an observation of {self.env} ({leaves}), nor a list of them: "
+                             f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+        return self._actions(rows, deterministic, single=not isinstance(obs, list))
+
+    def _actions(self, rows: Any, deterministic: bool, single: bool) -> np.ndarray:
+        actions = self._act(rows, deterministic)
+        if not self.spaces.discrete:
+            actions = np.clip(actions, self.spaces.action_low, self.spaces.action_high)
+        return actions[0] if single else actions
+
+
+@dataclass(frozen=True)
+class Episode:
+    ret: float
+    frames: int
+
+
+def _frame(env: gym.Env) -> np.ndarray:
+    frame = env.render()
+    if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[2] in (3, 4)):
+        raise ExperimentError(
+            f"{env.spec.id if env.spec else env} cannot render frames: render() gave "
+            f"{type(frame).__name__}{getattr(frame, 'shape', '')}, not an RGB image (render_mode='rgb_array')"
+        )
+    return np.ascontiguousarray(frame[:, :, :3], np.uint8)
+
+
+def play(
+    policy: TrainedPolicy, episodes: int, *, seed: int = 0, deterministic: bool = True
+) -> Iterator[tuple[np.ndarray | None, Episode | None]]:
+    """Frames of `episodes` episodes of `policy` on its environment rendered as RGB: (frame, None)
+    for each frame, then (None, the episode) at each episode's end."""
+    # pygame (gymnasium's classic-control renderer) starts SDL: no window, no sound, no banner.
+    for name, value in (("SDL_VIDEODRIVER", "dummy"), ("SDL_AUDIODRIVER", "dummy"),
+                        ("PYGAME_HIDE_SUPPORT_PROMPT", "1")):  # fmt: skip
+        os.environ.setdefault(name, value)
+    try:
+        env = policy.make_env(render_mode="rgb_array", seed=seed)
+    except ValueError as exc:
+        raise ExperimentError(f"cannot make {policy.env} to render it: {exc}") from None
+    try:
+        for _ in range(episodes):
+            obs, _info = env.reset()
+            ret, frames, done = 0.0, 1, False
+            yield _rendered(env), None
+            while not done:
+                obs, reward, terminated, truncated, _info = env.step(policy.act(obs, deterministic))
+                ret += float(reward)
+                done = bool(terminated or truncated)
+                frames += 1
+                yield _rendered(env), None
+            yield None, Episode(ret, frames)
+    finally:
+        env.close()
+
+
+def _rendered(env: gym.Env) -> np.ndarray:
+    try:
+        return _frame(env)
+    except ExperimentError:
+        raise
+    except Exception as exc:  # a renderer's missing library (pygame, an OpenGL context), as one line
+        name = env.spec.id if env.spec else str(env)
+        raise ExperimentError(f"{name} cannot render frames: {type(exc).__name__}: {exc}") from None
+
+
+GIF_MAX_WIDTH = 400  # a GIF holds every frame in memory as it is written: a quick look, kept small
+
+
+class _Gif:
+    """Frames kept as palette images (a byte a pixel, at most GIF_MAX_WIDTH wide), written at close
+    by Pillow."""
+
+    def __init__(self, path: Path, fps: float) -> None:
+        self.path, self.duration = path, max(20, round(1000 / fps))  # ms; 20 ms at least
+        self.frames: list[Any] = []
+
+    def add(self, frame: np.ndarray) -> None:
+        from PIL import Image
+
+        image = Image.fromarray(frame)
+        if image.width > GIF_MAX_WIDTH:
+            image = image.resize((GIF_MAX_WIDTH, round(image.height * GIF_MAX_WIDTH / image.width)))
+        self.frames.append(image.quantize(colors=256, method=Image.Quantize.FASTOCTREE))
+
+    def close(self) -> None:
+        if self.frames:
+            self.frames[0].save(self.path, save_all=True, append_images=self.frames[1:],
+                                duration=self.duration, loop=0)  # fmt: skip
+
+
+class _Mp4:
+    """H.264 through the ffmpeg binary imageio-ffmpeg ships in its wheel, written as frames come."""
+
+    def __init__(self, path: Path, fps: float) -> None:
+        try:
+            import imageio_ffmpeg
+        except ImportError:
+            raise ExperimentError(
+                "an .mp4 needs imageio-ffmpeg (it ships the encoder): pip install 'surreal[video]', or "
+                "write a .gif"
+            ) from None
+        self._module, self.path, self.fps = imageio_ffmpeg, path, fps
+        self._writer: Any = None
+
+    def add(self, frame: np.ndarray) -> None:
+        if self._writer is None:
+            h, w = frame.shape[:2]
+            # yuv420p (what players expect) needs even sizes; ffmpeg pads with the macro block size.
+            self._writer = self._module.write_frames(
+                str(self.path), (w, h), fps=self.fps, codec="libx264", pix_fmt_out="yuv420p",
+                macro_block_size=2, quality=7, ffmpeg_log_level="error",
+            )  # fmt: skip
+            self._writer.send(None)
+        self._writer.send(frame)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+VIDEO_SUFFIXES = (".mp4", ".gif")
+
+
+@dataclass(frozen=True)
+class Recording:
+    path: Path
+    episodes: list[Episode]
+    size: tuple[int, int]  # (width, height) of the frames rendered
+    seconds: float
+    bytes: int
+
+
+def record(
+    policy: TrainedPolicy,
+    path: Path,
+    *,
+    episodes: int = 3,
+    seed: int = 0,
+    deterministic: bool = True,
+    fps: float | None = None,
+    progress: Callable[[int, Episode], None] | None = None,
+) -> Recording:
+    """Render `episodes` episodes of `policy` into `path` (.mp4 or .gif); `progress` is called at
+    the end of each episode. Nothing is left at `path` when it fails."""
+    if path.suffix.lower() not in VIDEO_SUFFIXES:
+        raise ExperimentError(f"{path.name}: write a .mp4 or a .gif")
+    if episodes < 1:
+        raise ExperimentError(f"episodes must be at least 1, got {episodes}")
+    if not path.parent.is_dir():
+        raise ExperimentError(f"no folder {path.parent} to write {path.name} in")
+    rate = float(fps or _render_fps(policy) or 30)
+    started = time.monotonic()
+    partial = path.with_name(f".{path.name}.partial{path.suffix}")
+    writer: _Gif | _Mp4 = _Gif(partial, rate) if path.suffix.lower() == ".gif" else _Mp4(partial, rate)
+    done: list[Episode] = []
+    size = (0, 0)
+    try:
+        for frame, episode in play(policy, episodes, seed=seed, deterministic=deterministic):
+            if frame is not None:
+                size = (frame.shape[1], frame.shape[0])
+                writer.add(frame)
+            else:
+                assert episode is not None
+                done.append(episode)
+                if progress is not None:
+                    progress(len(done), episode)
+        writer.close()
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return Recording(path, done, size, time.monotonic() - started, path.stat().st_size)
+
+
+def _render_fps(policy: TrainedPolicy) -> Any:
+    """The frame rate the environment says it renders at (its metadata's render_fps), if any."""
+    probe = policy.make_env()
+    try:
+        return probe.metadata.get("render_fps")
+    finally:
+        probe.close()
