@@ -11,6 +11,7 @@ checkpoints here; a Kubernetes experiment keeps its own on its volume in the clu
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ import numpy as np
 
 from surreal.algorithms.common import obs_leaves
 from surreal.algorithms.common.checkpoint import LATEST, Envelope, load_checkpoint
-from surreal.algorithms.common.env_ref import EnvRef, extend_import_path
+from surreal.algorithms.common.env_ref import IMPORT_PATH_VAR, EnvRef, extend_import_path
 from surreal.algorithms.common.envs import make_env, obs_layout, shaped_obs, spaces_of
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator.home import (
@@ -92,6 +93,18 @@ def _load_file(path: Path) -> dict[str, Any]:
     return dict(torch.load(path, map_location="cpu", weights_only=True))
 
 
+def _run_import_path(checkpoint: Path) -> list[str]:
+    """The folders the run's components imported from (program.json's SURREAL_IMPORT_PATH)."""
+    for exp_dir in (checkpoint.parent.parent, checkpoint.parent):
+        try:
+            program = json.loads((exp_dir / "program.json").read_text())
+            paths = {c["env"].get(IMPORT_PATH_VAR, "") for c in program["components"]}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        return [p for path in sorted(paths) for p in path.split(os.pathsep) if p]
+    return []
+
+
 class TrainedPolicy:
     """A run's policy at its last checkpoint (`load_policy`): `act` on raw observations, and the
     environment it was trained on (`make_env`), made as the run's evaluator made it."""
@@ -99,7 +112,8 @@ class TrainedPolicy:
     def __init__(self, spec: ExperimentSpec, saved: dict[str, Any], checkpoint: Path, seed: int = 0) -> None:
         assert spec.resolved is not None, "a spec written by create carries its resolved environment"
         self.spec, self.checkpoint = spec, checkpoint
-        extend_import_path(user_import_path())  # a user's module, as `create` found it
+        # A user's module: where the run's components imported it from, then where this shell would.
+        extend_import_path([*_run_import_path(checkpoint), *user_import_path()])
         envelope, state = Envelope.open(saved)
         self.version = int(envelope.counters.get("version", 0))
         self.env_steps = int(envelope.counters.get("env_steps", 0))
@@ -311,7 +325,11 @@ def record(
         raise ExperimentError(f"episodes must be at least 1, got {episodes}")
     if not path.parent.is_dir():
         raise ExperimentError(f"no folder {path.parent} to write {path.name} in")
-    rate = float(fps or _render_fps(policy) or 30)
+    metadata = _metadata(policy)
+    if "rgb_array" not in (metadata.get("render_modes") or ()):
+        raise ExperimentError(f"{policy.env} cannot render frames: its render_modes are "
+                              f"{list(metadata.get('render_modes') or [])}, without 'rgb_array'")  # fmt: skip
+    rate = float(fps or metadata.get("render_fps") or 30)
     started = time.monotonic()
     partial = path.with_name(f".{path.name}.partial{path.suffix}")
     writer: _Gif | _Mp4 = _Gif(partial, rate) if path.suffix.lower() == ".gif" else _Mp4(partial, rate)
@@ -334,10 +352,10 @@ def record(
     return Recording(path, done, size, time.monotonic() - started, path.stat().st_size)
 
 
-def _render_fps(policy: TrainedPolicy) -> Any:
-    """The frame rate the environment says it renders at (its metadata's render_fps), if any."""
+def _metadata(policy: TrainedPolicy) -> dict[str, Any]:
+    """The environment's metadata (render_modes, render_fps), from one throwaway instance."""
     probe = policy.make_env()
     try:
-        return probe.metadata.get("render_fps")
+        return dict(probe.metadata or {})
     finally:
         probe.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from surreal.algorithms.common import obs_leaves
 from surreal.algorithms.common.env_ref import EnvRef, extend_import_path
@@ -185,3 +186,29 @@ def test_the_spec_file_carries_the_leaves_and_es_refuses_them_by_name() -> None:
         es_check(CUE, resolved=facts)
     blackjack = spaces_for("Blackjack-v1").keep(())  # a Tuple of Discretes
     assert [leaf.path for leaf in blackjack.obs_leaves] == ["0", "1", "2"] and blackjack.obs_dim == 45
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device here")
+def test_the_mixed_network_trains_on_cuda_and_its_actor_samples_what_the_learner_computes() -> None:
+    cfg = dataclasses.replace(preset_for(CUE), obs_keys=KEYS, fragment_length=16, steps_per_update=64,
+                              minibatch_size=32, device="cuda")  # fmt: skip
+    learner = PPOLearner(cfg, spaces_for(CUE).keep(KEYS), total_steps=10_000)
+    actor = PPOActor(cfg, CUE, 4, seed=0)
+    actor.set_params(learner.params())
+    assert learner.add_fragment(Fragment("w0", actor.version, actor.collect()))
+    assert learner.update() and learner.params().version == 1
+    assert next(learner.net.parameters()).device.type == "cuda"
+
+
+def test_the_actor_s_log_probs_are_the_mixed_learner_s() -> None:
+    """The actor runs the mixed network's head on the CPU from published weights; the learner's
+    importance ratio needs the same log-probabilities for the same packed rows."""
+    cfg, spaces, learner, actor = _cue_setup()
+    fragment = actor.collect()
+    opened, _ = open_fragment(decode_map(encode_map(fragment), experience_schema(spaces)), spaces, cfg)
+    assert opened is not None
+    obs = torch.from_numpy(opened["obs"][:-1].reshape(-1, spaces.obs_dim))
+    actions = torch.from_numpy(fragment["actions"].reshape(-1))
+    with torch.no_grad():
+        logp, _ = learner.net.log_prob_entropy(obs, actions)
+    np.testing.assert_allclose(logp.numpy(), fragment["logprobs"].reshape(-1), atol=1e-5)
