@@ -57,7 +57,46 @@ def cnn_trunk(image_shape: tuple[int, int, int], ortho: bool = True) -> nn.Seque
     return nn.Sequential(*convs, nn.Flatten(), _init(nn.Linear(flat, FEATURES), g, ortho), nn.ReLU())
 
 
-class CNNActorCritic(nn.Module):
+class TrunkActorCritic(nn.Module):
+    """A policy head and a value head on features computed once per batch (`features`, each
+    subclass's): what the CNN actor-critic and the mixed one share. Subclasses set `policy`,
+    `critic`, `discrete` (and `log_std` for Box actions)."""
+
+    discrete: bool
+    policy: nn.Module
+    critic: nn.Module
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def head(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head's output: logits, or Gaussian means."""
+        return self.policy(self.features(obs))  # type: ignore[no-any-return]
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probabilities of `actions`, entropies and values [B], through the trunk once."""
+        x = self.features(obs)
+        logp, entropy = log_prob_entropy(
+            self.policy(x), actions, self.discrete, getattr(self, "log_std", None)
+        )
+        return logp, entropy, self.critic(x).squeeze(-1)
+
+    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logp, entropy, _ = self.evaluate(obs, actions)
+        return logp, entropy
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State values [B]."""
+        return self.critic(self.features(obs)).squeeze(-1)  # type: ignore[no-any-return]
+
+    def weights_numpy(self) -> dict[str, np.ndarray]:
+        """Parameters as float32 numpy arrays (copies), for publishing."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+
+
+class CNNActorCritic(TrunkActorCritic):
     """Categorical (or diagonal Gaussian) policy and a value on a shared CNN trunk.
 
     state_dict keys: `trunk.*`, `policy.weight/bias`, `critic.weight/bias` (and `log_std`).
@@ -80,36 +119,10 @@ class CNNActorCritic(nn.Module):
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """uint8 images -> trunk features; the scaling to [0, 1] happens here, on the device."""
-        return self.trunk(obs.float().mul_(1.0 / 255.0))
-
-    def head(self, obs: torch.Tensor) -> torch.Tensor:
-        """The policy head's output: logits, or Gaussian means."""
-        return self.policy(self.features(obs))
-
-    def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probabilities of `actions`, entropies and values [B], through the trunk once."""
-        x = self.features(obs)
-        logp, entropy = log_prob_entropy(
-            self.policy(x), actions, self.discrete, getattr(self, "log_std", None)
-        )
-        return logp, entropy, self.critic(x).squeeze(-1)
-
-    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logp, entropy, _ = self.evaluate(obs, actions)
-        return logp, entropy
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """State values [B]."""
-        return self.critic(self.features(obs)).squeeze(-1)
-
-    def weights_numpy(self) -> dict[str, np.ndarray]:
-        """Parameters as float32 numpy arrays (copies), for publishing."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+        return self.trunk(obs.float().mul_(1.0 / 255.0))  # type: ignore[no-any-return]
 
 
-class MixedActorCritic(nn.Module):
+class MixedActorCritic(TrunkActorCritic):
     """Observations of several leaves with an image among them (obs_leaves.py; MiniGrid's image
     and direction): the image through the CNN trunk, the other leaves' packed columns beside its
     features, then separate policy and value MLPs on the two joined (Stable-Baselines3's
@@ -150,28 +163,6 @@ class MixedActorCritic(nn.Module):
         a, b = self.image_at, self.image_at + self.image_size
         image = obs[:, a:b].reshape(-1, *self.image_shape).mul(1.0 / 255.0)
         return torch.cat([self.trunk(image), obs[:, :a], obs[:, b:]], dim=1)
-
-    def head(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.policy(self.features(obs))
-
-    def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        x = self.features(obs)
-        logp, entropy = log_prob_entropy(
-            self.policy(x), actions, self.discrete, getattr(self, "log_std", None)
-        )
-        return logp, entropy, self.critic(x).squeeze(-1)
-
-    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logp, entropy, _ = self.evaluate(obs, actions)
-        return logp, entropy
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.features(obs)).squeeze(-1)
-
-    def weights_numpy(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
 
 
 _HIDDEN_KEY = re.compile(r"policy\.(\d+)\.weight")
