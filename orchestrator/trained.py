@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from surreal.algorithms.common import obs_leaves
-from surreal.algorithms.common.checkpoint import LATEST, Envelope, load_checkpoint
+from surreal.algorithms.common.checkpoint import LATEST, Envelope, load_checkpoint_file
 from surreal.algorithms.common.env_ref import IMPORT_PATH_VAR, EnvRef, extend_import_path
 from surreal.algorithms.common.envs import make_env, obs_layout, shaped_obs, spaces_of
 from surreal.algorithms.registry import get_algorithm
@@ -75,22 +75,11 @@ def load_policy(where: str | os.PathLike[str], *, home: Path | None = None, seed
         )
         raise ExperimentError(f"experiment {spec.name!r} has no checkpoint at {checkpoint} ({where_kept})")
     try:
-        saved = (
-            load_checkpoint(checkpoint.parent)
-            if checkpoint.name == LATEST
-            else _load_file(checkpoint)  # a copy under another name
-        )
+        saved = load_checkpoint_file(checkpoint)
     except Exception as exc:  # torch raises many kinds for a file that is not a checkpoint
         problem = f"{type(exc).__name__}: {exc}"
         raise ExperimentError(f"{checkpoint} is not a checkpoint surreal wrote: {problem}") from None
-    assert saved is not None
     return TrainedPolicy(spec, saved, checkpoint, seed)
-
-
-def _load_file(path: Path) -> dict[str, Any]:
-    import torch
-
-    return dict(torch.load(path, map_location="cpu", weights_only=True))
 
 
 def _run_import_path(checkpoint: Path) -> list[str]:
@@ -128,6 +117,7 @@ class TrainedPolicy:
         probe = self.make_env()
         try:
             self.observation_space, self.action_space = probe.observation_space, probe.action_space
+            self.metadata: dict[str, Any] = dict(probe.metadata or {})  # render_modes, render_fps
         finally:
             probe.close()
         self._layout = obs_layout(self.observation_space) if not self.spaces.structured else ""
@@ -325,7 +315,7 @@ def record(
         raise ExperimentError(f"episodes must be at least 1, got {episodes}")
     if not path.parent.is_dir():
         raise ExperimentError(f"no folder {path.parent} to write {path.name} in")
-    metadata = _metadata(policy)
+    metadata = policy.metadata
     if "rgb_array" not in (metadata.get("render_modes") or ()):
         raise ExperimentError(f"{policy.env} cannot render frames: its render_modes are "
                               f"{list(metadata.get('render_modes') or [])}, without 'rgb_array'")  # fmt: skip
@@ -350,12 +340,3 @@ def record(
     finally:
         partial.unlink(missing_ok=True)
     return Recording(path, done, size, time.monotonic() - started, path.stat().st_size)
-
-
-def _metadata(policy: TrainedPolicy) -> dict[str, Any]:
-    """The environment's metadata (render_modes, render_fps), from one throwaway instance."""
-    probe = policy.make_env()
-    try:
-        return dict(probe.metadata or {})
-    finally:
-        probe.close()

@@ -42,7 +42,12 @@ def load_checkpoint(directory: Path) -> dict[str, Any] | None:
     path = directory / LATEST
     if not path.exists():
         return None
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return load_checkpoint_file(path)
+
+
+def load_checkpoint_file(path: Path) -> dict[str, Any]:
+    """The state saved in the checkpoint file `path` (tensors and plain values only: weights_only)."""
+    return dict(torch.load(path, map_location="cpu", weights_only=True))
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

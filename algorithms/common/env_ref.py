@@ -28,6 +28,7 @@ from typing import Any
 import gymnasium as gym
 
 from surreal.algorithms.common import atari
+from surreal.algorithms.common.obs_leaves import UNSUPPORTED, ObsLeaf
 
 IMPORT_PATH_VAR = "SURREAL_IMPORT_PATH"  # os.pathsep-separated folders components import from
 
@@ -99,8 +100,6 @@ class ResolvedEnv:
         if self.obs_dim < 1 and not self.obs_leaves:
             raise ValueError(f"obs_dim must be a positive integer, got {self.obs_dim}")
         if self.obs_leaves:
-            from surreal.algorithms.common.obs_leaves import UNSUPPORTED, ObsLeaf
-
             leaves = [ObsLeaf.from_dict(leaf) for leaf in self.obs_leaves]
             width = sum(leaf.width for leaf in leaves if leaf.kind != UNSUPPORTED)
             if width != self.obs_dim or self.image_shape is not None:

@@ -23,7 +23,7 @@ from surreal.algorithms.common.env_ref import (
     make_raw,
     resolve,
 )
-from surreal.algorithms.common.obs_leaves import UNSUPPORTED, ObsLeaf, describe, select
+from surreal.algorithms.common.obs_leaves import UNSUPPORTED, ObsLeaf, describe, image_layout, select
 from surreal.protocol.ratelimit import RejectionLog
 
 log = logging.getLogger(__name__)
@@ -150,22 +150,6 @@ def env_spaces(env: gym.Env) -> EnvSpaces:
         high = act_space.high.astype(np.float32)
         return EnvSpaces(obs_dim, False, int(act_space.shape[0]), low, high, image_shape, leaves)
     raise ValueError(f"unsupported action space {act_space} (only Discrete and 1-D Box)")
-
-
-def image_layout(space: gym.Space) -> tuple[str, tuple[int, int, int]] | None:
-    """How a uint8 Box of rank 2 or 3 is an image: ("hw" | "hwc" | "chw", its (C, H, W)); None for
-    a vector. Channels-last is recognised as gymnasium's pixel environments give it: at most 4
-    channels after a larger height (ALE's (210, 160, 3)); frame stacks come channels-first."""
-    if not isinstance(space, gym.spaces.Box):
-        return None
-    shape = tuple(int(s) for s in space.shape)
-    if space.dtype != np.uint8 or len(shape) not in (2, 3):
-        return None
-    if len(shape) == 2:
-        return "hw", (1, shape[0], shape[1])
-    if shape[2] <= 4 < shape[0]:
-        return "hwc", (shape[2], shape[0], shape[1])
-    return "chw", (shape[0], shape[1], shape[2])
 
 
 def obs_layout(space: gym.Space) -> str:

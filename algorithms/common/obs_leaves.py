@@ -6,7 +6,7 @@ Such a space is a list of leaves, each a path into the observation ("image", "0"
 "observation.pos"; "" for a space that is itself one leaf) and a kind:
 
 - "vector": a Box that is not an image, flattened to float32 [D]: the only leaves normalized;
-- "image": a uint8 Box of rank 2 or 3 (envs.image_layout), as (C, H, W); at most one per policy;
+- "image": a uint8 Box of rank 2 or 3 (image_layout), as (C, H, W); at most one per policy;
 - "discrete": Discrete or MultiDiscrete, as int64 [k] from 0 (the space's `start` subtracted);
 - "binary": MultiBinary, as uint8 [n] of 0 and 1.
 
@@ -45,7 +45,7 @@ class ObsLeaf:
     start: tuple[int, ...] = ()
     """discrete: the lowest value of each entry."""
     layout: str = ""
-    """image: how the environment gives it ("hwc", "chw" or "hw": envs.image_layout)."""
+    """image: how the environment gives it ("hwc", "chw" or "hw": image_layout)."""
     space: str = ""
     """unsupported: the space, as text."""
 
@@ -118,10 +118,24 @@ class ObsLeaf:
             raise ValueError(f"{where}: nvec and start must give each of the {self.shape[0]} entries")
 
 
+def image_layout(space: gym.Space) -> tuple[str, tuple[int, int, int]] | None:
+    """How a uint8 Box of rank 2 or 3 is an image: ("hw" | "hwc" | "chw", its (C, H, W)); None for
+    a vector. Channels-last is recognised as gymnasium's pixel environments give it: at most 4
+    channels after a larger height (ALE's (210, 160, 3)); frame stacks come channels-first."""
+    if not isinstance(space, gym.spaces.Box):
+        return None
+    shape = tuple(int(s) for s in space.shape)
+    if space.dtype != np.uint8 or len(shape) not in (2, 3):
+        return None
+    if len(shape) == 2:
+        return "hw", (1, shape[0], shape[1])
+    if shape[2] <= 4 < shape[0]:
+        return "hwc", (shape[2], shape[0], shape[1])
+    return "chw", (shape[0], shape[1], shape[2])
+
+
 def describe(space: gym.Space, path: str = "") -> list[ObsLeaf]:
     """The leaves of an observation space, in order (Dict keys in the space's order)."""
-    from surreal.algorithms.common.envs import image_layout  # envs builds on this module
-
     if isinstance(space, gym.spaces.Dict):
         leaves = []
         for key, sub in space.spaces.items():
