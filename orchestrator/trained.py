@@ -136,11 +136,12 @@ class TrainedPolicy:
             ref = EnvRef(ref.name, {**ref.kwargs, "render_mode": render_mode})
         return make_env(ref, seed, training=False)
 
-    def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+    def act(self, obs: Any, deterministic: bool = True) -> Any:
         """The actions for one observation (shaped as the environment gives it) or for a batch of
         them ([N, *shape]; of Dict or Tuple observations, a list of them): the mode of the policy,
         or a sample (`deterministic=False`). Discrete actions are int64, Box actions float32
-        clipped to the action bounds."""
+        clipped to the action bounds; other action spaces' (MultiDiscrete, Dict, ...) as the
+        environment's `step` takes them, a list of them for a batch."""
         if self.spaces.structured:
             return self._act_leaves(obs, deterministic)
         x = np.asarray(obs)
@@ -156,7 +157,7 @@ class TrainedPolicy:
             rows[i] = shaped_obs(self._layout, o)
         return self._actions(rows, deterministic, single)
 
-    def _act_leaves(self, obs: Any, deterministic: bool) -> np.ndarray:
+    def _act_leaves(self, obs: Any, deterministic: bool) -> Any:
         batch = obs if isinstance(obs, list) else [obs]
         rows = obs_leaves.empty(self.spaces.obs_leaves, len(batch))
         try:
@@ -168,8 +169,12 @@ class TrainedPolicy:
                              f"{type(exc).__name__}: {exc}") from None  # fmt: skip
         return self._actions(rows, deterministic, single=not isinstance(obs, list))
 
-    def _actions(self, rows: Any, deterministic: bool, single: bool) -> np.ndarray:
+    def _actions(self, rows: Any, deterministic: bool, single: bool) -> Any:
         actions = self._act(rows, deterministic)
+        if self.spaces.structured_actions:
+            layout = self.spaces.action_layout
+            made = [layout.to_env(self.action_space, row) for row in actions]
+            return made[0] if single else made
         if not self.spaces.discrete:
             actions = np.clip(actions, self.spaces.action_low, self.spaces.action_high)
         return actions[0] if single else actions

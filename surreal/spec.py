@@ -126,8 +126,9 @@ class ExperimentSpec:
             data[RESOLVED] = _plain(dataclasses.asdict(self.resolved))
             if not self.resolved.env_kwargs:
                 del data[RESOLVED][ENV_KWARGS]
-            if not self.resolved.obs_leaves:  # one Box: spec files stay as they were
-                del data[RESOLVED]["obs_leaves"]
+            for leaves in ("obs_leaves", "act_leaves"):  # one Box, plain actions: as they were
+                if not getattr(self.resolved, leaves):
+                    del data[RESOLVED][leaves]
         return data
 
     def to_yaml(self) -> str:

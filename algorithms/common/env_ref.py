@@ -28,6 +28,7 @@ from typing import Any
 import gymnasium as gym
 
 from surreal.algorithms.common import atari
+from surreal.algorithms.common.act_leaves import ActionLayout, ActLeaf
 from surreal.algorithms.common.obs_leaves import UNSUPPORTED, ObsLeaf
 
 IMPORT_PATH_VAR = "SURREAL_IMPORT_PATH"  # os.pathsep-separated folders components import from
@@ -68,17 +69,21 @@ class ResolvedEnv:
     image_shape: tuple[int, ...] | None
     """(C, H, W) of uint8 image observations (a CNN policy: "pixels"); None for vectors."""
     discrete: bool
-    """Discrete actions (true) or a 1-D Box of continuous ones (false)."""
+    """Discrete actions from 0 (true), or a 1-D Box of continuous ones or act_leaves (false)."""
     action_dim: int
-    """Number of actions (Discrete) or length of the action vector (Box)."""
+    """Number of actions (Discrete), length of the action vector (Box), or columns of an action row
+    (act_leaves)."""
     action_low: tuple[float, ...] | None
-    """Lower bounds of Box actions, one per action; None for Discrete."""
+    """Lower bounds of Box actions, one per action; None for Discrete and act_leaves."""
     action_high: tuple[float, ...] | None
-    """Upper bounds of Box actions, one per action; None for Discrete."""
+    """Upper bounds of Box actions, one per action; None for Discrete and act_leaves."""
     obs_leaves: tuple[dict[str, Any], ...] = ()
     """Observations that are not one Box: their leaves (obs_leaves.ObsLeaf.to_dict), every one
     described, also those a policy cannot take (obs_keys chooses; EnvSpaces.keep refuses). Left
     out of the spec file for a Box."""
+    act_leaves: tuple[dict[str, Any], ...] = ()
+    """Actions that are not one Discrete from 0 or one 1-D Box: their leaves
+    (act_leaves.ActLeaf.to_dict). Left out of the spec file for those."""
 
     @property
     def pixels(self) -> bool:
@@ -114,6 +119,13 @@ class ResolvedEnv:
         if self.action_dim < 1:
             raise ValueError(f"action_dim must be a positive integer, got {self.action_dim}")
         low, high = self.action_low, self.action_high
+        if self.act_leaves:
+            columns = ActionLayout([ActLeaf.from_dict(leaf) for leaf in self.act_leaves]).columns
+            if self.discrete or columns != self.action_dim or low is not None or high is not None:
+                raise ValueError(f"action_dim must be the act_leaves' columns ({columns}), discrete "
+                                 "false and action_low/action_high null for actions of several "
+                                 "leaves")  # fmt: skip
+            return
         if self.discrete:
             if low is not None or high is not None:
                 raise ValueError("action_low and action_high must be null for discrete actions")

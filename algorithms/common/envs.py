@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from surreal.algorithms.common import atari, obs_leaves
+from surreal.algorithms.common import act_leaves, atari, obs_leaves
+from surreal.algorithms.common.act_leaves import ActionLayout, ActLeaf
 from surreal.algorithms.common.env_ref import (
     EnvRef,
     ResolvedEnv,
@@ -84,14 +85,39 @@ class EnvSpaces(NamedTuple):
     """What a network needs to know about an environment."""
 
     obs_dim: int  # observation size, flattened (C*H*W for images; a packed row's width: obs_leaves)
-    discrete: bool
-    action_dim: int  # number of actions (Discrete) or action vector length (Box)
-    action_low: np.ndarray | None  # Box bounds, None for Discrete
+    discrete: bool  # one Discrete from 0: actions are int64 indices
+    action_dim: int  # number of actions (Discrete), or an action row's length (Box; act_leaves)
+    action_low: np.ndarray | None  # 1-D Box bounds, None otherwise
     action_high: np.ndarray | None
     image_shape: tuple[int, int, int] | None = None  # (C, H, W) of uint8 images; None: a vector
     # Observations that are not one Box (obs_leaves.py): their leaves, () for a Box. A policy sees
     # those `keep` selects; batches hold them as leaf arrays, networks as packed float32 rows.
     obs_leaves: tuple[ObsLeaf, ...] = ()
+    # Actions that are not one Discrete from 0 or one 1-D Box (act_leaves.py): their leaves, () for
+    # those. Such actions are float32 rows: categorical indices, then Gaussian values.
+    act_leaves: tuple[ActLeaf, ...] = ()
+
+    @property
+    def structured_actions(self) -> bool:
+        """Actions are leaves (act_leaves.py), not one Discrete or one 1-D Box."""
+        return bool(self.act_leaves)
+
+    @property
+    def action_layout(self) -> ActionLayout:
+        """The columns of an action row (act_leaves.ActionLayout); only with structured_actions."""
+        return act_leaves.layout(self.act_leaves)
+
+    @property
+    def head_dim(self) -> int:
+        """Outputs of the policy head: logits of a Discrete, Gaussian means of a Box, both for leaves."""
+        return self.action_layout.head_dim if self.act_leaves else self.action_dim
+
+    @property
+    def gaussian_dim(self) -> int:
+        """Gaussian action columns, each with its learned log std (0: no log_std)."""
+        if self.act_leaves:
+            return self.action_layout.gaussian
+        return 0 if self.discrete else self.action_dim
 
     @property
     def pixels(self) -> bool:
@@ -143,13 +169,16 @@ def env_spaces(env: gym.Env) -> EnvSpaces:
         leaves = tuple(describe(obs_space))
         obs_dim = sum(leaf.width for leaf in leaves if leaf.kind != UNSUPPORTED)
         image_shape = None
+    if not act_leaves.is_plain(act_space):
+        acts = tuple(act_leaves.describe(act_space))
+        columns = act_leaves.layout(acts).columns
+        return EnvSpaces(obs_dim, False, columns, None, None, image_shape, leaves, acts)
     if isinstance(act_space, gym.spaces.Discrete):
         return EnvSpaces(obs_dim, True, int(act_space.n), None, None, image_shape, leaves)
-    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
-        low = act_space.low.astype(np.float32)
-        high = act_space.high.astype(np.float32)
-        return EnvSpaces(obs_dim, False, int(act_space.shape[0]), low, high, image_shape, leaves)
-    raise ValueError(f"unsupported action space {act_space} (only Discrete and 1-D Box)")
+    assert isinstance(act_space, gym.spaces.Box)  # is_plain: a Discrete from 0 or a 1-D Box
+    low = act_space.low.astype(np.float32)
+    high = act_space.high.astype(np.float32)
+    return EnvSpaces(obs_dim, False, int(act_space.shape[0]), low, high, image_shape, leaves)
 
 
 def obs_layout(space: gym.Space) -> str:
@@ -217,6 +246,7 @@ def resolve_env(env: EnvRef | str) -> ResolvedEnv:
         action_low=bounds(spaces.action_low),
         action_high=bounds(spaces.action_high),
         obs_leaves=tuple(leaf.to_dict() for leaf in spaces.obs_leaves),
+        act_leaves=tuple(leaf.to_dict() for leaf in spaces.act_leaves),
     )
 
 
@@ -229,8 +259,9 @@ def spaces_of(facts: ResolvedEnv) -> EnvSpaces:
     shape = facts.image_shape
     image = (shape[0], shape[1], shape[2]) if shape is not None else None
     leaves = tuple(ObsLeaf.from_dict(leaf) for leaf in facts.obs_leaves)
+    acts = tuple(ActLeaf.from_dict(leaf) for leaf in facts.act_leaves)
     return EnvSpaces(facts.obs_dim, facts.discrete, facts.action_dim, bounds(facts.action_low),
-                     bounds(facts.action_high), image, leaves)  # fmt: skip
+                     bounds(facts.action_high), image, leaves, acts)  # fmt: skip
 
 
 def use_resolved(facts: ResolvedEnv) -> None:
@@ -260,7 +291,8 @@ class EnvBatch:
     """N environments stepped in lockstep with automatic reset.
 
     Box actions are clipped to the action bounds here, so callers keep the unclipped samples
-    (whose log-probabilities the policy computed). Observations come as [N, D] float32 vectors, or
+    (whose log-probabilities the policy computed); action rows of several leaves become the
+    environment's own actions here (act_leaves.py). Observations come as [N, D] float32 vectors, or
     as [N, C, H, W] uint8 images (channels-last ones are transposed here).
 
     An environment whose step returns a non-finite observation or reward (a MuJoCo simulation gone
@@ -335,6 +367,9 @@ class EnvBatch:
         n, sp = self.num_envs, self.spaces
         if sp.discrete:
             acts = actions.tolist()  # python ints: cheapest for Discrete.contains
+        elif sp.act_leaves:  # rows of categorical indices and Gaussian values (act_leaves.py)
+            layout, space = sp.action_layout, self.envs[0].action_space
+            acts = [layout.to_env(space, row) for row in actions]
         else:
             acts = np.clip(actions, sp.action_low, sp.action_high)
         obs = self._new_obs()

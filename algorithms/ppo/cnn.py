@@ -20,10 +20,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from surreal.algorithms.common.act_leaves import ActionLayout
 from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.common.obs_leaves import image_slice
 from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.networks import log_prob_entropy, mlp
+from surreal.algorithms.ppo.networks import log_prob_entropy, mlp, set_actions
 
 NATURE_MIN_SIZE = 36  # the smallest height and width the Nature trunk's strides leave a pixel of
 FEATURES = 512  # width of the trunk's output (both kinds)
@@ -60,9 +61,10 @@ def cnn_trunk(image_shape: tuple[int, int, int], ortho: bool = True) -> nn.Seque
 class TrunkActorCritic(nn.Module):
     """A policy head and a value head on features computed once per batch (`features`, each
     subclass's): what the CNN actor-critic and the mixed one share. Subclasses set `policy`,
-    `critic`, `discrete` (and `log_std` for Box actions)."""
+    `critic`, and the action's facts (networks.set_actions)."""
 
     discrete: bool
+    layout: ActionLayout | None
     policy: nn.Module
     critic: nn.Module
 
@@ -79,7 +81,7 @@ class TrunkActorCritic(nn.Module):
         """Log-probabilities of `actions`, entropies and values [B], through the trunk once."""
         x = self.features(obs)
         logp, entropy = log_prob_entropy(
-            self.policy(x), actions, self.discrete, getattr(self, "log_std", None)
+            self.policy(x), actions, self.discrete, getattr(self, "log_std", None), self.layout
         )
         return logp, entropy, self.critic(x).squeeze(-1)
 
@@ -106,12 +108,10 @@ class CNNActorCritic(TrunkActorCritic):
         super().__init__()
         if spaces.image_shape is None:
             raise ValueError("CNNActorCritic needs image observations")
-        self.discrete = spaces.discrete
         self.trunk = cnn_trunk(spaces.image_shape, ortho_init)
-        self.policy = _init(nn.Linear(FEATURES, spaces.action_dim), 0.01, ortho_init)
+        self.policy = _init(nn.Linear(FEATURES, spaces.head_dim), 0.01, ortho_init)
         self.critic = _init(nn.Linear(FEATURES, 1), 1.0, ortho_init)
-        if not self.discrete:
-            self.log_std = nn.Parameter(torch.full((spaces.action_dim,), float(log_std_init)))
+        set_actions(self, spaces, log_std_init)
 
     @classmethod
     def from_config(cls, cfg: PPOConfig, spaces: EnvSpaces) -> CNNActorCritic:
@@ -146,13 +146,11 @@ class MixedActorCritic(TrunkActorCritic):
         self.image_at, leaf = found
         self.image_shape = (leaf.shape[0], leaf.shape[1], leaf.shape[2])
         self.image_size = leaf.width
-        self.discrete = spaces.discrete
         self.trunk = cnn_trunk(self.image_shape, ortho_init)
         joined = FEATURES + spaces.obs_dim - self.image_size
-        self.policy = mlp(joined, hidden_sizes, spaces.action_dim, activation, 0.01, ortho_init)
+        self.policy = mlp(joined, hidden_sizes, spaces.head_dim, activation, 0.01, ortho_init)
         self.critic = mlp(joined, hidden_sizes, 1, activation, 1.0, ortho_init)
-        if not self.discrete:
-            self.log_std = nn.Parameter(torch.full((spaces.action_dim,), float(log_std_init)))
+        set_actions(self, spaces, log_std_init)
 
     @classmethod
     def from_config(cls, cfg: PPOConfig, spaces: EnvSpaces) -> MixedActorCritic:

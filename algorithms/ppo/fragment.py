@@ -68,7 +68,7 @@ def experience_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
     trunc = {} if spaces.structured else {"trunc_obs": TensorSpec(obs_dtype, (None, *obs))}
     return {
         **_obs_schema(spaces),
-        "actions": actions,  # [T, N] or [T, N, A], unclipped samples
+        "actions": actions,  # [T, N] or [T, N, A], unclipped samples (act_leaves: rows)
         "logprobs": TensorSpec("float32", (None, None)),  # behaviour policy log-probs [T, N]
         "rewards": TensorSpec("float32", (None, None)),  # raw rewards [T, N]
         "terminated": TensorSpec("bool", (None, None)),
@@ -91,7 +91,7 @@ def experience_schema(spaces: EnvSpaces) -> dict[str, TensorSpec]:
 REJECT_REASONS = (
     "malformed",  # tensors whose shapes do not fit together, or image frames that rebuild no stacks
     "non_finite",  # NaN or infinity in any float tensor
-    "bad_action",  # a discrete action outside [0, n)
+    "bad_action",  # a discrete action (or categorical column of one) that is not a whole number in [0, n)
     "out_of_range",  # a reward beyond max_abs_reward, a normalized observation beyond obs_clip,
     #   an episode length < 1 or a return its length cannot produce
     "bad_moments",  # normalization moments with the wrong count, negative m2, or impossible values
@@ -179,6 +179,10 @@ def check_fragment(t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: PPOConfig) 
         and not (0 <= t["actions"].min() and t["actions"].max() < spaces.action_dim)
     ):
         return Rejection("bad_action", f"actions outside [0, {spaces.action_dim})")
+    if spaces.structured_actions:
+        problem = spaces.action_layout.categorical_problem(t["actions"])
+        if problem is not None:
+            return Rejection("bad_action", problem)
     problem = _range_problem(t, cfg, leaves_checked=spaces.structured)
     if problem is not None:
         return Rejection("out_of_range", problem)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from surreal.algorithms.common.act_leaves import ActionLayout
 from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.ppo.config import PPOConfig
 
@@ -98,19 +99,79 @@ def _linear(in_dim: int, out_dim: int, gain: float, ortho: bool) -> nn.Linear:
 
 
 def log_prob_entropy(
-    out: torch.Tensor, actions: torch.Tensor, discrete: bool, log_std: torch.Tensor | None
+    out: torch.Tensor,
+    actions: torch.Tensor,
+    discrete: bool,
+    log_std: torch.Tensor | None,
+    layout: ActionLayout | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of `actions` and entropies [B] of the policy head's output `out`: logits
-    of a categorical, or the means of a diagonal Gaussian with `log_std`."""
+    of a categorical, the means of a diagonal Gaussian with `log_std`, or, for actions of several
+    leaves (`layout`), each categorical column's logits then the Gaussian means, summed over
+    columns."""
+    if layout is not None:
+        return _leaves_log_prob_entropy(out, actions, layout, log_std)
     if discrete:
         logp_all = torch.log_softmax(out, dim=-1)
         logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp, entropy
     assert log_std is not None
-    z = (actions - out) * torch.exp(-log_std)
+    return _gaussian(out, actions, log_std)
+
+
+def _gaussian(
+    means: torch.Tensor, actions: torch.Tensor, log_std: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    z = (actions - means) * torch.exp(-log_std)
     logp = (-0.5 * z.square() - log_std - _HALF_LOG_2PI).sum(-1)
-    entropy = (0.5 + _HALF_LOG_2PI + log_std).sum().expand(out.shape[0])
+    entropy = (0.5 + _HALF_LOG_2PI + log_std).sum().expand(means.shape[0])
+    return logp, entropy
+
+
+def set_actions(net: nn.Module, spaces: EnvSpaces, log_std_init: float) -> None:
+    """What `net`'s policy head output means (`discrete`, `layout`: log_prob_entropy's arguments),
+    and its Gaussian columns' learned `log_std` (state_dict key `log_std`, which policy.py reads)."""
+    net.discrete = spaces.discrete
+    net.layout = spaces.action_layout if spaces.structured_actions else None  # type: ignore[assignment]
+    if spaces.gaussian_dim:
+        net.log_std = nn.Parameter(torch.full((spaces.gaussian_dim,), float(log_std_init)))
+
+
+_LAYOUT_TENSORS: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _layout_tensors(layout: ActionLayout, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layout's gather index and padding mask on `device` (made once per layout and device)."""
+    key = (id(layout), str(device))
+    if key not in _LAYOUT_TENSORS:
+        _LAYOUT_TENSORS[key] = (
+            torch.as_tensor(layout.cat_index, device=device),
+            torch.as_tensor(layout.pad, device=device),
+        )
+    return _LAYOUT_TENSORS[key]
+
+
+def _leaves_log_prob_entropy(
+    out: torch.Tensor, actions: torch.Tensor, layout: ActionLayout, log_std: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    k = len(layout.nvec)
+    logp = out.new_zeros(out.shape[0])
+    entropy = out.new_zeros(out.shape[0])
+    if k:
+        index, pad = _layout_tensors(layout, out.device)
+        logits = out[:, index]  # [B, K, max n]
+        if layout.padded:
+            logits = logits.masked_fill(pad, float("-inf"))
+        logp_all = torch.log_softmax(logits, dim=-1)
+        chosen = actions[:, :k].long().unsqueeze(-1)
+        logp = logp + logp_all.gather(-1, chosen).squeeze(-1).sum(-1)
+        finite = logp_all.masked_fill(pad, 0.0) if layout.padded else logp_all  # 0 x -inf is NaN
+        entropy = entropy - (logp_all.exp() * finite).sum((-1, -2))
+    if layout.gaussian:
+        assert log_std is not None
+        g_logp, g_entropy = _gaussian(out[:, layout.logits :], actions[:, k:], log_std)
+        logp, entropy = logp + g_logp, entropy + g_entropy
     return logp, entropy
 
 
@@ -128,10 +189,14 @@ def make_network(cfg: PPOConfig, spaces: EnvSpaces) -> ActorCritic | CNNActorCri
 
 
 class ActorCritic(nn.Module):
-    """Categorical policy for Discrete actions, diagonal Gaussian with a free log std for Box.
+    """Categorical policy for Discrete actions, diagonal Gaussian with a free log std for Box, a
+    categorical per column and a Gaussian per column for actions of several leaves (act_leaves.py).
 
     state_dict keys (`policy.<i>.weight`, `policy.<i>.bias`, `log_std`) are what policy.py reads.
     """
+
+    discrete: bool
+    layout: ActionLayout | None
 
     def __init__(
         self,
@@ -142,13 +207,11 @@ class ActorCritic(nn.Module):
         ortho_init: bool = True,
     ) -> None:
         super().__init__()
-        self.discrete = spaces.discrete
-        d, a = spaces.obs_dim, spaces.action_dim
+        d, a = spaces.obs_dim, spaces.head_dim
         # The small policy head starts the policy near uniform / zero-mean (Andrychowicz et al.).
         self.policy = mlp(d, hidden_sizes, a, activation, 0.01, ortho_init)
         self.critic = mlp(d, hidden_sizes, 1, activation, 1.0, ortho_init)
-        if not self.discrete:
-            self.log_std = nn.Parameter(torch.full((a,), float(log_std_init)))
+        set_actions(self, spaces, log_std_init)
 
     @classmethod
     def from_config(cls, cfg: PPOConfig, spaces: EnvSpaces) -> ActorCritic:
@@ -156,7 +219,9 @@ class ActorCritic(nn.Module):
 
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities of `actions` under the current policy, and the policy entropy [B]."""
-        return log_prob_entropy(self.policy(obs), actions, self.discrete, getattr(self, "log_std", None))
+        return log_prob_entropy(
+            self.policy(obs), actions, self.discrete, getattr(self, "log_std", None), self.layout
+        )
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values [B]."""

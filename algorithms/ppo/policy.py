@@ -66,22 +66,25 @@ class NumpyPolicy:
             else self._mlp_head(weights, spaces)
         )
         self.rng = rng
-        if not spaces.discrete:
+        if spaces.gaussian_dim:
             if "log_std" not in weights:
                 raise ValueError("the parameters of a Gaussian policy lack log_std")
             log_std = np.asarray(weights["log_std"], np.float32)
+            if log_std.shape != (spaces.gaussian_dim,):
+                raise ValueError(f"log_std has shape {log_std.shape}; the actions have "
+                                 f"{spaces.gaussian_dim} Gaussian columns")  # fmt: skip
             self.std = np.exp(log_std)
-            self._logp_const = np.float32(-log_std.sum() - _HALF_LOG_2PI * spaces.action_dim)
+            self._logp_const = np.float32(-log_std.sum() - _HALF_LOG_2PI * spaces.gaussian_dim)
 
     def _mlp_head(
         self, weights: Mapping[str, np.ndarray], spaces: EnvSpaces
     ) -> Callable[[np.ndarray], np.ndarray]:
         self.layers = layers = policy_layers(weights)
         out_dim = layers[-1][0].shape[0]
-        if out_dim != spaces.action_dim or layers[0][0].shape[1] != spaces.obs_dim:
+        if out_dim != spaces.head_dim or layers[0][0].shape[1] != spaces.obs_dim:
             raise ValueError(
                 f"the policy maps {layers[0][0].shape[1]} inputs to {out_dim} outputs; the "
-                f"environment has {spaces.obs_dim} observations and {spaces.action_dim} actions"
+                f"environment has {spaces.obs_dim} observations and {spaces.head_dim} action outputs"
             )
         return lambda obs: forward(layers, obs, self.activation)
 
@@ -95,6 +98,7 @@ class NumpyPolicy:
 
     def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Actions [B] int64 or [B, A] float32 for `obs` [B, ...], and their log-probs [B] float32.
+        Actions of several leaves are float32 rows [B, A]: categorical indices, then Gaussian values.
 
         Deterministic: the mode (argmax, or the Gaussian mean), with its log-probability.
         """
@@ -104,27 +108,61 @@ class NumpyPolicy:
             raise RuntimeError("this policy has no random generator, so it can only act deterministically")
         if self.spaces.discrete:
             return self._categorical(out, rng)
+        if self.spaces.structured_actions:
+            return self._leaves(out, rng)
+        return self._gaussian(out, rng)
+
+    def _gaussian(self, means: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray]:
         if rng is None:
-            return out, np.full(len(out), self._logp_const, np.float32)
-        noise = rng.standard_normal(out.shape, np.float32)
-        actions = out + noise * self.std
+            return means, np.full(len(means), self._logp_const, np.float32)
+        noise = rng.standard_normal(means.shape, np.float32)
+        actions = means + noise * self.std
         logp = self._logp_const - 0.5 * np.einsum("ij,ij->i", noise, noise)
         return actions, logp.astype(np.float32, copy=False)
+
+    def _leaves(self, out: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+        """Every categorical column sampled from its logits, every Gaussian one from its mean; the
+        log-probabilities summed (act_leaves.ActionLayout says which output is which)."""
+        layout = self.spaces.action_layout
+        k = len(layout.nvec)
+        actions = np.empty((len(out), layout.columns), np.float32)
+        logp = np.zeros(len(out), np.float32)
+        if k:
+            logits = out[:, layout.cat_index]  # [B, K, max n]
+            if layout.padded:
+                logits[:, layout.pad] = -np.inf
+            index, chosen = _sample_categorical(logits, rng, np.array(layout.nvec))
+            actions[:, :k] = index
+            logp += chosen.sum(axis=-1)
+        if layout.gaussian:
+            actions[:, k:], g_logp = self._gaussian(out[:, layout.logits :], rng)
+            logp += g_logp
+        return actions, logp
 
     def _categorical(
         self, logits: np.ndarray, rng: np.random.Generator | None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Sample with `rng` (the argmax without one)."""
-        shifted = logits - logits.max(axis=-1, keepdims=True)
-        logp_all = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-        if rng is None:
-            actions = logp_all.argmax(axis=-1)
-        else:  # inverse CDF: the first action whose cumulative probability exceeds u
-            cdf = np.cumsum(np.exp(logp_all), axis=-1)
-            u = rng.random((len(cdf), 1), np.float32) * cdf[:, -1:]
-            actions = np.minimum((cdf <= u).sum(axis=-1), cdf.shape[-1] - 1)
-        actions = actions.astype(np.int64)
-        return actions, logp_all[np.arange(len(actions)), actions].astype(np.float32)
+        return _sample_categorical(logits, rng, logits.shape[-1])
+
+
+def _sample_categorical(
+    logits: np.ndarray, rng: np.random.Generator | None, n: int | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Indices int64 [...] drawn from `logits` [..., n] with `rng` (the argmax without one), and
+    their float32 log-probabilities. `n`: the values each distribution takes (logits beyond them
+    are -inf)."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    logp_all = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    if rng is None:
+        actions = logp_all.argmax(axis=-1)
+    else:  # inverse CDF: the first action whose cumulative probability exceeds u
+        cdf = np.cumsum(np.exp(logp_all), axis=-1)
+        u = rng.random((*cdf.shape[:-1], 1), np.float32) * cdf[..., -1:]
+        actions = np.minimum((cdf <= u).sum(axis=-1), np.asarray(n) - 1)
+    actions = actions.astype(np.int64)
+    chosen = np.take_along_axis(logp_all, actions[..., None], axis=-1)[..., 0]
+    return actions, chosen.astype(np.float32)
 
 
 def policy_from_params(
