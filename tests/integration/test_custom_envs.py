@@ -18,8 +18,9 @@ from surreal import load_policy
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"
 # CueWorld's eval return with Tuple actions after 16k steps (random 12.5, optimal 32): 10 runs of
-# the test below on the 2-core machine (MEASURING), min ?, median ?; the bar sits halfway from random to the min.
-BAR = 20.0
+# the test below on the 2-core machine (22-28 s each, beside another training), min 30.59, median
+# 30.64; the bar sits halfway from random to that.
+BAR = 21.0
 pytestmark = pytest.mark.slow
 
 
