@@ -174,6 +174,9 @@ def _sign(reward: SupportsFloat) -> float:
     return float(np.sign(float(reward)))
 
 
+CONSOLE_HZ = 60  # frames a second of the Atari 2600 (NTSC)
+
+
 def make_atari(env_id: str, seed: int, *, training: bool, **kwargs: Any) -> gym.Env:
     """The preprocessed Atari game `env_id` (see the module docstring), RNG seeded like make_env.
 
@@ -207,6 +210,9 @@ def make_atari(env_id: str, seed: int, *, training: bool, **kwargs: Any) -> gym.
     if training:
         env = TransformReward(env, _sign)
     env = FrameStackObservation(env, FRAME_STACK)
+    # A step is FRAME_SKIP frames of a 60 Hz console: a video of one frame a step plays in real
+    # time at 15 fps (ALE says 30, for its raw game).
+    env.metadata = {**env.metadata, "render_fps": CONSOLE_HZ / FRAME_SKIP}
     # Seeding via reset makes every later reset() draw from this seeded generator.
     env.reset(seed=seed)
     env.action_space.seed(seed)

@@ -7,6 +7,8 @@ and the rare episode-end bookkeeping kept out of the common case.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -58,6 +60,17 @@ def _route_mujoco_warnings(entry: str) -> None:
         mujoco.set_mju_user_warning(_mujoco_warning)
 
 
+def _headless_mujoco_gl(entry: str) -> None:
+    """MuJoCo renders off-screen through EGL on a Linux machine without a display (a server, a
+    pod), unless MUJOCO_GL says otherwise: gymnasium tries GLFW first, whose context is made without
+    a display and fails only at the first frame ("an OpenGL platform library has not been loaded")."""
+    headless = sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    )
+    if "mujoco" in entry and headless:
+        os.environ.setdefault("MUJOCO_GL", "egl")
+
+
 def make_env(env: EnvRef | str, seed: int, *, training: bool = True) -> gym.Env:
     """Create `env` with its TimeLimit and kwargs, without the (slow) passive checker, RNG seeded.
 
@@ -74,6 +87,8 @@ def _make_resolved(
         with construction_errors(ref):
             return atari.make_atari(resolved, seed, training=training, **ref.kwargs)
     _route_mujoco_warnings(entry_point(resolved))
+    if "render_mode" in ref.kwargs:
+        _headless_mujoco_gl(entry_point(resolved))
     made = make_raw(resolved, ref)
     # Seeding via reset makes every later reset() draw from this seeded generator.
     made.reset(seed=seed)

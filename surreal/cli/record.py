@@ -16,9 +16,12 @@ from surreal.cli.common import fail
               help="The video: a .mp4 (needs surreal[video]) or a .gif (replaced if it exists).")  # fmt: skip
 @click.option("--episodes", type=int, default=3, show_default=True, help="Episodes to play, one by one.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the environment (and sampling).")
-@click.option("--sample", is_flag=True, help="Sample actions instead of taking the policy's mode.")
+@click.option("--sample/--mode", default=None,
+              help="Sample actions, or take the policy's mode [default: as its evaluator did].")  # fmt: skip
 @click.option("--fps", type=float, help="Frames per second [default: the environment's render_fps, else 30].")
-def record(where: str, output: Path, episodes: int, seed: int, sample: bool, fps: float | None) -> None:
+def record(
+    where: str, output: Path, episodes: int, seed: int, sample: bool | None, fps: float | None
+) -> None:
     """Render evaluation episodes of an experiment's latest checkpoint into a video.
 
     NAME is an experiment on this machine (local or containers backend); a PATH is an experiment's
@@ -33,18 +36,26 @@ def record(where: str, output: Path, episodes: int, seed: int, sample: bool, fps
         fail(f"no folder {output.parent} to write {output.name} in", code=2)
     try:
         policy = trained.load_policy(where, seed=seed)
+        playing = _count(episodes, "episode")
         click.echo(f"{policy.spec.name}: {policy.spec.algo} on {policy.env}, version {policy.version} "
-                   f"({policy.env_steps:,} env steps); recording {episodes} episodes", err=True)  # fmt: skip
+                   f"({policy.env_steps:,} env steps); recording {playing}", err=True)  # fmt: skip
 
         def progress(done: int, episode: trained.Episode) -> None:
             line = f"episode {done}/{episodes}: return {episode.ret:.1f}, {episode.frames} frames"
             click.echo(line, err=True)
 
+        if sample is None:  # PPO's Atari preset evaluates samples: a mode can stall a game (no FIRE)
+            sample = not getattr(policy.spec.config, "eval_deterministic", True)
         rec = trained.record(policy, output, episodes=episodes, seed=seed, deterministic=not sample, fps=fps,
                              progress=progress)  # fmt: skip
     except trained.ExperimentError as exc:
         fail(str(exc))
     frames = sum(e.frames for e in rec.episodes)
     mean = sum(e.ret for e in rec.episodes) / len(rec.episodes)
-    click.echo(f"{output}: {frames} frames of {rec.size[0]}x{rec.size[1]}, {len(rec.episodes)} episodes "
+    played = _count(len(rec.episodes), "episode")
+    click.echo(f"{output}: {frames} frames of {rec.size[0]}x{rec.size[1]}, {played} "
                f"(mean return {mean:.1f}), {rec.bytes / 1e6:.1f} MB in {rec.seconds:.1f} s")  # fmt: skip
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

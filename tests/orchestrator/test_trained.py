@@ -208,10 +208,10 @@ def test_surreal_record_on_the_command_line(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
-    assert lines[0].startswith("cl: ppo on CartPole-v1, version 0 (0 env steps); recording 1 episodes"), lines
+    assert lines[0].startswith("cl: ppo on CartPole-v1, version 0 (0 env steps); recording 1 episode"), lines
     assert lines[1].startswith("episode 1/1: return "), lines
     assert len(lines) == 2, lines  # nothing from pygame or SDL
-    assert proc.stdout.startswith(f"{out}: ") and " frames of 600x400, 1 episodes" in proc.stdout
+    assert proc.stdout.startswith(f"{out}: ") and " frames of 600x400, 1 episode (" in proc.stdout
     assert out.is_file()
     for args, message in (
         (["nope", "-o", "x.gif"], "surreal: error: no experiment named 'nope'"),
