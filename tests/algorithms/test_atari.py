@@ -76,6 +76,7 @@ def test_observations_are_stacked_84x84_uint8_channels_first(training: bool):
         np.testing.assert_array_equal(new[:3], obs[1:])  # the newest frame comes last
         obs = new
     assert obs.max() > obs.min()  # a real screen, not a blank one
+    assert env.metadata["render_fps"] == 15  # a video of one frame a step plays in real time
 
 
 def test_kwargs_reach_the_game_and_frameskip_is_refused():

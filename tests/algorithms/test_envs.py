@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -154,3 +155,25 @@ def test_mujoco_warnings_are_logged_once_and_no_file_is_written(tmp_path):
     assert text.count("settotalmass") == 1, text
     assert "logged once per process" in text
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
+def test_mujoco_renders_off_screen_without_a_display(tmp_path):
+    """On a machine without a display gymnasium tried GLFW first and failed at the first frame
+    (`surreal record` on HalfCheetah); surreal chooses EGL there unless MUJOCO_GL says otherwise."""
+    code = (
+        "import os\n"
+        "from surreal.algorithms.common.envs import make_env\n"
+        "env = make_env('CartPole-v1', 0)\n"
+        "assert 'MUJOCO_GL' not in os.environ  # only a MuJoCo environment made to render\n"
+        "env = make_env('HalfCheetah-v5', 0)\n"
+        "assert 'MUJOCO_GL' not in os.environ\n"
+        "from surreal.algorithms.common.env_ref import EnvRef\n"
+        "kwargs = {'render_mode': 'rgb_array', 'width': 64, 'height': 48}\n"
+        "env = make_env(EnvRef('HalfCheetah-v5', kwargs), 0)\n"
+        "print(os.environ['MUJOCO_GL'], env.render().shape)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["egl", "(48,", "64,", "3)"], out.stdout
