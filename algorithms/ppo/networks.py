@@ -132,7 +132,8 @@ def _gaussian(
 def set_actions(net: nn.Module, spaces: EnvSpaces, log_std_init: float) -> None:
     """What `net`'s policy head output means (`discrete`, `layout`: log_prob_entropy's arguments),
     and its Gaussian columns' learned `log_std` (state_dict key `log_std`, which policy.py reads)."""
-    net.discrete = spaces.discrete
+    # (nn.Module types its attributes as tensors or modules; these are plain values)
+    net.discrete = spaces.discrete  # type: ignore[assignment]
     net.layout = spaces.action_layout if spaces.structured_actions else None  # type: ignore[assignment]
     if spaces.gaussian_dim:
         net.log_std = nn.Parameter(torch.full((spaces.gaussian_dim,), float(log_std_init)))
