@@ -27,6 +27,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from surreal.algorithms.common.obs_leaves import children
+
 CATEGORICAL, GAUSSIAN = "categorical", "gaussian"
 MAX_VALUES = 1 << 24  # values of one categorical column: float32 holds every index below exactly
 
@@ -104,19 +106,12 @@ def describe(space: gym.Space, path: str = "") -> list[ActLeaf]:
     """The leaves of an action space, in order (Dict keys in the space's order). ValueError naming
     the part no policy here can produce."""
     where = f"action key {path!r}" if path else "the action space"
-    if isinstance(space, gym.spaces.Dict):
-        leaves = []
-        for key, sub in space.spaces.items():
-            if "." in str(key):
+    parts = children(space, path)
+    if parts is not None:
+        for key, _, _ in parts:
+            if "." in key:
                 raise ValueError(f"{where} has the key {key!r}, with a dot: paths here join keys with dots")
-            leaves += describe(sub, f"{path}.{key}" if path else str(key))
-        return leaves
-    if isinstance(space, gym.spaces.Tuple):
-        return [
-            leaf
-            for i, sub in enumerate(space.spaces)
-            for leaf in describe(sub, f"{path}.{i}" if path else str(i))
-        ]
+        return [leaf for _, at, sub in parts for leaf in describe(sub, at)]
     if isinstance(space, gym.spaces.Discrete):
         nvec: tuple[int, ...] = (int(space.n),)
     elif isinstance(space, gym.spaces.MultiDiscrete):

@@ -134,21 +134,26 @@ def image_layout(space: gym.Space) -> tuple[str, tuple[int, int, int]] | None:
     return "chw", (shape[0], shape[1], shape[2])
 
 
+def children(space: gym.Space, path: str) -> list[tuple[str, str, gym.Space]] | None:
+    """The parts of a Dict (in its order) or a Tuple at `path`: (key, their path, space) each; None
+    for any other space. Paths join keys and indices with dots."""
+    if isinstance(space, gym.spaces.Dict):
+        return [(str(k), f"{path}.{k}" if path else str(k), sub) for k, sub in space.spaces.items()]
+    if isinstance(space, gym.spaces.Tuple):
+        return [(str(i), f"{path}.{i}" if path else str(i), sub) for i, sub in enumerate(space.spaces)]
+    return None
+
+
 def describe(space: gym.Space, path: str = "") -> list[ObsLeaf]:
     """The leaves of an observation space, in order (Dict keys in the space's order)."""
-    if isinstance(space, gym.spaces.Dict):
-        leaves = []
-        for key, sub in space.spaces.items():
-            if "." in str(key):
-                return [ObsLeaf(path or str(key), UNSUPPORTED, space=f"a Dict whose key {key!r} has a dot")]
-            leaves += describe(sub, f"{path}.{key}" if path else str(key))
-        return leaves
-    if isinstance(space, gym.spaces.Tuple):
-        return [
-            leaf
-            for i, sub in enumerate(space.spaces)
-            for leaf in describe(sub, f"{path}.{i}" if path else str(i))
-        ]
+    parts = children(space, path)
+    if parts is not None:
+        dotted = [key for key, _, _ in parts if "." in key]
+        if dotted:
+            return [
+                ObsLeaf(path or dotted[0], UNSUPPORTED, space=f"a Dict whose key {dotted[0]!r} has a dot")
+            ]
+        return [leaf for _, where, sub in parts for leaf in describe(sub, where)]
     if isinstance(space, gym.spaces.Box):
         image = image_layout(space)
         if image is not None:
