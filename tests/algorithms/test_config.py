@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
+from surreal.algorithms.common.envs import resolve_env
 from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.presets import PRESETS, check_env_supported, preset_for
+from surreal.algorithms.ppo.presets import MINIGRID, PRESETS, check_env_supported, preset_for
 
 
 @pytest.mark.parametrize("env_id", sorted(PRESETS))
@@ -17,6 +18,18 @@ def test_presets_are_valid(env_id):
 
 def test_unknown_env_gets_the_defaults():
     assert preset_for("Acrobot-v1") == PPOConfig()
+
+
+def test_a_minigrid_environment_gets_the_minigrid_preset_by_its_entry_point():
+    """Any MiniGrid id (and a user's module that registers one): told by the constructor's module,
+    as the spec records it, so a component needs no minigrid import to find it."""
+    facts = dataclasses.replace(
+        resolve_env("CartPole-v1"),
+        env="minigrid:MiniGrid-DoorKey-5x5-v0",
+        entry_point="minigrid.envs:DoorKeyEnv",
+    )
+    assert preset_for(facts.env, resolved=facts) == MINIGRID
+    MINIGRID.validate()
 
 
 @pytest.mark.parametrize(
