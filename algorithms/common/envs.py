@@ -60,14 +60,16 @@ def _route_mujoco_warnings(entry: str) -> None:
         mujoco.set_mju_user_warning(_mujoco_warning)
 
 
-def _headless_mujoco_gl(entry: str) -> None:
+def _headless_mujoco_gl() -> None:
     """MuJoCo renders off-screen through EGL on a Linux machine without a display (a server, a
     pod), unless MUJOCO_GL says otherwise: gymnasium tries GLFW first, whose context is made without
-    a display and fails only at the first frame ("an OpenGL platform library has not been loaded")."""
+    a display and fails only at the first frame ("an OpenGL platform library has not been loaded").
+    Set for every environment made to render: MuJoCo ones are not all told by their entry point
+    (gymnasium-robotics' mazes), and no other renderer reads it."""
     headless = sys.platform.startswith("linux") and not (
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     )
-    if "mujoco" in entry and headless:
+    if headless:
         os.environ.setdefault("MUJOCO_GL", "egl")
 
 
@@ -88,7 +90,7 @@ def _make_resolved(
             return atari.make_atari(resolved, seed, training=training, **ref.kwargs)
     _route_mujoco_warnings(entry_point(resolved))
     if "render_mode" in ref.kwargs:
-        _headless_mujoco_gl(entry_point(resolved))
+        _headless_mujoco_gl()
     made = make_raw(resolved, ref)
     # Seeding via reset makes every later reset() draw from this seeded generator.
     made.reset(seed=seed)

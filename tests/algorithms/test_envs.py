@@ -164,7 +164,7 @@ def test_mujoco_renders_off_screen_without_a_display(tmp_path):
         "import os\n"
         "from surreal.algorithms.common.envs import make_env\n"
         "env = make_env('CartPole-v1', 0)\n"
-        "assert 'MUJOCO_GL' not in os.environ  # only a MuJoCo environment made to render\n"
+        "assert 'MUJOCO_GL' not in os.environ  # only an environment made to render\n"
         "env = make_env('HalfCheetah-v5', 0)\n"
         "assert 'MUJOCO_GL' not in os.environ\n"
         "from surreal.algorithms.common.env_ref import EnvRef\n"
