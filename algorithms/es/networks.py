@@ -2,7 +2,10 @@
 
 ES perturbs the flat vector; `BatchPolicy` holds one vector per env slot (each slot evaluates its
 own perturbation) and runs all of them on a batch of observations in a few batched matmuls.
-Actions: argmax of the outputs (Discrete) or the outputs clipped to the bounds (Box).
+Actions: argmax of the outputs (Discrete) or the outputs clipped to the bounds (Box); for actions
+of several leaves (act_leaves.py) a row: the argmax of each categorical column's outputs, then the
+Gaussian columns' outputs as they are (the environment's action is made from it, clipped, where
+it is stepped).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from surreal.algorithms.common import numpy_mlp
+from surreal.algorithms.common.act_leaves import ActionLayout
 from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.common.numpy_mlp import Layers
 from surreal.algorithms.es.config import ESConfig
@@ -28,16 +32,23 @@ class PolicySpec:
     activation: str  # hidden activation: "tanh" or "relu"
     action_low: np.ndarray | None = None  # Box bounds; None for Discrete
     action_high: np.ndarray | None = None
+    layout: ActionLayout | None = None  # actions of several leaves: what the outputs are
 
     @classmethod
     def from_config(cls, cfg: ESConfig, spaces: EnvSpaces) -> PolicySpec:
         hidden = () if cfg.policy == "linear" else tuple(cfg.hidden_sizes)
+        layout = spaces.action_layout if spaces.structured_actions else None
         return cls(spaces.obs_dim, spaces.action_dim, spaces.discrete, hidden, cfg.activation,
-                   spaces.action_low, spaces.action_high)  # fmt: skip
+                   spaces.action_low, spaces.action_high, layout)  # fmt: skip
+
+    @property
+    def outputs(self) -> int:
+        """The network's outputs: an action's (Discrete, Box), or the layout's logits and values."""
+        return self.layout.head_dim if self.layout is not None else self.action_dim
 
     @property
     def layer_shapes(self) -> list[tuple[int, int]]:
-        sizes = (self.obs_dim, *self.hidden_sizes, self.action_dim)
+        sizes = (self.obs_dim, *self.hidden_sizes, self.outputs)
         return [(b, a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
 
     @property
@@ -81,10 +92,20 @@ def forward(spec: PolicySpec, layers: Layers, x: np.ndarray) -> np.ndarray:
 
 
 def to_actions(spec: PolicySpec, outputs: np.ndarray) -> np.ndarray:
-    """Deterministic actions from policy outputs [N, A]."""
+    """Deterministic actions from policy outputs [N, A] (rows for actions of several leaves)."""
     if spec.discrete:
         return np.argmax(outputs, axis=-1)
-    return np.clip(outputs, spec.action_low, spec.action_high)
+    layout = spec.layout
+    if layout is None:
+        return np.clip(outputs, spec.action_low, spec.action_high)
+    k = len(layout.nvec)
+    rows = np.empty((len(outputs), layout.columns), np.float32)
+    if k:
+        logits = outputs[:, layout.cat_index]  # [N, K, max n]
+        logits[:, layout.pad] = -np.inf
+        rows[:, :k] = logits.argmax(axis=-1)
+    rows[:, k:] = outputs[:, layout.logits :]
+    return rows
 
 
 class BatchPolicy:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from surreal.algorithms.common.act_leaves import ActLeaf
-from surreal.algorithms.common.act_leaves import summary as act_summary
 from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, as_env_ref
 from surreal.algorithms.common.envs import resolve_env
 from surreal.algorithms.common.obs_leaves import ObsLeaf, summary
@@ -123,10 +121,4 @@ def check_env_supported(env: EnvRef | str, *, resolved: ResolvedEnv | None = Non
         raise ValueError(
             f"ES takes observations that are one Box; {env}'s are {leaves}: use --algo ppo, which "
             "encodes each of them"
-        )
-    if facts.act_leaves:
-        acts = act_summary([ActLeaf.from_dict(leaf) for leaf in facts.act_leaves])
-        raise ValueError(
-            f"ES takes actions that are one Discrete from 0 or one 1-D Box (its policies' outputs); "
-            f"{env}'s are {acts}: use --algo ppo, which samples each of them"
         )

@@ -1,11 +1,14 @@
 """Actions that are not one Discrete from 0 or one 1-D Box (act_leaves.py): every gymnasium action
 space described as categorical and Gaussian columns, rows turned into the environment's actions,
-the actor's log-probabilities the learner's, and a hostile action rejected per leaf kind.
+the actor's log-probabilities the learner's, a hostile action rejected per leaf kind, and ES's
+deterministic policies on them.
 CueWorld with `actions="tuple"` (tests/envs/cue_world.py) takes a Tuple of every kind."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 from pathlib import Path
 
 import gymnasium as gym
@@ -17,7 +20,9 @@ from surreal.algorithms.common import act_leaves
 from surreal.algorithms.common.act_leaves import ActionLayout, ActLeaf, describe, is_plain
 from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, extend_import_path
 from surreal.algorithms.common.envs import EnvBatch, resolve_env, spaces_for, spaces_of
-from surreal.algorithms.es.presets import check_env_supported as es_check
+from surreal.algorithms.es.networks import PolicySpec, to_actions
+from surreal.algorithms.es.presets import preset_for as es_preset
+from surreal.algorithms.es.serial import train as es_train
 from surreal.algorithms.ppo.actor import PPOActor
 from surreal.algorithms.ppo.fragment import experience_schema, open_fragment
 from surreal.algorithms.ppo.learner import PPOLearner
@@ -175,14 +180,31 @@ def test_an_action_row_of_the_wrong_width_is_refused_by_the_schema() -> None:
         decode_map(encode_map(short), experience_schema(spaces))
 
 
-def test_the_spec_file_carries_the_action_leaves_and_es_refuses_them_by_name() -> None:
+def test_the_spec_file_carries_the_action_leaves() -> None:
     facts = resolve_env(CUE)
     assert spaces_of(facts) == spaces_for(CUE) and facts.action_dim == 9 and not facts.discrete
     assert [leaf["path"] for leaf in facts.act_leaves] == ["0", "1.dial", "1.flags", "2"]
     with pytest.raises(ValueError, match=r"action_dim must be the act_leaves' columns \(9\)"):
         dataclasses.replace(facts, action_dim=8).validate()
-    with pytest.raises(ValueError, match=r"ES takes actions that are one Discrete from 0 or one 1-D Box .* "
-                       r"0 \(categorical 4\), 1.dial \(categorical 4x2\)"):  # fmt: skip
-        es_check(CUE, resolved=dataclasses.replace(facts, obs_leaves=(), obs_dim=4))  # as if one Box
     plain: ResolvedEnv = resolve_env(EnvRef("CartPole-v1"))
     assert plain.act_leaves == () and plain.discrete
+
+
+def test_es_takes_every_action_kind_and_solves_cue_world_with_tuple_actions() -> None:
+    """ES's deterministic policies: the argmax of each categorical column's outputs, the Gaussian
+    outputs as they are. CueWorld with its cue one-hot in a Box (ES takes one Box) and Tuple
+    actions, serial harness, 8 agents, 20k steps: 10 seeds (0-9) scored min 31.94, median 31.97 of
+    32 (random 12.5), ~2 s each; the bar sits halfway from random to that."""
+    ref = EnvRef("cue_world:CueWorld-v0", {"actions": "tuple", "obs": "box", "note": False})
+    spaces = spaces_for(ref)
+    spec = PolicySpec.from_config(es_preset(ref), spaces)
+    assert spec.outputs == spaces.head_dim == 18 and spec.layer_shapes[-1] == (18, 64)
+    outputs = np.random.default_rng(0).normal(size=(3, 18)).astype(np.float32)
+    rows = to_actions(spec, outputs)
+    offsets = np.cumsum((0, *spaces.action_layout.nvec))
+    for k, (a, b) in enumerate(zip(offsets[:-1], offsets[1:], strict=True)):
+        np.testing.assert_array_equal(rows[:, k], outputs[:, a:b].argmax(-1))
+    np.testing.assert_array_equal(rows[:, 5:], outputs[:, 14:])
+    with contextlib.redirect_stdout(io.StringIO()):
+        final = es_train(es_preset(ref), ref, 20_000, 8, 0, 20_000)
+    assert final >= 22.0, final

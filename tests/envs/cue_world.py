@@ -13,7 +13,8 @@ steps, cut by a time limit (truncated). The observation is a Dict of
 So a policy learns only if the discrete leaf (one-hot) or the image leaf (its CNN) reaches its
 head. Returns: a uniformly random policy 2.0 in expectation, the optimal one 8.
 
-With `actions="tuple"` the action is a leaf of every kind too (`ACTION_SPACE`): a Tuple of
+With `obs="box"` the observation is the cue alone, one-hot in a Box (4,). With `actions="tuple"`
+the action is a leaf of every kind too (`ACTION_SPACE`): a Tuple of
 
 - Discrete(4, start=1): pays 1 when it names the cue (plus 1);
 - a Dict of "dial", MultiDiscrete([4, 2]): 0.5 when its first entry names the cue, 0.5 when its
@@ -39,9 +40,13 @@ START = 10
 class CueWorld(gym.Env[dict[str, Any], np.int64]):
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, length: int = 8, note: bool = True, actions: str = "discrete") -> None:
-        if actions not in ("discrete", "tuple"):
-            raise ValueError(f"actions must be 'discrete' or 'tuple', got {actions!r}")
+    def __init__(
+        self, length: int = 8, note: bool = True, actions: str = "discrete", obs: str = "dict"
+    ) -> None:
+        if actions not in ("discrete", "tuple") or obs not in ("dict", "box"):
+            raise ValueError(
+                f"actions must be 'discrete' or 'tuple' and obs 'dict' or 'box', got {actions!r}, {obs!r}"
+            )
         self.length = length
         spaces: dict[str, gym.Space] = {
             "cue": gym.spaces.Discrete(4, start=START),
@@ -52,10 +57,12 @@ class CueWorld(gym.Env[dict[str, Any], np.int64]):
         if note:
             spaces["note"] = gym.spaces.Text(8)
         self.observation_space = gym.spaces.Dict(spaces)
+        if obs == "box":  # the cue alone, one-hot (what ES's networks take)
+            self.observation_space = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
         self.action_space = gym.spaces.Discrete(4) if actions == "discrete" else ACTION_SPACE
-        self._cue, self._t, self._note = 0, 0, note
+        self._cue, self._t, self._note, self._box = 0, 0, note, obs == "box"
 
-    def _obs(self) -> dict[str, Any]:
+    def _obs(self) -> Any:
         rng = self.np_random
         self._cue = int(rng.integers(0, 4))
         frame = rng.integers(0, 60, (6, 6, 3), dtype=np.uint8)
@@ -68,7 +75,7 @@ class CueWorld(gym.Env[dict[str, Any], np.int64]):
         }
         if self._note:
             obs["note"] = "cue"
-        return obs
+        return np.eye(4, dtype=np.float32)[self._cue] if self._box else obs
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
