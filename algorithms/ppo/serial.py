@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     def report(steps: int, result: EvalResult, learner: PPOLearner) -> None:
         status = learner.status()
         print(
-            f"steps {steps:>9,}  eval {result.mean_return:9.1f} +- {result.std_return:7.1f}  "
-            f"train {status['train_return'] or float('nan'):9.1f}  "
+            f"steps {steps:>9,}  eval {result.mean_return:9.4g} +- {result.std_return:7.3g}  "
+            f"train {status['train_return'] or float('nan'):9.4g}  "
             f"updates {status['updates']:>5}  {status['steps_per_second']:7.0f} steps/s",
             flush=True,
         )
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers, threshold=args.threshold, on_eval=report,
     )  # fmt: skip
     print(
-        f"final eval {result.final_return:.1f} at {result.env_steps:,} steps; "
+        f"final eval {result.final_return:.4g} at {result.env_steps:,} steps; "
         f"threshold reached at {result.steps_to_threshold}; {result.seconds:.0f}s",
         flush=True,
     )
