@@ -22,6 +22,7 @@ from surreal.algorithms.ppo.actor import PPOActor
 from surreal.algorithms.ppo.fragment import experience_schema, open_fragment
 from surreal.algorithms.ppo.learner import PPOLearner
 from surreal.algorithms.ppo.presets import preset_for
+from surreal.algorithms.ppo.serial import train_serial
 from surreal.protocol.codec import CodecError, decode_map, encode_map
 from surreal.protocol.types import Fragment
 
@@ -212,3 +213,13 @@ def test_the_actor_s_log_probs_are_the_mixed_learner_s() -> None:
     with torch.no_grad():
         logp, _ = learner.net.log_prob_entropy(obs, actions)
     np.testing.assert_allclose(logp.numpy(), fragment["logprobs"].reshape(-1), atol=1e-5)
+
+
+def test_frozen_lake_is_solved_from_its_discrete_cell() -> None:
+    """FrozenLake-v1 without slipping: a Discrete(16) observation, one-hot in the packed row.
+    Serial harness, the default preset, 20k steps: 10 seeds (0-9) all reached 1.0 (every
+    evaluation episode at the goal; a random walk almost never gets there), 1.5-2.7 s each. The
+    bar leaves room for 5 of 10 evaluation episodes lost."""
+    ref = EnvRef("FrozenLake-v1", {"is_slippery": False})
+    cfg = dataclasses.replace(preset_for(ref), eval_interval=10**9)
+    assert train_serial(cfg, ref, total_steps=20_000, seed=0).final_return >= 0.5
