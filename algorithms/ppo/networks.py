@@ -139,12 +139,13 @@ def set_actions(net: nn.Module, spaces: EnvSpaces, log_std_init: float) -> None:
         net.log_std = nn.Parameter(torch.full((spaces.gaussian_dim,), float(log_std_init)))
 
 
-_LAYOUT_TENSORS: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+_LAYOUT_TENSORS: dict[tuple[tuple[int, ...], str], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def _layout_tensors(layout: ActionLayout, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layout's gather index and padding mask on `device` (made once per layout and device)."""
-    key = (id(layout), str(device))
+    """The layout's gather index and padding mask on `device` (made once per categorical columns,
+    which alone decide them, and device)."""
+    key = (layout.nvec, str(device))
     if key not in _LAYOUT_TENSORS:
         _LAYOUT_TENSORS[key] = (
             torch.as_tensor(layout.cat_index, device=device),
