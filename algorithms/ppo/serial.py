@@ -4,6 +4,7 @@ The same cores the distributed roles run, wired by direct calls, so learning tes
 tuning are deterministic, debuggable and bounded by env steps:
 
     python -m surreal.algorithms.ppo.serial --env CartPole-v1 --steps 100000 --agents 2 --seed 0
+    python -m surreal.algorithms.ppo.serial --env FrozenLake-v1 --set env_kwargs.is_slippery=false
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import yaml
 
+from surreal.algorithms.common.env_ref import EnvRef
 from surreal.algorithms.common.envs import EnvBatch, spaces_for
 from surreal.algorithms.common.evaluator import EvalResult, eval_seed, evaluate
 from surreal.algorithms.ppo.actor import PPOActor
@@ -40,7 +43,7 @@ class SerialResult:
 
 def train_serial(
     cfg: PPOConfig,
-    env_id: str,
+    env_id: EnvRef | str,
     *,
     total_steps: int,
     seed: int = 0,
@@ -131,9 +134,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--threshold", type=float, default=None)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a PPO config field (a Python literal), or env_kwargs.NAME=VALUE (YAML, as "
+                        "`surreal create` reads it)")  # fmt: skip
     args = parser.parse_args(argv)
-    cfg = override(preset_for(args.env), args.set)
+    kwargs = {}
+    for item in [a for a in args.set if a.startswith("env_kwargs.")]:
+        key, _, value = item.partition("=")
+        kwargs[key.partition(".")[2]] = yaml.safe_load(value) if value.strip() else ""
+    args.set = [a for a in args.set if not a.startswith("env_kwargs.")]
+    args.env = EnvRef(args.env, kwargs) if kwargs else args.env
+    try:
+        cfg = override(preset_for(args.env), args.set)
+    except ValueError as exc:  # an environment that cannot be made: one line, as the CLI says it
+        raise SystemExit(f"error: {exc}") from None
 
     def report(steps: int, result: EvalResult, learner: PPOLearner) -> None:
         status = learner.status()
