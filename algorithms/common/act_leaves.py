@@ -152,9 +152,18 @@ class ActionLayout:
         self.pad = values[None, :] >= np.array(self.nvec, np.int64).reshape(-1, 1)  # [K, max n]
         self.cat_index = np.where(self.pad, 0, offsets.reshape(-1, 1) + values[None, :]).astype(np.int64)
         self.padded = bool(self.pad.any())
+        self.values = np.array(self.nvec, np.int64)  # nvec as an array, for the hot paths
         # the leaf each column belongs to, for errors
         self._column_leaf = [leaf for leaf in leaves if leaf.kind == CATEGORICAL for _ in leaf.nvec]
         self._column_leaf += [leaf for leaf in leaves if leaf.kind == GAUSSIAN for _ in range(leaf.width)]
+
+    def column_logits(self, out: np.ndarray) -> np.ndarray:
+        """Each categorical column's logits [B, K, max n] from head outputs `out` [B, head_dim]
+        (a copy; -inf past a column's values): what PPO samples from and ES takes the argmax of."""
+        logits = out[:, self.cat_index]
+        if self.padded:
+            logits[:, self.pad] = -np.inf
+        return logits
 
     def categorical_problem(self, actions: np.ndarray) -> str | None:
         """Why float rows `actions` [..., columns] hold no honest actor's categorical columns (an
@@ -163,7 +172,7 @@ class ActionLayout:
         if not k or not actions.size:
             return None
         cols = actions[..., :k].reshape(-1, k)
-        bad = (cols != np.floor(cols)) | (cols < 0) | (cols >= np.array(self.nvec, np.float32))
+        bad = (cols != np.floor(cols)) | (cols < 0) | (cols >= self.values)
         if not bad.any():
             return None
         column = int(np.flatnonzero(bad.any(axis=0))[0])

@@ -101,9 +101,7 @@ def to_actions(spec: PolicySpec, outputs: np.ndarray) -> np.ndarray:
     k = len(layout.nvec)
     rows = np.empty((len(outputs), layout.columns), np.float32)
     if k:
-        logits = outputs[:, layout.cat_index]  # [N, K, max n]
-        logits[:, layout.pad] = -np.inf
-        rows[:, :k] = logits.argmax(axis=-1)
+        rows[:, :k] = layout.column_logits(outputs).argmax(axis=-1)
     rows[:, k:] = outputs[:, layout.logits :]
     return rows
 

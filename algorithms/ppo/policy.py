@@ -128,10 +128,7 @@ class NumpyPolicy:
         actions = np.empty((len(out), layout.columns), np.float32)
         logp = np.zeros(len(out), np.float32)
         if k:
-            logits = out[:, layout.cat_index]  # [B, K, max n]
-            if layout.padded:
-                logits[:, layout.pad] = -np.inf
-            index, chosen = _sample_categorical(logits, rng, np.array(layout.nvec))
+            index, chosen = _sample_categorical(layout.column_logits(out), rng, layout.values)
             actions[:, :k] = index
             logp += chosen.sum(axis=-1)
         if layout.gaussian:
