@@ -11,7 +11,7 @@ that section to this module):
 - `components`: one row per process or pod, `{name, role, state, restarts, detail}`, its state
   one of `ComponentState` whatever runs it, and `detail` the backend's own word for it (an exit
   code, a waiting reason such as ImagePullBackOff) or "";
-- where the backend knows them: `problem` (why it failed or waits), `jobs`, `queued`,
+- where the backend knows them: `problem` (why it failed or waits), `jobs`, `queued`, `admission`,
   `learner_status`, `actor_pods`, `namespace`.
 """
 

@@ -181,12 +181,12 @@ def start_job_watch(role: str) -> Any:
     try:
         from surreal.orchestrator.kube import watch as kube_watch
 
-        namespace, experiment = kube_watch.parse_experiment(value)
+        namespace, experiment, queued = kube_watch.parse_experiment(value)
     except (ImportError, ValueError) as exc:  # the component runs on, as without a watch
         log.warning("no watch of the experiment's Jobs (%s=%r): %s", prog.ENV_KUBE_EXPERIMENT, value, exc)
         return None
     return kube_watch.JobWatch(
-        role, namespace, experiment, stop_learner if role == "learner" else end_worker
+        role, namespace, experiment, stop_learner if role == "learner" else end_worker, queued=queued
     ).start()
 
 

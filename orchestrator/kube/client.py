@@ -58,6 +58,19 @@ _WRITE_SCALE = (
     "open(t,'w').write(json.dumps({'agents': int(sys.argv[2])})); os.replace(t,p)"
 )
 
+# Custom resources: kind -> (group, version, plural). JobSet: a queued experiment's Jobs (render.py);
+# Workload: what Kueue admits (one per JobSet), read for status and deactivated to resize.
+_CUSTOM = {
+    "JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    "Workload": ("kueue.x-k8s.io", "v1beta1", "workloads"),
+}
+# `surreal scale` of a queued experiment waits this long for its learner pod to save and go once
+# the experiment is suspended: the learner's grace period, and Kueue's and JobSet's reactions.
+RESIZE_STOP_SECONDS = 3 * kr.LEARNER_GRACE_SECONDS
+# On the root while a queued experiment is resized: the JobSet to create at the new size, kept
+# there before the old one is deleted, so that `surreal scale` again finishes an interrupted resize.
+RESIZE_JOBSET_KEY = "resize-jobset.json"
+
 # kind -> (api group attribute, method suffix, RBAC resource name used in messages)
 _KINDS = {
     "ConfigMap": ("core", "config_map", "configmaps"),
@@ -132,6 +145,8 @@ class KubeClient:
         dial: Callable[[str, str, int], Dial] | None = None,
         exec_: Exec | None = None,
         delete_timeout: float = 120.0,
+        resize_stop_seconds: float = RESIZE_STOP_SECONDS,
+        poll_seconds: float = 0.5,
     ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
@@ -140,12 +155,14 @@ class KubeClient:
         self.policy = client.PolicyV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
         self.rbac = client.RbacAuthorizationV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
         self.server = api_client.configuration.host
         self.context = context
         self.local = is_local_cluster(context, self.server) if local is None else local
         self._dial = dial or (lambda pod, ns, port: pod_dialer(self.core, pod, ns, port))
         self._exec = exec_ or pod_exec(self.core)
         self.delete_timeout = delete_timeout
+        self.resize_stop_seconds, self.poll_seconds = resize_stop_seconds, poll_seconds
 
     @classmethod
     def connect(cls, context: str | None = None, kubeconfig: str | None = None) -> KubeClient:
@@ -169,6 +186,13 @@ class KubeClient:
         return self.api_client.sanitize_for_serialization(result)
 
     def _method(self, kind: str, action: str) -> tuple[Callable[..., Any], str]:
+        """The client's call for `action` on `kind`, taking (name or body, namespace, ...) as the
+        built-in kinds' do (custom resources: bound to their group, version and plural)."""
+        if kind in _CUSTOM:
+            group, version, plural = _CUSTOM[kind]
+            fn = getattr(self.custom, f"{'get' if action == 'read' else action}_namespaced_custom_object")
+            return (lambda first, ns, *a, **kw: (fn(group, version, ns, plural, first, *a, **kw)),
+                    f"{plural}.{group}")  # fmt: skip
         group, suffix, resource = _KINDS[kind]
         return getattr(getattr(self, group), f"{action}_namespaced_{suffix}"), resource
 
@@ -184,9 +208,12 @@ class KubeClient:
     def _create(self, obj: dict[str, Any]) -> dict[str, Any]:
         fn, resource = self._method(obj["kind"], "create")
         ns = obj["metadata"]["namespace"]
+        args = (obj, ns) if obj["kind"] in _CUSTOM else (ns, obj)
         try:
-            return self._call(fn, ns, obj, verb="create", resource=resource, ns=ns)  # type: ignore[no-any-return]
+            return self._call(fn, *args, verb="create", resource=resource, ns=ns)  # type: ignore[no-any-return]
         except ApiException as exc:
+            if exc.status == 404 and obj["kind"] in _CUSTOM:
+                raise KubeError(missing_crd(obj["kind"])) from None
             if exc.status == 404:
                 raise NamespaceMissing(ns) from None
             if exc.status == 409:
@@ -221,6 +248,8 @@ class KubeClient:
             )
         ns = spec.namespace
         self._check_namespace(ns)
+        if spec.queue:  # before anything is made: a cluster without JobSet cannot queue it
+            self._check_installed("JobSet", ns)
         if self._read("ConfigMap", objects[0]["metadata"]["name"], ns) is not None:
             raise ExperimentExists(
                 f"experiment {spec.name!r} already exists in namespace {ns!r} "
@@ -247,6 +276,34 @@ class KubeClient:
             raise
         except Forbidden:
             pass  # a namespaced Role cannot read Namespace objects; creating the root will tell
+
+    def _check_installed(self, kind: str, ns: str) -> None:
+        try:
+            self._list_custom(kind, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise KubeError(missing_crd(kind)) from None
+            raise
+
+    def _list_custom(self, kind: str, ns: str) -> list[dict[str, Any]]:
+        group, version, plural = _CUSTOM[kind]
+        result = self._call(self.custom.list_namespaced_custom_object, group, version, ns, plural,
+                            verb="list", resource=f"{plural}.{group}", ns=ns)  # fmt: skip
+        return list(result.get("items") or [])
+
+    def _patch(self, kind: str, name: str, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        fn, resource = self._method(kind, "patch")
+        return self._call(fn, name, ns, body, verb="patch", resource=resource, ns=ns)  # type: ignore[no-any-return]
+
+    def workloads(self, jobset: str, ns: str) -> list[dict[str, Any]]:
+        """Kueue's Workloads of the JobSet `jobset` (by owner); none where Kueue is not installed."""
+        try:
+            found = self._list_custom("Workload", ns)
+        except (ApiException, Forbidden):  # no Kueue here, or no right to read it: nothing to say
+            return []
+        return [w for w in found
+                if any(r.get("kind") == "JobSet" and r.get("name") == jobset
+                       for r in w["metadata"].get("ownerReferences") or [])]  # fmt: skip
 
     def delete(self, name: str, namespace: str, *, wait: bool = True) -> None:
         """Delete the root; the garbage collector deletes the rest (Foreground: the root goes
@@ -297,6 +354,8 @@ class KubeClient:
         problem = ranks_problem(int(spec.get("learners", 1)), replicas, "pod")
         if problem is not None:
             raise KubeError(f"experiment {name!r}: {problem}")
+        if spec.get("queue"):
+            return self.resize(name, namespace, agents, replicas)
         learner = ks.ready_pod(self.pods(namespace, f"surreal.io/experiment={name}"), "learner")
         if learner is None:
             raise KubeError(
@@ -319,6 +378,87 @@ class KubeClient:
                 raise ExperimentNotFound(f"experiment {name!r} has no actor Job") from None
             raise
         return replicas
+
+    def resize(self, name: str, ns: str, agents: int, replicas: int) -> int:
+        """Resize a queued experiment (one JobSet, one Workload) to `replicas` actor pods: suspend
+        it (Kueue's Workload deactivated: the JobSet is suspended and its pods get SIGTERM; the
+        learner saves its checkpoint and leaves), then once no learner pod is left, the JobSet is
+        made again at the new size, suspended, so that Kueue admits the new size as a new Workload
+        and the learner resumes from its checkpoint: 0 updates lost. A Job's size cannot change
+        while it exists, even suspended, hence the new JobSet. The root says where it is
+        (ks.RESIZE_ANNOTATION, `surreal status`'s `admission`) and holds the JobSet to create, so
+        that `surreal scale` again finishes a resize that was interrupted. Returns the actor pods."""
+        root = self._root(name, ns)
+        if root["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "Helm":
+            raise KubeError(f"experiment {name!r} was installed with Helm: its size is the chart's "
+                            f"(helm uninstall, then install with --set agents={agents})")  # fmt: skip
+        stored = (root.get("data") or {}).get(RESIZE_JOBSET_KEY)
+        jobset = self._read("JobSet", name, ns)
+        if jobset is None and stored is None:
+            raise ExperimentNotFound(f"experiment {name!r} has no JobSet (was it created with --queue?)")
+        current = json.loads(stored) if stored else jobset
+        assert current is not None
+        new = resized_jobset(current, replicas)
+        # Say it, and keep what is to be made, before anything changes.
+        self._patch("ConfigMap", kr.object_names(name)["spec"], ns, {
+            "metadata": {"annotations": {ks.RESIZE_ANNOTATION: str(agents)}},
+            "data": {RESIZE_JOBSET_KEY: json.dumps(new)},
+        })  # fmt: skip
+        if jobset is not None:
+            self._suspend(name, ns)
+            self._wait_learner_gone(name, ns)
+            self._delete_jobset(name, ns)
+        spec_text = yaml.safe_dump({**self.spec_of(name, ns), "agents": agents}, sort_keys=False)
+        self._patch("ConfigMap", kr.object_names(name)["spec"], ns, {
+            "metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(agents)}},
+            "data": {"spec.yaml": spec_text},
+        })  # fmt: skip
+        try:
+            self._create(new)
+        except ExperimentExists:
+            pass  # made by an earlier try that was cut short after the create
+        self._patch("ConfigMap", kr.object_names(name)["spec"], ns, {
+            "metadata": {"annotations": {ks.RESIZE_ANNOTATION: None}}, "data": {RESIZE_JOBSET_KEY: None},
+        })  # fmt: skip
+        return replicas
+
+    def _suspend(self, name: str, ns: str) -> None:
+        """Deactivate the JobSet's Workloads (Kueue then evicts them and suspends the JobSet), or,
+        where Kueue has made none (not installed, not seen it yet), suspend the JobSet itself."""
+        workloads = self.workloads(name, ns)
+        for workload in workloads:
+            self._patch("Workload", workload["metadata"]["name"], ns, {"spec": {"active": False}})
+        if not workloads:
+            self._patch("JobSet", name, ns, {"spec": {"suspend": True}})
+
+    def _wait_learner_gone(self, name: str, ns: str) -> None:
+        deadline = time.monotonic() + self.resize_stop_seconds
+        while True:
+            learners = [p["metadata"]["name"] for p in self.pods(ns, f"surreal.io/experiment={name}")
+                        if ks.role_of(p) == "learner"]  # fmt: skip
+            if not learners:
+                return
+            if time.monotonic() > deadline:
+                raise KubeError(
+                    f"experiment {name!r} is suspended for a resize, but its learner pod {learners[0]} "
+                    f"is still there after {self.resize_stop_seconds:.0f} s; `surreal scale` again "
+                    "finishes the resize once it is gone (nothing is lost meanwhile)"
+                )
+            time.sleep(self.poll_seconds)
+
+    def _delete_jobset(self, name: str, ns: str) -> None:
+        fn, resource = self._method("JobSet", "delete")
+        try:
+            self._call(fn, name, ns, verb="delete", resource=resource, ns=ns, propagation_policy="Foreground")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        deadline = time.monotonic() + self.delete_timeout
+        while self._read("JobSet", name, ns) is not None:
+            if time.monotonic() > deadline:
+                raise KubeError(f"JobSet {name!r} is still being deleted after {self.delete_timeout:.0f} s; "
+                                "`surreal scale` again finishes the resize once it is gone")  # fmt: skip
+            time.sleep(self.poll_seconds)
 
     # --- observation -----------------------------------------------------------------------
 
@@ -351,11 +491,18 @@ class KubeClient:
         spec = self.spec_of(name, namespace)
         pods = self.pods(namespace, f"surreal.io/experiment={name}")
         jobs = self.jobs(namespace, f"surreal.io/experiment={name}")
+        jobset: dict[str, Any] | None = None
+        admission = None
+        if spec.get("queue"):
+            jobset = self._read("JobSet", name, namespace)
+            annotations = self._root(name, namespace)["metadata"].get("annotations") or {}
+            admission = ks.admission(jobset, self.workloads(name, namespace) if jobset else [],
+                                     annotations.get(ks.RESIZE_ANNOTATION))  # fmt: skip
         metrics: dict[str, Any] = {}
         problem = "not asked"
         if learner:
             metrics, problem = self.learner_status(name, namespace, pods)
-        return ks.status(spec, pods, metrics, problem, jobs=jobs)
+        return ks.status(spec, pods, metrics, problem, jobs=jobs, jobset=jobset, admission=admission)
 
     def learner_status(self, name: str, ns: str, pods: list[dict[str, Any]]) -> tuple[dict, str]:
         """(the learner's Status RPC answer, "") or ({}, why not)."""
@@ -397,6 +544,12 @@ class KubeClient:
         """A local port forwarded to the experiment's TensorBoard pod."""
         self._root(name, namespace)
         pod = ks.ready_pod(self.pods(namespace, f"surreal.io/experiment={name}"), "tensorboard")
+        if pod is None and self.spec_of(name, namespace).get("queue"):
+            raise KubeError(
+                f"experiment {name!r} is queued, so its TensorBoard holds no pod until asked: "
+                f"kubectl scale deployment {kr.object_names(name)['tensorboard']} -n {namespace} "
+                "--replicas=1 (it starts on the learner's node, once the learner runs)"
+            )
         if pod is None:
             raise KubeError(
                 f"experiment {name!r} has no ready TensorBoard pod (it needs storage 'pvc'; "
@@ -428,6 +581,31 @@ def api_error(exc: ApiException, action: str) -> KubeError:
     except (ValueError, AttributeError):
         pass
     return KubeError(f"cannot {action}: {exc.status} {exc.reason}{': ' + message if message else ''}")
+
+
+def missing_crd(kind: str) -> str:
+    group = _CUSTOM[kind][0]
+    what = {"JobSet": "JobSet (https://jobset.sigs.k8s.io; --queue makes the experiment one JobSet, "
+                      "which Kueue admits as one unit)"}.get(kind, kind)  # fmt: skip
+    return f"this cluster does not serve {group}: install {what}"
+
+
+def resized_jobset(jobset: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """`jobset` as an object to create again, suspended, with `replicas` actor pods: its metadata
+    reduced to what was rendered (name, namespace, labels, annotations, owner), no status."""
+    meta = jobset["metadata"]
+    out = {
+        "apiVersion": jobset["apiVersion"],
+        "kind": jobset["kind"],
+        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences")
+                     if meta.get(k)},
+        "spec": json.loads(json.dumps(jobset["spec"])),
+    }  # fmt: skip
+    out["spec"]["suspend"] = True  # Kueue admits the new size, then unsuspends it
+    for rjob in out["spec"]["replicatedJobs"]:
+        if rjob["name"] == "actor":
+            rjob["template"]["spec"].update(completions=replicas, parallelism=replicas)
+    return out
 
 
 def with_owner(obj: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:

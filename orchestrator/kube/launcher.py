@@ -95,7 +95,12 @@ class KubeLauncher(Launcher):
 
     def scale(self, name: str, agents: int) -> str:
         check_agents(agents)
+        queued = self.kube.spec_of(name, self.namespace).get("queue")
         replicas = self.kube.scale(name, self.namespace, agents)
+        if queued:
+            return (f"experiment {name!r}: suspended (the learner saved), made again with {agents} agents "
+                    f"in {replicas} actor pods; it resumes from its checkpoint once queue {queued!r} "
+                    "admits the new size (surreal status: admission)")  # fmt: skip
         return f"experiment {name!r}: {agents} agents in {replicas} actor pods"
 
     def delete(self, name: str) -> str:

@@ -69,8 +69,14 @@ TENSORBOARD_RESOURCES = {"cpu": "250m", "memory": "512Mi"}
 # 4.9 s + its 19 MiB checkpoint 0.15 s at worst; HalfCheetah at 512 agents 0.65 s + 3 ms. 30 s
 # leaves a 6x margin and stays within what spot capacity gives (about 30 s on GKE).
 LEARNER_GRACE_SECONDS = 30
-# Kueue's label: the LocalQueue that admits the experiment's Jobs (`--queue`).
+# Kueue's label: the LocalQueue that admits the experiment (`--queue`): on its JobSet, nowhere else.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# With a queue the three Jobs are one JobSet, which Kueue admits as one Workload (docs/decisions.md,
+# "One admission: a JobSet").
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+JOB_ROLES = ("learner", "actor", "evaluator")  # the roles that run as Jobs, in the JobSet's order
+# The components' SURREAL_KUBE_EXPERIMENT ends with it when their Jobs are a JobSet's (watch.py).
+JOBSET_SUFFIX = "jobset"
 
 
 class RenderError(ValueError):
@@ -117,6 +123,16 @@ def object_names(name: str) -> dict[str, str]:
     }
 
 
+def job_names(name: str, queued: bool) -> dict[str, str]:
+    """The Job of each role (JOB_ROLES): its own `NAME-ROLE`, or in a queued experiment's JobSet the
+    name the JobSet controller gives it (`<jobset>-<replicatedJob>-<index>`; the JobSet is named
+    after the experiment and holds one Job of each)."""
+    if queued:
+        return {role: f"{name}-{role}-0" for role in JOB_ROLES}
+    names = object_names(name)
+    return {role: names[role] for role in JOB_ROLES}
+
+
 def labels(name: str, component: str, managed_by: str = MANAGED_BY) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "surreal",
@@ -152,7 +168,8 @@ def kube_target(spec: ExperimentSpec) -> Target:
         command=("surreal",),
         token_file=pods.TOKEN_PATH,  # the mounted Secret, as locally: never in argv or env
         termination_log=pods.TERMINATION_LOG,
-        kube_experiment=f"{spec.namespace}/{spec.name}",  # the components' watch (watch.py)
+        # the components' watch (watch.py) of Jobs named as job_names() says
+        kube_experiment=f"{spec.namespace}/{spec.name}" + (f"/{JOBSET_SUFFIX}" if spec.queue else ""),
     )
 
 
@@ -184,6 +201,21 @@ def job_failure_policy(container: str, policy: RolePolicy) -> dict[str, Any]:
         rules.append({"action": "FailJob", "onExitCodes": exits(policy.fatal_exits)})
     budget = "backoffLimitPerIndex" if policy.per_index else "backoffLimit"
     return {budget: policy.retries, "podFailurePolicy": {"rules": rules}}
+
+
+def jobset_failure_policy() -> dict[str, Any]:
+    """What a failed Job of a queued experiment's JobSet does (policy.py's `fails_experiment`):
+    the learner's or the actors' fails the JobSet (the experiment); the evaluator's never fails it
+    (JobSet has no rule that ignores a failed Job): the JobSet is restarted without counting, so
+    the learner saves on SIGTERM and resumes from its checkpoint with 0 updates lost, and the
+    evaluator starts again with its retries. No other failure restarts it (maxRestarts 0)."""
+    rules = [
+        {"name": f"{role}-failed",
+         "action": "FailJobSet" if policy_of(role).fails_experiment else "RestartJobSetAndIgnoreMaxRestarts",
+         "targetReplicatedJobs": [role]}
+        for role in JOB_ROLES
+    ]  # fmt: skip
+    return {"maxRestarts": 0, "rules": rules}
 
 
 def kube_program(spec: ExperimentSpec) -> Program:
@@ -223,12 +255,15 @@ def render(
     objects = [ctx.config_map(), ctx.secret(token), ctx.network_policy(), *ctx.watch_access()]
     if pvc:
         objects.append(ctx.claim())
-    objects += [
-        ctx.service("learner", pods.rank_ports(ctx.learner_ports)),
-        ctx.disruption_budget(),
+    jobs = [
         ctx.job(program.component("learner"), 1),
         ctx.job(actors[0], len(actors)),
         ctx.job(program.component("evaluator"), 1),
+    ]
+    objects += [
+        ctx.service("learner", pods.rank_ports(ctx.learner_ports)),
+        ctx.disruption_budget(),
+        *([ctx.jobset(jobs)] if spec.queue else jobs),
     ]
     if pvc:  # TensorBoard reads the learner's claim
         objects += [ctx.service("tensorboard", {"http": pods.TB_PORT}), ctx.tensorboard()]
@@ -279,7 +314,7 @@ class _Ctx:
         """What the components' watch of the experiment's Jobs may do (orchestrator/kube/watch.py):
         list the learner's and the actors' Jobs by name, nothing else. The ServiceAccount mounts
         no token by default: only the pods that watch ask for it (`pod_template`)."""
-        name, names = self.names["watch"], self.names
+        name, jobs = self.names["watch"], job_names(self.spec.name, bool(self.spec.queue))
         account = {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
@@ -292,7 +327,7 @@ class _Ctx:
             "metadata": self.meta(name, "watch"),
             # A list restricted to names: the watch lists with a metadata.name field selector.
             "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list"],
-                       "resourceNames": [names["learner"], names["actor"]]}],
+                       "resourceNames": [jobs["learner"], jobs["actor"]]}],
         }  # fmt: skip
         binding = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -390,12 +425,36 @@ class _Ctx:
             **job_failure_policy(role, policy_of(role)),
         }
         meta = self.meta(self.names[role], role)
-        if self.spec.queue:
-            # Kueue admits the Job (and unsuspends it) when its queue has quota for it.
-            meta["labels"][QUEUE_LABEL] = self.spec.queue
-            spec["suspend"] = True
         spec["template"] = self.pod_template(component)
         return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+    def jobset(self, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+        """A queued experiment's Jobs as one JobSet (JOB_ROLES' order), the one object that carries
+        the queue label: Kueue admits it as one Workload, a podSet per Job, all or nothing, and
+        unsuspends it; while suspended its Jobs hold no pod. Each Job keeps its failure policy;
+        what a failed Job means for the experiment is policy.py's `fails_experiment`, as on every
+        backend (`jobset_failure_policy`). It succeeds when the learner's Job does (its workers
+        then exit 0 by themselves: watch.py)."""
+        meta = self.meta(self.spec.name, "experiment")
+        meta["labels"][QUEUE_LABEL] = str(self.spec.queue)
+        replicated = [
+            {"name": job["metadata"]["labels"]["surreal.io/component"], "replicas": 1,
+             "template": {"metadata": {"labels": job["metadata"]["labels"]}, "spec": job["spec"]}}
+            for job in jobs
+        ]  # fmt: skip
+        return {
+            "apiVersion": JOBSET_API,
+            "kind": "JobSet",
+            "metadata": meta,
+            "spec": {
+                "suspend": True,  # Kueue unsuspends it once admitted
+                # The workers reach the learner through its Service; no per-pod DNS names needed.
+                "network": {"enableDNSHostnames": False},
+                "successPolicy": {"operator": "All", "targetReplicatedJobs": ["learner"]},
+                "failurePolicy": jobset_failure_policy(),
+                "replicatedJobs": replicated,
+            },
+        }
 
     def claim(self) -> dict[str, Any]:
         claim: dict[str, Any] = {
@@ -454,7 +513,9 @@ class _Ctx:
             "kind": "Deployment",
             "metadata": self.meta(self.names["tensorboard"], "tensorboard"),
             "spec": {
-                "replicas": 1,
+                # A queued experiment holds no pod while it waits or is suspended: its TensorBoard
+                # starts when asked (`surreal tensorboard` says how).
+                "replicas": 0 if self.spec.queue else 1,
                 "selector": {"matchLabels": selector(self.spec.name, "tensorboard")},
                 "template": {
                     "metadata": {"labels": labels(self.spec.name, "tensorboard")},

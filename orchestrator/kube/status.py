@@ -18,6 +18,8 @@ from surreal.orchestrator.status import ComponentState, component, status_object
 ROLE_ORDER = ("learner", "actor", "evaluator", "tensorboard")
 # On the root ConfigMap: the agent count `surreal scale` last set (the spec keeps the created one).
 AGENTS_ANNOTATION = "surreal.io/agents"
+# On the root while `surreal scale` resizes a queued experiment: the agent count it is resized to.
+RESIZE_ANNOTATION = "surreal.io/resize"
 # Waiting reasons that need a person (a bad image, a crashing learner), not patience.
 STUCK = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
          "CreateContainerConfigError", "CreateContainerError")  # fmt: skip
@@ -106,6 +108,39 @@ def job_state(job: Mapping[str, Any]) -> str:
     return "Active"
 
 
+def jobset_state(jobset: Mapping[str, Any]) -> str:
+    """Complete, Failed, Suspended (waiting for admission, or taken back) or Active."""
+    if condition(jobset, "Completed"):
+        return "Complete"
+    if condition(jobset, "Failed"):
+        return "Failed"
+    if (jobset.get("spec") or {}).get("suspend"):
+        return "Suspended"
+    return "Active"
+
+
+def admission(
+    jobset: Mapping[str, Any] | None, workloads: Sequence[Mapping[str, Any]], resizing: str | None
+) -> str | None:
+    """Where a queued experiment is with Kueue: "Suspended for resize to N agents" (`surreal scale`
+    is at work), "Queued" (waiting for admission), "Admitted", "Suspended" (its Workload
+    deactivated, or Kueue took it back), "Finished"; None without a JobSet."""
+    if resizing:
+        return f"Suspended for resize to {resizing} agents"
+    if jobset is None:
+        return None
+    if jobset_state(jobset) in ("Complete", "Failed"):
+        return "Finished"
+    workload = workloads[0] if workloads else None
+    if workload is not None and (workload.get("spec") or {}).get("active") is False:
+        return "Suspended"
+    if workload is not None and condition(workload, "Admitted"):
+        return "Admitted"
+    if jobset_state(jobset) == "Suspended":
+        return "Suspended" if workload is not None and condition(workload, "Evicted") else "Queued"
+    return "Admitted"
+
+
 def jobs_summary(jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per Job: what `kubectl get jobs` shows, and why a failed one failed."""
     rows = []
@@ -160,11 +195,18 @@ def phase(
     pods: Sequence[Mapping[str, Any]],
     metrics: Mapping[str, Any] | None = None,
     jobs: Sequence[Mapping[str, Any]] = (),
+    jobset: Mapping[str, Any] | None = None,
 ) -> str:
     """Pending (also: queued), Running, Succeeded (the learner's Job completed, the learner
     reports the run done, or its container exited 0) or Failed (its Job failed: past its retries,
     or its workers' learner gone; or the learner is stuck)."""
     metrics = metrics or {}
+    if jobset is not None:  # a queued experiment: its JobSet ends it, and holds it while suspended
+        state = jobset_state(jobset)
+        if state in ("Complete", "Failed"):
+            return "Succeeded" if state == "Complete" else "Failed"
+        if state == "Suspended":
+            return "Pending"
     learner_job = next((j for j in jobs if role_of(j) == "learner"), None)
     if learner_job is not None:
         state = job_state(learner_job)
@@ -216,6 +258,8 @@ def status(
     learner_problem: str = "",
     backend: str = "kube",
     jobs: Sequence[Mapping[str, Any]] = (),
+    jobset: Mapping[str, Any] | None = None,
+    admission: str | None = None,
 ) -> dict[str, Any]:
     """The status contract's object (status.py) for the pods and Jobs of an experiment (on
     Kubernetes, or run as containers). Without the learner's answer (its pod has ended), the
@@ -226,10 +270,11 @@ def status(
     problems = [f"{j['name']}: {j['reason']}" for j in rows or [] if j.get("reason")]
     problems += filter(None, [learner_failure(pods)])
     queued = any(j["state"] == "Suspended" for j in rows or [])
+    queued = queued or (jobset is not None and jobset_state(jobset) == "Suspended")
     return status_object(
         spec,
         backend=backend,
-        phase=phase(pods, metrics, jobs),
+        phase=phase(pods, metrics, jobs, jobset),
         metrics=metrics,
         components=components(pods),
         namespace=spec.get("namespace"),
@@ -238,6 +283,7 @@ def status(
         jobs=rows,
         problem="; ".join(problems) or None,
         queued=(spec.get("queue") or True) if queued else None,  # waiting for admission (Kueue)
+        admission=admission,
     )
 
 

@@ -34,7 +34,7 @@ from kubernetes import client, config
 
 from surreal.algorithms.common.run import EXIT_NO_ACTORS
 from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE
-from surreal.orchestrator.kube.render import object_names
+from surreal.orchestrator.kube.render import JOBSET_SUFFIX, job_names
 from surreal.orchestrator.kube.status import condition, job_state
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,10 @@ class Ending:
     reason: str
 
 
-def watched_job(role: str, experiment: str) -> str:
+def watched_job(role: str, experiment: str, queued: bool = False) -> str:
     """The Job a component of `role` watches: the actors' for the learner, the learner's for the
-    others."""
-    names = object_names(experiment)
+    others (`queued`: the experiment's Jobs are its JobSet's, render.job_names)."""
+    names = job_names(experiment, queued)
     return names[ACTOR_ROLE] if role == LEARNER_ROLE else names[LEARNER_ROLE]
 
 
@@ -97,11 +97,12 @@ class JobWatch:
         experiment: str,
         on_end: Callable[[Ending], None],
         *,
+        queued: bool = False,
         api: Callable[[], client.BatchV1Api] = in_cluster_batch_api,
         interval: float = POLL_SECONDS,
         log_every: float = LOG_EVERY_SECONDS,
     ) -> None:
-        self.role, self.namespace, self.job = role, namespace, watched_job(role, experiment)
+        self.role, self.namespace, self.job = role, namespace, watched_job(role, experiment, queued)
         self.on_end, self._make_api, self.interval, self.log_every = on_end, api, interval, log_every
         self._api: client.BatchV1Api | None = None
         self._stopped = threading.Event()
@@ -160,9 +161,11 @@ class JobWatch:
             self._stopped.wait(self.interval * random.uniform(0.5, 1.5))
 
 
-def parse_experiment(value: str) -> tuple[str, str]:
-    """(namespace, experiment) from SURREAL_KUBE_EXPERIMENT ("NAMESPACE/EXPERIMENT")."""
+def parse_experiment(value: str) -> tuple[str, str, bool]:
+    """(namespace, experiment, queued) from SURREAL_KUBE_EXPERIMENT: "NAMESPACE/EXPERIMENT", or
+    "NAMESPACE/EXPERIMENT/jobset" when its Jobs are its JobSet's (a queued experiment)."""
     namespace, sep, experiment = value.partition("/")
-    if not (sep and namespace and experiment):
-        raise ValueError(f"expected NAMESPACE/EXPERIMENT, got {value!r}")
-    return namespace, experiment
+    experiment, _, kind = experiment.partition("/")
+    if not (sep and namespace and experiment) or kind not in ("", JOBSET_SUFFIX):
+        raise ValueError(f"expected NAMESPACE/EXPERIMENT[/{JOBSET_SUFFIX}], got {value!r}")
+    return namespace, experiment, kind == JOBSET_SUFFIX

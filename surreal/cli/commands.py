@@ -57,7 +57,11 @@ def cli() -> None:
 @click.option("--namespace", help="Kubernetes namespace (default: default).")
 @click.option("--image", help="Container image (containers, kube; default surreal:local).")
 @click.option("--gpu", type=int, help="GPUs for the learner.")
-@click.option("--queue", help="Kueue LocalQueue that admits the experiment's Jobs (kube).")
+@click.option(
+    "--queue",
+    help="Kueue LocalQueue that admits the whole experiment as one unit (kube: "
+    "its Jobs are one JobSet; needs JobSet and Kueue on the cluster).",
+)
 @click.option("--context", help="kubeconfig context (kube backend).")
 @click.option(
     "--pools",
@@ -159,7 +163,7 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
                    f"from {rank['connected_actors']} actor streams")  # fmt: skip
     if st.get("group_restarts"):
         click.echo(f"{'group restarts:':<18}{st['group_restarts']} (the learner ranks, from a checkpoint)")
-    for key in ("queued", "problem"):
+    for key in ("queued", "admission", "problem"):
         if st.get(key):
             click.echo(f"{key + ':':<18}{st[key]}")
     for i, line in enumerate(rejections(st)):
@@ -200,7 +204,9 @@ def logs(name: str, component: str, follow: bool, lines: int, previous: bool, ba
 @click.option("--agents", type=int, required=True, help="Logical agents from now on.")
 @backend_options
 def scale(name: str, agents: int, backend: str, namespace: str, context: str | None) -> None:
-    """Run a running experiment with AGENTS agents from now on; the learner is not restarted."""
+    """Run a running experiment with AGENTS agents from now on: in place, the learner not restarted;
+    a queued experiment (kube --queue) is suspended, resized and admitted again, and its learner
+    resumes from the checkpoint it saved."""
     click.echo(call(launcher_for(backend, namespace, context).scale, name, agents))
 
 

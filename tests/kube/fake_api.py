@@ -5,7 +5,9 @@ the generated API classes serialize and deserialize for real, and the fake store
 404/409, lists by label, cascades deletes through ownerReferences (like the garbage collector),
 takes merge patches (a Job's parallelism, the root's annotations), serves pod logs, and records
 every request as (verb, resource) pairs for the
-RBAC test. Failures are injected per (verb, resource).
+RBAC test. Failures are injected per (verb, resource); custom resources (JobSets, Kueue's
+Workloads) are served like any other, unless their resource is in `unserved` (no such CRD: 404).
+`after` hooks play a cluster's controllers: each is called with every request once it was served.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class FakeApi:
     logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (pod, container) -> text
     fail: dict[tuple[str, str], int] = field(default_factory=dict)  # (verb, resource) -> status
     unreachable: bool = False
+    unserved: set[str] = field(default_factory=set)  # resources without a CRD, e.g. "jobsets.jobset.x-k8s.io"
+    after: list[Any] = field(default_factory=list)  # callables taking each served Request
     requests: list[Request] = field(default_factory=list)
     _uids: Any = field(default_factory=lambda: itertools.count(1))
 
@@ -103,7 +107,14 @@ class FakeApi:
         self.requests.append(Request(method, verb, rbac, ns, name, query, body))
         if (verb, rbac) in self.fail:
             return Response(self.fail[(verb, rbac)], {"kind": "Status", "message": "injected"})
-        return self._serve(verb, resource, sub, ns, name, query, body)
+        if resource in self.unserved:
+            return Response(
+                404, {"kind": "Status", "message": "the server could not find the requested resource"}
+            )
+        response = self._serve(verb, resource, sub, ns, name, query, body)
+        for hook in self.after:
+            hook(self.requests[-1])
+        return response
 
     def close(self) -> None:
         pass
@@ -126,7 +137,7 @@ class FakeApi:
         if verb == "delete":
             self._cascade(key)
             return _ok({"kind": "Status", "apiVersion": "v1", "status": "Success"})
-        if verb == "patch" and sub is None and set(body) <= {"metadata", "spec"}:  # a merge patch
+        if verb == "patch" and sub is None and set(body) <= {"metadata", "spec", "data"}:  # a merge patch
             _merge(self.objects[key], body)
             return _ok(self.objects[key])
         return Response(405, {"kind": "Status", "message": f"fake: {verb} {resource}/{sub}"})

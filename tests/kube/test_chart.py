@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
-import kubernetes_validate
 import pytest
 import yaml
+from jobset_schema import validate
 from kube_support import CHART, make_spec
 
 from surreal import spec as spec_mod
@@ -89,6 +89,8 @@ def _metadatas(obj: dict[str, Any]) -> list[dict[str, Any]]:
     spec = obj.get("spec", {})
     if "template" in spec:
         found.append(spec["template"]["metadata"])
+    for replicated in spec.get("replicatedJobs", []):  # a JobSet: each Job's and its pods'
+        found += [replicated["template"]["metadata"], replicated["template"]["spec"]["template"]["metadata"]]
     return found
 
 
@@ -155,9 +157,9 @@ def jobs_by_role(objects: list[dict]) -> dict[str, dict]:
     return {o["metadata"]["labels"]["surreal.io/component"]: o for o in objects if o["kind"] == "Job"}
 
 
-def test_the_chart_has_the_renderers_retries_grace_period_exit_codes_and_queue_label() -> None:
+def test_the_chart_has_the_renderers_retries_grace_period_and_exit_codes() -> None:
     # Each is written once in templates/_helpers.tpl: a change to kube_render.py must go there too.
-    jobs = jobs_by_role(render_chart({"queue": "team-a"}))
+    jobs = jobs_by_role(render_chart({}))
     assert sorted(jobs) == ["actor", "evaluator", "learner"]
     assert jobs["learner"]["spec"]["backoffLimit"] == POLICIES["learner"].retries
     assert jobs["actor"]["spec"]["backoffLimitPerIndex"] == POLICIES["actor"].retries
@@ -165,7 +167,6 @@ def test_the_chart_has_the_renderers_retries_grace_period_exit_codes_and_queue_l
     learner_pod = jobs["learner"]["spec"]["template"]["spec"]
     assert learner_pod["terminationGracePeriodSeconds"] == kr.LEARNER_GRACE_SECONDS
     for role, job in jobs.items():
-        assert job["metadata"]["labels"][kr.QUEUE_LABEL] == "team-a" and job["spec"]["suspend"] is True
         codes = {
             rule["action"]: rule["onExitCodes"]["values"]
             for rule in job["spec"]["podFailurePolicy"]["rules"]
@@ -178,6 +179,24 @@ def test_the_chart_has_the_renderers_retries_grace_period_exit_codes_and_queue_l
         assert codes["FailJob"] == list(POLICIES[role].fatal_exits)
         if role != "learner":
             assert "terminationGracePeriodSeconds" not in job["spec"]["template"]["spec"]
+
+
+def test_the_chart_queues_one_jobset_with_the_renderers_failure_policy() -> None:
+    # jobset.yaml writes the JobSet's rules out; kr.jobset_failure_policy derives them from policy.py.
+    objects = render_chart({"queue": "team-a"})
+    assert not [o for o in objects if o["kind"] == "Job"]
+    labelled = [o for o in objects if kr.QUEUE_LABEL in o["metadata"]["labels"]]
+    [jobset] = labelled
+    assert jobset["kind"] == "JobSet" and jobset["metadata"]["labels"][kr.QUEUE_LABEL] == "team-a"
+    assert jobset["spec"]["suspend"] is True
+    assert jobset["spec"]["failurePolicy"] == kr.jobset_failure_policy()
+    plain = jobs_by_role(render_chart({}))
+    for replicated in jobset["spec"]["replicatedJobs"]:
+        spec = replicated["template"]["spec"]
+        env = spec["template"]["spec"]["containers"][0]["env"]
+        assert {"name": "SURREAL_KUBE_EXPERIMENT", "value": "default/exp1/jobset"} in env  # watch.py
+        env[:] = plain[replicated["name"]]["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert spec == plain[replicated["name"]]["spec"]
 
 
 def test_the_chart_gives_the_components_their_watch_and_tensorboard_no_token() -> None:
@@ -215,7 +234,7 @@ def test_helm_install_with_set_algo_and_agents_deploys_what_the_cli_creates(tmp_
     cli = kr.render(make_spec(algo="ppo", agents=512), token="t" * 43)
     assert_same(cli, chart, tmp_path, cli_values=False)
     for obj in chart:
-        kubernetes_validate.validate(obj, "1.33", strict=True)
+        validate(obj, "1.33")
     # --set queue=team-a: the CLI's --queue.
     chart = render_chart(helm.parse_set_string("algo=ppo,agents=512,queue=team-a"))
     cli = kr.render(make_spec(algo="ppo", agents=512, queue="team-a"), token="t" * 43)

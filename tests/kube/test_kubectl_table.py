@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import jobset_schema
 import kubernetes_validate
 import pytest
 from kube_support import KUBE_VERSIONS, REPO, make_spec
@@ -45,13 +46,24 @@ def commands() -> list[str]:
     return [c for cs in table().values() for c in cs]
 
 
-def rendered() -> list[dict[str, Any]]:
-    spec = make_spec(EXP, agents=4, agents_per_pod=2, queue="research")
+def rendered(queue: str | None = None) -> list[dict[str, Any]]:
+    spec = make_spec(EXP, agents=4, agents_per_pod=2, queue=queue)
     return kr.render(spec, token="t0ken")
 
 
 def jobs() -> dict[str, dict[str, Any]]:
-    return {o["metadata"]["name"]: o for o in rendered() if o["kind"] == "Job"}
+    """The Jobs by name; a queued experiment's are its JobSet's, with the names its controller
+    gives them (the same labels and specs)."""
+    found = {o["metadata"]["name"]: o for o in rendered() if o["kind"] == "Job"}
+    names = kr.job_names(EXP, queued=True)
+    for obj in rendered("research"):
+        for rjob in obj["spec"]["replicatedJobs"] if obj["kind"] == "JobSet" else []:
+            found[names[rjob["name"]]] = {"metadata": rjob["template"]["metadata"], **rjob["template"]}
+    return found
+
+
+def jobsets() -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in rendered("research") if o["kind"] == "JobSet"}
 
 
 @cache
@@ -68,7 +80,15 @@ def resolve(schema: dict[str, Any], version: str) -> dict[str, Any]:
 def field_exists(kind: str, path: str, version: str) -> bool:
     """Whether `path` (kubectl JSONPath without braces, e.g. `.status.conditions[?(@.type=="F")]
     .reason`) names fields of `kind`'s objects in `version`'s API."""
+    if kind in ("jobset", "jobsets"):  # its spec: the JobSet schema; its metadata: any object's
+        if path.startswith(".metadata."):
+            return field_exists("pods", path, version)
+        return jobset_field_exists(path)
     schema = json.loads((SCHEMAS / f"v{version}.0-local-strict" / KIND_SCHEMA[kind]).read_text())
+    if kind in ("jobset", "jobsets"):  # its spec: the JobSet schema; its metadata: any object's
+        if path.startswith(".metadata."):
+            return field_exists("pods", path, version)
+        return jobset_field_exists(path)
     filters = re.findall(r"\[\?\(@\.(\w+)", path)
     steps = re.sub(r"\[[^\]]*\]", "", path).strip(".").split(".")
     for i, step in enumerate(steps):
@@ -83,6 +103,15 @@ def field_exists(kind: str, path: str, version: str) -> bool:
             element = resolve(nxt["items"], version)
             if not all(f in element.get("properties", {}) for f in filters):
                 return False
+    return True
+
+
+def jobset_field_exists(path: str) -> bool:
+    schema: dict[str, Any] = jobset_schema.SCHEMA
+    for step in path.strip(".").split("."):
+        if step not in schema.get("properties", {}):
+            return False
+        schema = schema["properties"][step]
     return True
 
 
@@ -123,6 +152,8 @@ def test_every_object_it_names_is_rendered(command: str) -> None:
     if argv[1] == "get" and argv[2] == "job":
         named.append(argv[3])
     assert all(name in jobs() for name in named), (named, sorted(jobs()))
+    if argv[1] == "get" and argv[2] == "jobset":
+        assert argv[3] in jobsets(), (argv[3], sorted(jobsets()))
 
 
 @pytest.mark.parametrize("command", [c for c in commands() if " -l " in c])
@@ -154,9 +185,10 @@ def test_the_checker_refuses_a_field_that_does_not_exist() -> None:
     assert not field_exists("pods", ".status.containerStatuses[0].state.terminated.msg", "1.33")
 
 
-def test_what_the_queued_row_reads_is_set_on_the_rendered_jobs() -> None:
-    assert all(j["spec"]["suspend"] is True for j in jobs().values())
-    assert all(j["metadata"]["labels"][kr.QUEUE_LABEL] == "research" for j in jobs().values())
+def test_what_the_queued_row_reads_is_set_on_the_rendered_jobset() -> None:
+    [jobset] = jobsets().values()
+    assert jobset["spec"]["suspend"] is True and jobset["metadata"]["labels"][kr.QUEUE_LABEL] == "research"
+    assert jobset_field_exists(".spec.suspend") and not jobset_field_exists(".spec.suspended")
 
 
 def test_the_final_numbers_row_reads_what_the_learner_writes() -> None:

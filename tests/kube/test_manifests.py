@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from fake_api import FakeApi, fake_client
+from jobset_schema import validate
 from kube_support import KUBE_VERSIONS, MANIFESTS, make_spec
 
 from surreal.orchestrator.kube import output as ko
@@ -34,6 +35,7 @@ EXAMPLES: dict[str, tuple[str, dict[str, Any], dict[str, str], str]] = {
     ),
     "ppo-gpu.yaml": ("ppo-gpu", {"agents": 16, "gpu": 1}, {}, "yaml"),
     "ppo-ranks.yaml": ("ppo-ranks", {"agents": 64, "learners": 4}, {}, "yaml"),
+    "ppo-queued.yaml": ("ppo-queued", {"agents": 64, "learners": 4, "queue": "team-a"}, {}, "yaml"),
 }
 
 
@@ -67,7 +69,7 @@ def test_every_example_file_is_known_and_documented() -> None:
 def test_examples_validate_strictly(file: str) -> None:
     for obj in yaml.safe_load_all((MANIFESTS / "examples" / file).read_text()):
         for version in KUBE_VERSIONS:
-            kubernetes_validate.validate(obj, version, strict=True)
+            validate(obj, version)
 
 
 def rbac_rules() -> set[tuple[str, str]]:
@@ -100,6 +102,19 @@ def test_rbac_role_grants_exactly_what_the_launcher_uses() -> None:
                                                        "state": {"running": {}}}]}})  # fmt: skip
     list(launcher.logs("exp1", "default", "learner"))
     launcher.scale("exp1", "default", 4)
+    launcher.delete("exp1", "default")
+    # A queued experiment: one JobSet, its Workload read and deactivated by a resize, which
+    # suspends the JobSet itself where Kueue made no Workload.
+    del api.objects[("pods", "default", "exp1-learner-0")]  # it went with the first experiment
+    launcher.create(make_spec(agents=2, queue="team-a"))
+    launcher.status("exp1", "default", learner=False)
+    launcher.scale("exp1", "default", 4)  # no Workload: the JobSet is suspended itself (patch)
+    uid = api.objects[("jobsets.jobset.x-k8s.io", "default", "exp1")]["metadata"]["uid"]
+    owner = {"kind": "JobSet", "name": "exp1", "uid": uid}
+    api.add("workloads.kueue.x-k8s.io",
+            {"metadata": {"name": "w", "namespace": "default", "ownerReferences": [owner]},
+             "spec": {"active": True}})  # fmt: skip
+    launcher.scale("exp1", "default", 2)
     launcher.delete("exp1", "default")
     used = {(r.verb, r.resource) for r in api.requests}
     # Namespaces are cluster-scoped (a Role cannot grant them; create copes with a refusal).

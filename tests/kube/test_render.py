@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from jobset_schema import JobSetInvalid, validate
 from kube_support import KUBE_VERSIONS, make_spec
 
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
@@ -52,14 +54,14 @@ def test_every_object_validates_strictly_against_kubernetes_1_29_to_1_33(objects
     assert documents == objects_512
     for version in KUBE_VERSIONS:
         for obj in documents:
-            kubernetes_validate.validate(obj, version, strict=True)
+            validate(obj, version)
 
 
 def test_strict_validation_can_fail() -> None:
     obj = by_kind_name(kr.render(make_spec(), token="t"))[("Job", "exp1-learner")]
     obj["spec"]["template"]["spec"]["containers"][0]["cpuLimit"] = "1"
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(obj, "1.33", strict=True)
+        validate(obj, "1.33")
 
 
 def test_the_kinds_and_names_of_an_experiment(objects_512) -> None:
@@ -220,19 +222,72 @@ def test_a_budget_keeps_voluntary_evictions_off_the_running_learner() -> None:
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"  # a stuck learner never blocks a drain
 
 
-def test_a_queue_labels_and_suspends_every_job_for_kueue() -> None:
-    objects = kr.render(make_spec(queue="team-a"), token="t")
-    jobs = [o for o in objects if o["kind"] == "Job"]
-    assert len(jobs) == 3
-    for job in jobs:
-        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-        assert job["spec"]["suspend"] is True
-    assert all("kueue" not in str(o["metadata"]) for o in objects if o["kind"] != "Job")
-    plain = [o for o in kr.render(make_spec(), token="t") if o["kind"] == "Job"]
-    assert all("suspend" not in j["spec"] and "kueue" not in str(j) for j in plain)
+def test_a_queue_makes_the_jobs_one_jobset_the_only_object_kueue_admits() -> None:
+    spec = make_spec(agents=4, learners=2, queue="team-a")
+    objects = kr.render(spec, token="t")
+    plain = by_kind_name(kr.render(make_spec(agents=4, learners=2), token="t"))
+    assert not [o for o in objects if o["kind"] == "Job"]
+    [jobset] = [o for o in objects if kr.QUEUE_LABEL in o["metadata"]["labels"]]
+    assert jobset["kind"] == "JobSet" and jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert jobset["metadata"]["name"] == "exp1" and jobset["metadata"]["labels"][kr.QUEUE_LABEL] == "team-a"
+    assert jobset["spec"]["suspend"] is True  # Kueue unsuspends it once admitted
+    # Each replicated Job is the plain Job of its role, unsuspended (the JobSet's suspend is theirs).
+    replicated = {r["name"]: r for r in jobset["spec"]["replicatedJobs"]}
+    assert list(replicated) == list(kr.JOB_ROLES)
+    for role, rjob in replicated.items():
+        job = plain[("Job", f"exp1-{role}")]
+        assert rjob["replicas"] == 1
+        env = {"name": "SURREAL_KUBE_EXPERIMENT", "value": "default/exp1"}
+        plain_env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+        plain_env[plain_env.index(env)] = {**env, "value": "default/exp1/jobset"}
+        assert rjob["template"] == {"metadata": {"labels": job["metadata"]["labels"]}, "spec": job["spec"]}
+    assert replicated["actor"]["template"]["spec"]["parallelism"] == 4
+    # It succeeds with the learner; policy.py says what a failed Job means for the experiment.
+    assert jobset["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["learner"]}
+    rules = {r["targetReplicatedJobs"][0]: r["action"] for r in jobset["spec"]["failurePolicy"]["rules"]}
+    assert rules == {"learner": "FailJobSet", "actor": "FailJobSet",
+                     "evaluator": "RestartJobSetAndIgnoreMaxRestarts"}  # fmt: skip
+    assert jobset["spec"]["failurePolicy"]["maxRestarts"] == 0
+    # The components watch the Jobs the JobSet controller names; nothing else changes but TensorBoard,
+    # which holds no pod until asked.
+    [role] = [o for o in objects if o["kind"] == "Role"]
+    assert role["rules"][0]["resourceNames"] == ["exp1-learner-0", "exp1-actor-0"]
+    for rjob in replicated.values():
+        env = rjob["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert {"name": "SURREAL_KUBE_EXPERIMENT", "value": "default/exp1/jobset"} in env
+    [tb] = [o for o in objects if o["kind"] == "Deployment"]
+    assert tb["spec"]["replicas"] == 0 and plain[("Deployment", "exp1-tensorboard")]["spec"]["replicas"] == 1
+    same = {
+        k: o
+        for k, o in by_kind_name(objects).items()
+        if k[0] not in ("JobSet", "Role", "Deployment", "ConfigMap")
+    }
+    assert same == {k: o for k, o in plain.items() if k[0] not in ("Job", "Role", "Deployment", "ConfigMap")}
     for version in KUBE_VERSIONS:
-        for obj in jobs:
-            kubernetes_validate.validate(obj, version, strict=True)
+        for obj in objects:
+            validate(obj, version)
+    plain_jobs = [o for o in plain.values() if o["kind"] == "Job"]
+    assert all("suspend" not in j["spec"] and "kueue" not in str(j) for j in plain_jobs)
+
+
+def test_the_jobset_validation_can_fail() -> None:
+    [jobset] = [o for o in kr.render(make_spec(queue="team-a"), token="t") if o["kind"] == "JobSet"]
+    broken = copy.deepcopy(jobset)
+    broken["spec"]["failurePolicy"]["rules"][0]["action"] = "Ignore"  # no such JobSet action
+    with pytest.raises(JobSetInvalid, match="action"):
+        validate(broken, "1.33")
+    broken = copy.deepcopy(jobset)
+    broken["spec"]["sucessPolicy"] = broken["spec"].pop("successPolicy")  # a typo: strict
+    with pytest.raises(JobSetInvalid, match="sucessPolicy"):
+        validate(broken, "1.33")
+    broken = copy.deepcopy(jobset)
+    broken["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]["containers"][0]["cpu"] = 1
+    with pytest.raises(kubernetes_validate.ValidationError):  # a Job template, checked as a Job
+        validate(broken, "1.33")
+    broken = copy.deepcopy(jobset)
+    broken["spec"]["successPolicy"]["targetReplicatedJobs"] = ["learners"]
+    with pytest.raises(JobSetInvalid, match="learners"):
+        validate(broken, "1.33")
 
 
 def test_the_spec_config_map_is_the_spec_with_backend_and_image_filled() -> None:
@@ -298,7 +353,7 @@ def test_learner_ranks_run_in_the_learner_pod_each_on_its_own_port() -> None:
             assert env["SURREAL_LEARNER_ADDR"] == addr
     for version in KUBE_VERSIONS:
         for obj in objects.values():
-            kubernetes_validate.validate(obj, version, strict=True)
+            validate(obj, version)
 
 
 def test_learner_ranks_need_an_actor_pod_each() -> None:
@@ -357,7 +412,7 @@ def test_gpus_and_placement_reach_the_learner_and_its_tensorboard() -> None:
     assert tb["tolerations"] == [taint] and "nvidia.com/gpu" not in str(tb["containers"])
     for version in ("1.29", "1.33"):
         for obj in objects.values():
-            kubernetes_validate.validate(obj, version, strict=True)
+            validate(obj, version)
 
 
 def test_without_gpus_nothing_asks_for_one() -> None:
@@ -389,7 +444,7 @@ def test_the_longest_experiment_name_keeps_every_derived_name_valid() -> None:
     name = "e" * 40
     objects = kr.render(make_spec(name), token="t")
     for obj in objects:
-        kubernetes_validate.validate(obj, "1.33", strict=True)
+        validate(obj, "1.33")
     # An Indexed Job's pod has the hostname JOB-INDEX, at most 63 characters: the longest job
     # name with the largest index a Job may have (completions up to 100,000).
     for obj in objects:

@@ -203,7 +203,15 @@ def test_decide_reads_the_failure_target_as_failed() -> None:
     job["status"]["conditions"][0]["status"] = "False"
     assert kw.decide("learner", job) is None and kw.decide("actor", job) is None
     assert kw.watched_job("learner", "e") == "e-actor" and kw.watched_job("evaluator", "e") == "e-learner"
-    assert kw.parse_experiment("rl/exp1") == ("rl", "exp1")
+    assert kw.parse_experiment("rl/exp1") == ("rl", "exp1", False)
+    # A queued experiment's Jobs are its JobSet's: <jobset>-<replicatedJob>-<index>.
+    assert kw.parse_experiment("rl/exp1/jobset") == ("rl", "exp1", True)
+    assert (
+        kw.watched_job("learner", "e", True) == "e-actor-0"
+        and kw.watched_job("actor", "e", True) == "e-learner-0"
+    )
+    with pytest.raises(ValueError, match="NAMESPACE/EXPERIMENT"):
+        kw.parse_experiment("rl/exp1/deployment")
     with pytest.raises(ValueError, match="NAMESPACE/EXPERIMENT"):
         kw.parse_experiment("exp1")
 
@@ -222,10 +230,12 @@ def fresh_preemption() -> Iterator[None]:
 
 def test_only_a_pod_watches_and_never_a_learner_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[tuple[str, str, str, Any]] = []
+    queued_: list[bool] = []
 
     class Recorder:
-        def __init__(self, role: str, namespace: str, experiment: str, on_end: Any) -> None:
+        def __init__(self, role: str, namespace: str, experiment: str, on_end: Any, *, queued: bool) -> None:
             started.append((role, namespace, experiment, on_end))
+            queued_.append(queued)
 
         def start(self) -> Recorder:
             return self
@@ -240,6 +250,9 @@ def test_only_a_pod_watches_and_never_a_learner_rank(monkeypatch: pytest.MonkeyP
     assert started == [("learner", "rl", "exp1", component.stop_learner),
                        ("actor", "rl", "exp1", component.end_worker),
                        ("evaluator", "rl", "exp1", component.end_worker)]  # fmt: skip
+    monkeypatch.setenv(prog.ENV_KUBE_EXPERIMENT, "rl/exp1/jobset")  # a queued experiment's pods
+    assert component.start_job_watch("actor") is not None
+    assert queued_ == [False, False, False, True] and started[-1][:3] == ("actor", "rl", "exp1")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert component.start_job_watch("learner") is None  # its agent watches

@@ -167,7 +167,7 @@ CLI writes it, is exactly the component's (orchestrator/program.py). */}}
   "SURREAL_EXP_DIR" "/var/lib/surreal"
   "SURREAL_LEARNER_ADDR" (include "surreal.learnerAddr" .root)
   "SURREAL_TOKEN_FILE" "/var/run/secrets/surreal/token"
-  "SURREAL_KUBE_EXPERIMENT" (printf "%s/%s" (include "surreal.namespace" .root) $name)
+  "SURREAL_KUBE_EXPERIMENT" (printf "%s/%s%s" (include "surreal.namespace" .root) $name (ternary "/jobset" "" (not (empty .root.Values.queue))))
 -}}
 {{- if eq .role "learner" -}}
 {{- $_ := set $env "SURREAL_BIND_HOST" "0.0.0.0" -}}
@@ -257,75 +257,76 @@ The Job of a role: PODS indexed pods that each run to completion; (dict "root" $
 "pods" PODS). A crash is a failed pod that the Job replaces, up to the role's retries (per index
 for actors, so one crashing actor fails no other); disruptions (a drained or preempted node, a
 SIGTERM answered with a checkpoint) do not count, and a worker whose learner is gone for good
-fails its Job at once. With a queue, Kueue admits the Job and unsuspends it.
+fails its Job at once. With a queue the Jobs are a JobSet's (jobset.yaml).
 */}}
 {{- define "surreal.job" -}}
 {{- $name := include "surreal.name" .root -}}
-{{- $role := .role -}}
-{{- $queue := .root.Values.queue -}}
 apiVersion: batch/v1
 kind: Job
 metadata:
-  {{- include "surreal.metadata" (dict "root" .root "component" $role "name" (printf "%s-%s" $name $role)) | nindent 2 }}
-    {{- with $queue }}{{/* one more label: labels are surreal.metadata's last key */}}
-    {{ include "surreal.queueLabel" $ }}: {{ . | quote }}
-    {{- end }}
+  {{- include "surreal.metadata" (dict "root" .root "component" .role "name" (printf "%s-%s" $name .role)) | nindent 2 }}
 spec:
-  completionMode: Indexed
-  completions: {{ .pods }}
-  parallelism: {{ .pods }}
-  {{- if eq $role "actor" }}
-  backoffLimitPerIndex: {{ include "surreal.actorRetries" . }}
-  {{- else if eq $role "learner" }}
-  backoffLimit: {{ include "surreal.learnerRetries" . }}
-  {{- else }}
-  backoffLimit: {{ include "surreal.evaluatorRetries" . }}
-  {{- end }}
-  podFailurePolicy:
-    rules:
-      # A drained, preempted or evicted node: not the pod's fault.
-      - action: Ignore
-        onPodConditions:
-          - {type: DisruptionTarget, status: "True"}
-      # Stopped from outside, with a learner's checkpoint written first.
-      - action: Ignore
-        onExitCodes:
-          containerName: {{ $role }}
-          operator: In
-          values: [{{ include "surreal.exitPreempted" . }}]
-      {{- if ne $role "learner" }}
-      # Its learner is gone for good: retrying cannot help.
-      - action: FailJob
-        onExitCodes:
-          containerName: {{ $role }}
-          operator: In
-          values: [{{ include "surreal.exitLearnerGone" . }}]
-      {{- else }}
-      # Its ranks did not form their group (one hung before joining), or no actor is left to
-      # feed it (the actors' Job failed): retrying cannot help.
-      - action: FailJob
-        onExitCodes:
-          containerName: {{ $role }}
-          operator: In
-          values: [{{ include "surreal.exitGroupNotFormed" . }}, {{ include "surreal.exitNoActors" . }}]
-      {{- end }}
-  {{- if $queue }}
-  suspend: true
-  {{- end }}
-  template:
-    metadata:
-      labels:
-        {{- include "surreal.labels" (dict "root" .root "component" $role) | nindent 8 }}
-    spec:
-      {{- include "surreal.podCommon" (dict "root" .root "placement" (index .root.Values $role) "account" (printf "%s-watch" $name)) | nindent 6 }}
-      # A Job's pod is never restarted in place (podFailurePolicy needs Never); one that exits 0
-      # is done.
-      restartPolicy: Never
-      {{- if eq $role "learner" }}
-      terminationGracePeriodSeconds: {{ include "surreal.learnerGraceSeconds" . }}
-      {{- end }}
-      containers:
-        {{- include "surreal.container" (dict "root" .root "role" $role) | nindent 8 }}
-      volumes:
-        {{- include "surreal.volumes" (dict "root" .root "role" $role) | nindent 8 }}
+  {{- include "surreal.jobSpec" . | nindent 2 }}
+{{- end -}}
+
+{{/*
+A Job's spec (surreal.job's; a queued experiment's JobSet holds the same in its replicated Jobs).
+*/}}
+{{- define "surreal.jobSpec" -}}
+{{- $name := include "surreal.name" .root -}}
+{{- $role := .role -}}
+completionMode: Indexed
+completions: {{ .pods }}
+parallelism: {{ .pods }}
+{{- if eq $role "actor" }}
+backoffLimitPerIndex: {{ include "surreal.actorRetries" . }}
+{{- else if eq $role "learner" }}
+backoffLimit: {{ include "surreal.learnerRetries" . }}
+{{- else }}
+backoffLimit: {{ include "surreal.evaluatorRetries" . }}
+{{- end }}
+podFailurePolicy:
+  rules:
+    # A drained, preempted or evicted node: not the pod's fault.
+    - action: Ignore
+      onPodConditions:
+        - {type: DisruptionTarget, status: "True"}
+    # Stopped from outside, with a learner's checkpoint written first.
+    - action: Ignore
+      onExitCodes:
+        containerName: {{ $role }}
+        operator: In
+        values: [{{ include "surreal.exitPreempted" . }}]
+    {{- if ne $role "learner" }}
+    # Its learner is gone for good: retrying cannot help.
+    - action: FailJob
+      onExitCodes:
+        containerName: {{ $role }}
+        operator: In
+        values: [{{ include "surreal.exitLearnerGone" . }}]
+    {{- else }}
+    # Its ranks did not form their group (one hung before joining), or no actor is left to
+    # feed it (the actors' Job failed): retrying cannot help.
+    - action: FailJob
+      onExitCodes:
+        containerName: {{ $role }}
+        operator: In
+        values: [{{ include "surreal.exitGroupNotFormed" . }}, {{ include "surreal.exitNoActors" . }}]
+    {{- end }}
+template:
+  metadata:
+    labels:
+      {{- include "surreal.labels" (dict "root" .root "component" $role) | nindent 6 }}
+  spec:
+    {{- include "surreal.podCommon" (dict "root" .root "placement" (index .root.Values $role) "account" (printf "%s-watch" $name)) | nindent 4 }}
+    # A Job's pod is never restarted in place (podFailurePolicy needs Never); one that exits 0
+    # is done.
+    restartPolicy: Never
+    {{- if eq $role "learner" }}
+    terminationGracePeriodSeconds: {{ include "surreal.learnerGraceSeconds" . }}
+    {{- end }}
+    containers:
+      {{- include "surreal.container" (dict "root" .root "role" $role) | nindent 6 }}
+    volumes:
+      {{- include "surreal.volumes" (dict "root" .root "role" $role) | nindent 6 }}
 {{- end -}}
