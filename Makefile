@@ -68,7 +68,10 @@ IMAGE ?= surreal:local
 KIND ?= kind
 KIND_CLUSTER ?= surreal
 
-.PHONY: image kind-up kind-load e2e-containers
+.PHONY: image kind-up kind-load kueue-up e2e-containers
+# `--queue` needs JobSet and Kueue on the cluster (pinned releases; newer ones work the same).
+JOBSET_VERSION ?= v0.8.0
+KUEUE_VERSION ?= v0.13.0
 
 # The CPU image every pod runs (Dockerfile; BASE_IMAGE=... for a CUDA base): docker where a Docker
 # engine answers, podman otherwise; with no registry reachable, a debootstrap base (scripts/image.sh).
@@ -89,9 +92,18 @@ kind-up:
 kind-load:
 	$(KIND) load docker-image $(IMAGE) --name $(KIND_CLUSTER)
 
+# JobSet and Kueue on the cluster, and the LocalQueue team-a (manifests/kueue-team-a.yaml) in the
+# e2e namespace: `make e2e` then also runs the queued experiment's tests (SURREAL_E2E_QUEUE).
+kueue-up:
+	kubectl apply --server-side -f https://github.com/kubernetes-sigs/jobset/releases/download/$(JOBSET_VERSION)/manifests.yaml
+	kubectl apply --server-side -f https://github.com/kubernetes-sigs/kueue/releases/download/$(KUEUE_VERSION)/manifests.yaml
+	kubectl wait --for=condition=Available --timeout=300s -n jobset-system deployment --all
+	kubectl wait --for=condition=Available --timeout=300s -n kueue-system deployment --all
+	kubectl apply -n $${SURREAL_E2E_NAMESPACE:-default} -f manifests/kueue-team-a.yaml
+
 # create/status/scale/logs/delete against a real cluster: the kind one unless told otherwise.
 e2e: install
 	SURREAL_E2E_KUBECONFIG=$${SURREAL_E2E_KUBECONFIG:-$${KUBECONFIG:-$$HOME/.kube/config}} \
 	SURREAL_E2E_CONTEXT=$${SURREAL_E2E_CONTEXT:-kind-$(KIND_CLUSTER)} \
-	SURREAL_E2E_IMAGE=$(IMAGE) \
+	SURREAL_E2E_IMAGE=$(IMAGE) SURREAL_E2E_QUEUE=$${SURREAL_E2E_QUEUE:-} \
 		$(BIN)/python -m pytest -q -m e2e tests/kube/test_e2e.py

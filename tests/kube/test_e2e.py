@@ -2,7 +2,8 @@
 
 Runs only when SURREAL_E2E_KUBECONFIG names a kubeconfig; optional: SURREAL_E2E_CONTEXT,
 SURREAL_E2E_NAMESPACE (default "default"), SURREAL_E2E_IMAGE (default surreal:local, which
-`make kind-load` puts on a kind cluster).
+`make kind-load` puts on a kind cluster), SURREAL_E2E_QUEUE (a Kueue LocalQueue in that namespace:
+`make kueue-up` installs JobSet and Kueue and makes `team-a`; the queued tests run only with it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ pytestmark = [
     pytest.mark.skipif(not KUBECONFIG, reason="set SURREAL_E2E_KUBECONFIG to run against a cluster"),
 ]
 NAMESPACE = os.environ.get("SURREAL_E2E_NAMESPACE", "default")
+QUEUE = os.environ.get("SURREAL_E2E_QUEUE")
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 600.0) -> None:
@@ -131,3 +133,40 @@ def test_delete_leaves_nothing(cluster: KubeClient) -> None:
         p["metadata"].get("deletionTimestamp")
         for p in cluster.pods(NAMESPACE, f"surreal.io/experiment={name}")
     )
+
+
+@pytest.mark.skipif(not QUEUE, reason="set SURREAL_E2E_QUEUE to a Kueue LocalQueue (make kueue-up)")
+def test_a_queued_experiment_is_admitted_as_one_resized_through_a_suspend_and_succeeds(
+    cluster: KubeClient,
+) -> None:
+    """`--queue`: one JobSet, one Workload admitted for all its pods; `surreal scale` suspends it
+    (the learner saves), makes it again at 4 actor pods, Kueue admits that, the learner resumes
+    from its checkpoint (no update lost: it goes on from at least the updates it had), and the run
+    ends Succeeded."""
+    name = f"e2e-{secrets.token_hex(3)}"
+    spec = make_spec(name, agents=2, steps=60_000, namespace=NAMESPACE, queue=QUEUE,
+                     image=os.environ.get("SURREAL_E2E_IMAGE", kr.DEFAULT_IMAGE))  # fmt: skip
+    cluster.create(spec)
+    try:
+        assert len(cluster.workloads(name, NAMESPACE)) <= 1
+        wait_for(
+            "admission", lambda: cluster.status(name, NAMESPACE, learner=False).get("admission") == "Admitted"
+        )
+        assert len(cluster.workloads(name, NAMESPACE)) == 1
+        wait_for("updates", lambda: (cluster.status(name, NAMESPACE)["updates"] or 0) > 5)
+        before = cluster.status(name, NAMESPACE)["updates"]
+        assert cluster.scale(name, NAMESPACE, 4) == 4
+        wait_for("the new size admitted", lambda: cluster.status(name, NAMESPACE, learner=False)
+                 .get("admission") == "Admitted")  # fmt: skip
+        wait_for(
+            "the learner to report again", lambda: cluster.status(name, NAMESPACE)["learner_status"] == "ok"
+        )
+        st = cluster.status(name, NAMESPACE)
+        assert st["updates"] >= before and st["agents"] == 4, (before, st)
+        wait_for(
+            "the run to end", lambda: cluster.status(name, NAMESPACE)["phase"] in ("Succeeded", "Failed")
+        )
+        st = cluster.status(name, NAMESPACE)
+        assert st["phase"] == "Succeeded" and st["env_steps"] >= 60_000, st
+    finally:
+        cluster.delete(name, NAMESPACE)

@@ -17,9 +17,11 @@ import yaml
 from fake_api import FakeApi, fake_client
 from jobset_schema import validate
 from kube_support import KUBE_VERSIONS, MANIFESTS, make_spec
+from kubernetes.utils import parse_quantity
 
 from surreal.orchestrator.kube import output as ko
 from surreal.orchestrator.kube.client import KubeClient
+from surreal.orchestrator.kube.render import render
 
 # The token of the examples; manifests/examples/README.md says to replace it before applying.
 EXAMPLE_TOKEN = "example-token-replace-me-before-applying"
@@ -133,3 +135,27 @@ def test_kind_cluster_config_is_a_kind_cluster() -> None:
     roles = [n["role"] for n in config["nodes"]]
     assert roles.count("control-plane") == 1 and "worker" in roles
     assert set(config) <= {"kind", "apiVersion", "name", "nodes", "networking", "featureGates"}
+
+
+def test_the_kueue_queue_for_kind_covers_and_admits_a_queued_experiment() -> None:
+    """manifests/kueue-team-a.yaml (`make kueue-up`): Kueue admits a workload only if its queue
+    covers every resource its pods request, within the quota; the e2e experiment's must fit."""
+    docs = {d["kind"]: d for d in yaml.safe_load_all((MANIFESTS / "kueue-team-a.yaml").read_text())}
+    assert set(docs) == {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    assert all(d["apiVersion"] == "kueue.x-k8s.io/v1beta1" for d in docs.values())
+    assert docs["LocalQueue"]["metadata"]["name"] == "team-a"
+    assert docs["LocalQueue"]["spec"]["clusterQueue"] == docs["ClusterQueue"]["metadata"]["name"]
+    [group] = docs["ClusterQueue"]["spec"]["resourceGroups"]
+    [flavor] = group["flavors"]
+    assert flavor["name"] == docs["ResourceFlavor"]["metadata"]["name"]
+    quota = {r["name"]: parse_quantity(r["nominalQuota"]) for r in flavor["resources"]}
+    assert set(quota) == set(group["coveredResources"])
+    [jobset] = [o for o in render(make_spec(agents=2, queue="team-a"), token="t") if o["kind"] == "JobSet"]
+    wanted: dict[str, Any] = {}
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        pods = rjob["template"]["spec"]["parallelism"]
+        for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
+            for resource, amount in container["resources"]["requests"].items():
+                wanted[resource] = wanted.get(resource, 0) + pods * parse_quantity(amount)
+    assert set(wanted) <= set(quota), (wanted, quota)
+    assert all(wanted[r] <= quota[r] for r in wanted), (wanted, quota)
