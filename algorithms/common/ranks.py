@@ -27,6 +27,18 @@ The process group is formed from what torch's elastic agent gives every worker (
 TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT), the group's restarts (SURREAL_GROUP_RESTARTS)
 and a store named by SURREAL_RANKS_STORE: a folder for FileStores (one machine or pod; no port is
 opened but gloo's, on the loopback).
+
+Ranks across learner pods (SURREAL_LEARNER_POD of SURREAL_LEARNER_PODS, each pod's agent running
+its N/P ranks, global rank = pod x N/P + local rank): pod 0's agent serves a TCPStore at
+SURREAL_RANKS_CONTROL ("HOST:PORT"; inside a pod it listens on the pod's interfaces, as torch's
+store does), every agent and rank is its client. The agents agree on a generation there before
+each group (`PodControl.next_generation`: all pods arrive, or GroupNotFormed names those that did
+not within POD_JOIN_TIMEOUT), and the ranks' store is that generation's prefix of it, so a
+restarted group starts from an empty one on every pod. A pod that is lost (killed, preempted,
+rescheduled) ends the group on the others (its ranks' `left` keys, or their silence); each agent
+then starts its ranks again in the next generation, which waits for the lost pod's replacement,
+and rank 0 resumes from its checkpoint. A group that ends because a peer pod left is not this
+pod's failure: it does not count against MAX_GROUP_RESTARTS.
 """
 
 from __future__ import annotations
@@ -45,7 +57,9 @@ import torch
 import torch.distributed as dist
 
 from surreal.algorithms.common.run import (
+    ENV_GROUP_SIZE,
     ENV_RANK,
+    ENV_RANK_OFFSET,
     ENV_WORLD_SIZE,
     EXIT_GROUP_NOT_FORMED,
     RoleFailed,
@@ -58,6 +72,21 @@ ENV_RUN_ID = "TORCHELASTIC_RUN_ID"
 ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 ENV_STORE = "SURREAL_RANKS_STORE"  # "file:FOLDER"
 ENV_GROUP_RESTARTS = "SURREAL_GROUP_RESTARTS"  # restarts of the group before this one (launch_ranks)
+ENV_MARKS = "SURREAL_RANKS_MARKS"  # the folder of the ranks' came-up and formed marks (the agent's)
+ENV_GENERATION = "SURREAL_RANKS_GENERATION"  # the group's generation, agreed by the pods' agents
+# Ranks across learner pods (set by the backend on each learner pod's container).
+ENV_POD = "SURREAL_LEARNER_POD"  # this pod's index; pod 0 holds the checkpoints and the control store
+ENV_PODS = "SURREAL_LEARNER_PODS"  # learner pods of the experiment (each runs learners / pods ranks)
+ENV_CONTROL = "SURREAL_RANKS_CONTROL"  # "HOST:PORT" of pod 0's control store
+CONTROL_PORT = 29400  # the control store's port in pod 0 (torch's customary rendezvous port)
+# How long the pods' agents wait for each other before a group: a lost pod's replacement may have
+# to be scheduled (a new node, an image pull); one that has not come by then is not coming soon.
+POD_JOIN_TIMEOUT = datetime.timedelta(minutes=10)
+# At the end, pod 0's agent keeps the control store this long for the other pods to see the end.
+FINISH_LINGER_SECONDS = 30.0
+# After a group of several pods ended in a failure of this pod's ranks: how long the agent looks
+# whether another pod's rank left it first (its agent marks it within a few monitor intervals).
+PEER_LEFT_WAIT_SECONDS = 3.0
 
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)  # any one collective (a lost peer's raises)
 # Forming the group: the ranks are started together, and one starts in seconds (torch imported, the
@@ -230,13 +259,164 @@ class RankGroup:
 
 def open_store(spec: str, size: int, generation: str) -> dist.Store:
     """The store that SURREAL_RANKS_STORE names, for one generation of the group (a restarted
-    group starts from an empty one): a FileStore, as the ranks share one machine (or pod)."""
+    group starts from an empty one): a FileStore where the ranks share one machine (or pod), the
+    generation's prefix of pod 0's control store (`tcp:HOST:PORT`) where they span pods."""
     kind, _, where = spec.partition(":")
     if kind == "file" and where:
         folder = Path(where)
         folder.mkdir(parents=True, exist_ok=True)
         return dist.FileStore(str(folder / f"store-{generation}"), size)
-    raise ValueError(f"{ENV_STORE}={spec!r}: expected file:FOLDER")
+    if kind == "tcp" and where:
+        host, port = split_addr(where)
+        client = dist.TCPStore(host, port, is_master=False, timeout=COLLECTIVE_TIMEOUT)
+        return dist.PrefixStore(f"gen{generation}/", client)
+    raise ValueError(f"{ENV_STORE}={spec!r}: expected file:FOLDER or tcp:HOST:PORT")
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not (sep and host and port.isdigit()):
+        raise ValueError(f"expected HOST:PORT, got {addr!r}")
+    return host, int(port)
+
+
+class Pods:
+    """Where this learner pod stands among the experiment's learner pods (from the environment)."""
+
+    def __init__(self, pod: int = 0, pods: int = 1, control: str = "") -> None:
+        if not 0 <= pod < pods:
+            raise ValueError(f"learner pod {pod} is not one of {pods}")
+        if pods > 1:
+            split_addr(control)
+        self.pod, self.pods, self.control = pod, pods, control
+
+    @classmethod
+    def from_environ(cls) -> Pods:
+        pods = int(os.environ.get(ENV_PODS, "1") or 1)
+        if pods == 1:
+            return cls()
+        return cls(int(os.environ.get(ENV_POD, "0") or 0), pods, os.environ.get(ENV_CONTROL, ""))
+
+
+class PodControl:
+    """The learner pods' agents' agreement, in pod 0's control store (`store`): which generation
+    the next group is. A store is one pod 0's life (`store_id`): a restarted pod 0 starts a new
+    one, which the other agents take as a fresh start."""
+
+    def __init__(self, store: dist.Store, pods: Pods) -> None:
+        self.store, self.pods = store, pods
+        self.last: int | None = None  # the generation this agent last took part in
+        self.store_id = store.get("store_id").decode()
+
+    def next_generation(self, timeout: datetime.timedelta = POD_JOIN_TIMEOUT, poll: float = 0.05) -> int:
+        """The generation of this pod's next group, once every pod has arrived at it. A fresh
+        agent (its pod just started) joins the current generation, unless its pod already arrived
+        there (its predecessor: that group lost it, so the next one is due); an agent whose group
+        ended takes the next. Raises GroupNotFormed naming the pods that did not come."""
+        while True:
+            current = int(self.store.add("gen", 0))
+            if self.last is None:
+                mine = self.store.check([arrived(current, self.pods.pod)])
+                generation = current + 1 if mine else current
+            else:
+                generation = max(self.last + 1, current)
+            if generation > current:
+                self.store.compare_set("gen", str(current), str(generation))
+            self.last = generation
+            self.store.set(arrived(generation, self.pods.pod), "1")
+            deadline = time.monotonic() + timeout.total_seconds()
+            while True:
+                missing = [p for p in range(self.pods.pods) if not self.store.check([arrived(generation, p)])]
+                if not missing:
+                    return generation
+                if int(self.store.add("gen", 0)) > generation:
+                    break  # another pod moved on (its predecessor had arrived here): follow it
+                if time.monotonic() >= deadline:
+                    raise GroupNotFormed(
+                        f"learner pod{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of "
+                        f"{self.pods.pods} did not come within {timeout.total_seconds():.0f} s"
+                    )
+                time.sleep(poll)
+
+    def lost(self, generation: int, ranks: Sequence[int]) -> None:
+        """Tell the peers of `generation` that this pod's `ranks` are gone (killed ranks cannot)."""
+        for rank in ranks:
+            with contextlib.suppress(Exception):
+                self.store.set(f"gen{generation}/left/{rank}", "lost")
+
+    def peer_left(self, generation: int, ranks: Sequence[int], seconds: float, poll: float = 0.1) -> bool:
+        """Whether any of `ranks` (other pods') left `generation`, or is said lost by its agent
+        within `seconds` (a rank killed in a collective fails its peers before its agent says so)."""
+        keys = [f"gen{generation}/left/{rank}" for rank in ranks]
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                if any(self.store.check([key]) for key in keys):
+                    return True
+            except Exception:  # noqa: BLE001 - pod 0's store is gone: that pod left
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll)
+
+    def finish(self) -> None:
+        self.store.set("finished", "1")
+        self.store.set(f"finished/{self.pods.pod}", "1")
+
+    def finished(self) -> bool:
+        return bool(self.store.check(["finished"]))
+
+    def wait_finished(self, seconds: float, poll: float = 0.2) -> None:
+        """Pod 0, at the end: keep the store until every pod has seen the end (or `seconds`)."""
+        deadline = time.monotonic() + seconds
+        keys = [f"finished/{p}" for p in range(self.pods.pods)]
+        while not self.store.check(keys) and time.monotonic() < deadline:
+            time.sleep(poll)
+
+
+def arrived(generation: int, pod: int) -> str:
+    return f"arrived/{generation}/{pod}"
+
+
+def control_store(
+    pods: Pods, server: dist.Store | None = None, timeout: datetime.timedelta = POD_JOIN_TIMEOUT
+) -> tuple[dist.Store, dist.Store | None]:
+    """(a client of the control store, its server where this is pod 0's agent: made once, kept for
+    the agent's life). A client waits up to `timeout` for pod 0."""
+    import uuid
+
+    host, port = split_addr(pods.control)
+    if pods.pod == 0 and server is None:
+        server = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=COLLECTIVE_TIMEOUT)
+        server.set("store_id", uuid.uuid4().hex)
+    client = dist.TCPStore(host, port, is_master=False, timeout=timeout)
+    client.wait(["store_id"], timeout)
+    return client, server
+
+
+def agree(
+    pods: Pods,
+    control: PodControl | None,
+    server: dist.Store | None,
+    timeout: datetime.timedelta = POD_JOIN_TIMEOUT,
+) -> tuple[int, PodControl, dist.Store | None]:
+    """The next generation, agreed with the other pods' agents: (it, the control, its server). A
+    control store that went away (pod 0 restarted: a new, empty one) is connected to again, and
+    this agent starts there as a fresh one."""
+    for attempt in range(2):
+        try:
+            if control is None:
+                client, server = control_store(pods, server, timeout)
+                control = PodControl(client, pods)
+            return control.next_generation(timeout), control, server
+        except GroupNotFormed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the store's errors are RuntimeErrors of torch's
+            if attempt:
+                raise
+            log.warning("learner pods' control store: %s; connecting again", " ".join(str(exc).split())[:200])
+            control = None
+    raise AssertionError("unreachable")
 
 
 def join_group(
@@ -304,9 +484,9 @@ def group_from_environ(learners: int, join_timeout: datetime.timedelta = JOIN_TI
     if not spec:
         raise ValueError(f"{ENV_STORE} is not set (the rank launcher sets it)")
     generation = f"{os.environ.get(ENV_RUN_ID, 'run')}-{os.environ.get(ENV_RESTART_COUNT, '0')}"
-    store = open_store(spec, size, generation)
+    store = open_store(spec, size, os.environ.get(ENV_GENERATION) or generation)
     started = time.monotonic()
-    folder = Path(spec.partition(":")[2])
+    folder = Path(os.environ.get(ENV_MARKS) or spec.partition(":")[2])
     _came_up(folder, generation, rank).touch()
     group = join_group(rank, size, store, join_timeout=join_timeout)
     _formed(folder, generation, rank).touch()
@@ -406,9 +586,13 @@ class JoinWatch(_Watcher):
         timeout: datetime.timedelta,
         started: Callable[[], list[Any]] = _started_here,
         form_timeout: datetime.timedelta = FORM_TIMEOUT,
+        first: int = 0,
+        total: int | None = None,
     ) -> None:
         self.folder, self.generation, self.size, self.timeout = folder, generation, size, timeout
         self.form_timeout = form_timeout
+        # The ranks watched: `size` of them from `first` (a learner pod's), of `total` in the group.
+        self.ranks, self.total = range(first, first + size), total or size
         self.started = started
         self.missing: list[int] = []
         self.problem: str | None = None  # why the group did not form, once the watch gave up on it
@@ -417,16 +601,16 @@ class JoinWatch(_Watcher):
     def _watch(self) -> None:
         if self._stopped.wait(self.timeout.total_seconds()):
             return
-        missing = [r for r in range(self.size) if not _came_up(self.folder, self.generation, r).exists()]
+        missing = [r for r in self.ranks if not _came_up(self.folder, self.generation, r).exists()]
         if missing:
             self.missing = missing
-            self._give_up(not_joined(missing, self.size, self.timeout))
+            self._give_up(not_joined(missing, self.total, self.timeout))
             return
         if self._stopped.wait(self.form_timeout.total_seconds()):
             return
-        unformed = [r for r in range(self.size) if not _formed(self.folder, self.generation, r).exists()]
+        unformed = [r for r in self.ranks if not _formed(self.folder, self.generation, r).exists()]
         if unformed:
-            self._give_up(not_formed(unformed, self.size, self.timeout + self.form_timeout))
+            self._give_up(not_formed(unformed, self.total, self.timeout + self.form_timeout))
 
     def _give_up(self, problem: str) -> None:
         self.problem = problem
@@ -463,45 +647,132 @@ class StopForward(_Watcher):
             self._stopped.wait(MONITOR_SECONDS)
 
 
-def launch_ranks(learners: int, join_timeout: datetime.timedelta = JOIN_TIMEOUT) -> int:
-    """Run this very component (sys.argv) as `learners` ranks under torch's elastic agent, on
-    this machine: a rank that fails (or is killed) makes the agent stop the others, and the whole
-    group is started again (MAX_GROUP_RESTARTS times) from rank 0's last checkpoint. A group whose
-    ranks have not all joined `join_timeout` after its start is not restarted: GroupNotFormed names
-    them (the learner exits EXIT_GROUP_NOT_FORMED). The rendezvous and the ranks' store are files
-    in a private temporary folder (a pod's /tmp: never the checkpoint volume, which may be a
-    network filesystem); gloo listens on the loopback. Returns 0 when every rank finished,
-    EXIT_PREEMPTED after SIGTERM or a stop request (preemption.stop_for; each rank got SIGTERM,
-    rank 0 saved), 1 when the group failed for good (the log names the rank and why)."""
+def launch_ranks(
+    learners: int,
+    join_timeout: datetime.timedelta = JOIN_TIMEOUT,
+    *,
+    pods: Pods | None = None,
+    argv: Sequence[str] | None = None,
+    pod_join_timeout: datetime.timedelta = POD_JOIN_TIMEOUT,
+) -> int:
+    """Run this very component (sys.argv; `argv`: other arguments of the interpreter) as
+    `learners` ranks under torch's elastic agent, on this machine: a rank that fails (or is
+    killed) makes the agent stop the others, and the whole group is started again
+    (MAX_GROUP_RESTARTS times) from rank 0's last checkpoint. A group whose ranks have not all
+    joined `join_timeout` after its start is not restarted: GroupNotFormed names them (the learner
+    exits EXIT_GROUP_NOT_FORMED). The rendezvous and the ranks' store are files in a private
+    temporary folder (a pod's /tmp: never the checkpoint volume, which may be a network
+    filesystem); gloo listens on the loopback. Returns 0 when every rank finished, EXIT_PREEMPTED
+    after SIGTERM or a stop request (preemption.stop_for; each rank got SIGTERM, rank 0 saved), 1
+    when the group failed for good (the log names the rank and why).
+
+    Across learner pods (`pods`, default from the environment: Pods.from_environ) this agent runs
+    its pod's learners / pods ranks, in the generation the pods agree on in pod 0's control store
+    (the ranks' store is that generation's part of it; gloo on the interface that reaches pod 0)."""
     import shutil
     import tempfile
 
     from surreal.algorithms.common import preemption
     from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 
+    pods = pods or Pods.from_environ()
+    if learners % pods.pods:
+        raise ValueError(f"{learners} learner ranks cannot be spread evenly over {pods.pods} learner pods")
+    local = learners // pods.pods
+    first = pods.pod * local
     folder = Path(tempfile.mkdtemp(prefix="surreal-ranks-"))
-    # The agent then opens no TCP store of its own: the ranks use files (ENV_STORE).
+    # The agent then opens no TCP store of its own: the ranks use files, or pod 0's control store.
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     os.environ[ENV_STORE] = f"file:{folder}"
-    iface = loopback_interface()
+    os.environ[ENV_MARKS] = str(folder)
+    iface = loopback_interface() if pods.pods == 1 else interface_towards(split_addr(pods.control)[0])
     if iface is not None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+    control: PodControl | None = None
+    server: dist.Store | None = None  # pod 0's control store, served while this agent lives
+    counted = 0
     try:
-        for restarts in range(MAX_GROUP_RESTARTS + 1):
+        for _ in range(4 * MAX_GROUP_RESTARTS + 1):  # a peer pod's losses are not counted, but bounded
             if preemption.requested():  # asked to stop between groups (stop_for): none to save
                 return EXIT_PREEMPTED
-            code = _run_group(learners, folder, restarts, join_timeout)
+            generation = None
+            if pods.pods > 1:
+                generation, control, server = agree(pods, control, server, pod_join_timeout)
+                os.environ.update({ENV_STORE: f"tcp:{pods.control}", ENV_GENERATION: str(generation),
+                                   ENV_RANK_OFFSET: str(first), ENV_GROUP_SIZE: str(learners)})  # fmt: skip
+            code, peer_lost = _run_group(local, folder, counted, join_timeout, first=first, total=learners,
+                                         argv=argv)  # fmt: skip
             if code is not None:
+                if control is not None and code == 0:
+                    _finish(control, server is not None)
                 return code
+            if control is not None and generation is not None:
+                # A rank of this pod that failed in a collective because another pod's rank went
+                # away: the peer's loss too (its agent says so within a few monitor intervals).
+                others = [r for r in range(learners) if not first <= r < first + local]
+                peer_lost = peer_lost or control.peer_left(generation, others, PEER_LEFT_WAIT_SECONDS)
+                control.lost(generation, range(first, first + local))
+                if _finished(control):  # the run is over: a peer's end only looked like a loss
+                    _finish(control, server is not None)
+                    return 0
+            counted += not peer_lost
+            if counted > MAX_GROUP_RESTARTS:
+                break
+            why = "a peer pod left" if peer_lost else "a rank failed"
+            log.info("learner ranks: starting the group again (%s; %d counted restarts of %d)", why, counted,
+                     MAX_GROUP_RESTARTS)  # fmt: skip
         log.error("learner ranks failed after %d group restarts", MAX_GROUP_RESTARTS)
         return 1
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_group(learners: int, folder: Path, restarts: int, join_timeout: datetime.timedelta) -> int | None:
-    """One group of `learners` ranks (the group's `restarts`-th restart): its exit code, or None
-    if a rank failed and the group may be started again."""
+def _finish(control: PodControl, serving: bool) -> None:
+    """Say the end; pod 0 (`serving` the store) keeps it until every pod has seen it."""
+    with contextlib.suppress(Exception):
+        control.finish()
+        if serving:
+            control.wait_finished(FINISH_LINGER_SECONDS)
+
+
+def _finished(control: PodControl) -> bool:
+    try:
+        return control.finished()
+    except Exception:  # noqa: BLE001 - pod 0's store is gone: next_generation will tell
+        return False
+
+
+def interface_towards(host: str) -> str | None:
+    """The name of the interface this machine reaches `host` through (gloo's, across pods)."""
+    import socket
+
+    import psutil
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((socket.gethostbyname(host), 9))  # no packet is sent
+            local = probe.getsockname()[0]
+    except OSError:
+        return None
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == local for a in addrs):
+            return name
+    return None
+
+
+def _run_group(
+    learners: int,
+    folder: Path,
+    restarts: int,
+    join_timeout: datetime.timedelta,
+    *,
+    first: int = 0,
+    total: int | None = None,
+    argv: Sequence[str] | None = None,
+) -> tuple[int | None, bool]:
+    """One group of `learners` ranks on this machine (the group's `restarts`-th restart; ranks
+    `first`... of `total` across learner pods): (its exit code, or None if a rank failed and the
+    group may be started again; whether it ended because a peer (another pod's rank) left)."""
     import sys
     import uuid
 
@@ -525,19 +796,22 @@ def _run_group(learners: int, folder: Path, restarts: int, join_timeout: datetim
     log.info(
         "starting %d learner ranks (elastic agent, run %s, group restart %d)", learners, run_id, restarts
     )
-    watch = JoinWatch(folder, f"{run_id}-0", learners, join_timeout, form_timeout=join_timeout / 2)
+    watch = JoinWatch(folder, f"{run_id}-0", learners, join_timeout, form_timeout=join_timeout / 2,
+                      first=first, total=total)  # fmt: skip
     watch.start()
     forward = StopForward()
     forward.start()
     try:
-        elastic_launch(config, sys.executable)("-m", "surreal", *sys.argv[1:])
+        elastic_launch(config, sys.executable)(
+            *(argv if argv is not None else ("-m", "surreal", *sys.argv[1:]))
+        )
     except SignalException as exc:
         log.info("learner ranks stopped by signal %s", exc.sigval)
-        return EXIT_PREEMPTED
+        return EXIT_PREEMPTED, False
     except ChildFailedError as exc:
         if preemption.requested():  # told to stop (StopForward): the ranks saved and left
             log.info("learner ranks stopped: %s", preemption.failure() or "stop requested")
-            return EXIT_PREEMPTED
+            return EXIT_PREEMPTED, False
         if watch.problem:
             raise GroupNotFormed(watch.problem) from None
         unformed = sorted(r for r, f in exc.failures.items() if f.exitcode == EXIT_GROUP_NOT_FORMED)
@@ -545,11 +819,18 @@ def _run_group(learners: int, folder: Path, restarts: int, join_timeout: datetim
             raise GroupNotFormed(f"the {learners} learner ranks did not form their group (rank"
                                  f"{'s' if len(unformed) > 1 else ''} {', '.join(map(str, unformed))} "
                                  f"exited {EXIT_GROUP_NOT_FORMED}; the log says why)") from None  # fmt: skip
-        log.error("learner ranks failed (group restart %d of %d):\n%s", restarts, MAX_GROUP_RESTARTS,
-                  exc.format_msg())  # fmt: skip
-        return None
+        # A rank that saved and left on its own (PeerLost: a peer left) exits as on SIGTERM; the
+        # agent then stopped the others. Across pods that peer is another pod's: not a failure here.
+        _, first_failure = exc.get_first_failure()
+        peer_lost = total is not None and total > learners and first_failure.exitcode == EXIT_PREEMPTED
+        if peer_lost:
+            log.warning("learner ranks: a peer pod's rank left; the group is started again")
+        else:
+            log.error("learner ranks failed (group restart %d of %d):\n%s", restarts, MAX_GROUP_RESTARTS,
+                      exc.format_msg())  # fmt: skip
+        return None, peer_lost
     finally:
         forward.stop()
         watch.stop()
     log.info("every learner rank finished")
-    return 0
+    return 0, False

@@ -16,6 +16,10 @@ from surreal.algorithms.common.env_ref import EnvRef
 # here, without torch, so that every component can ask whether it is one.
 ENV_RANK = "RANK"
 ENV_WORLD_SIZE = "WORLD_SIZE"
+# Ranks across learner pods (ranks.py): the agent of each pod starts its ranks with RANK and
+# WORLD_SIZE of its own pod; these make them the group's (global rank = RANK + offset).
+ENV_RANK_OFFSET = "SURREAL_RANK_OFFSET"
+ENV_GROUP_SIZE = "SURREAL_GROUP_SIZE"
 # The exit of a learner whose ranks did not form their group in time (a rank hung before it joined):
 # retrying cannot help, so it fails the learner role at once (policy.py: one of its fatal exits).
 EXIT_GROUP_NOT_FORMED = 70
@@ -35,14 +39,19 @@ class RoleFailed(RuntimeError):
 
 
 def rank_from_environ() -> tuple[int, int] | None:
-    """(rank, world size) from the elastic agent's variables, or None outside a group."""
+    """(rank, world size) of the group from the elastic agent's variables, or None outside a
+    group; with learner pods, the pod's agent's offset and the group's size make them global."""
     rank, size = os.environ.get(ENV_RANK), os.environ.get(ENV_WORLD_SIZE)
     if rank is None or size is None:
         return None
+    offset, total = os.environ.get(ENV_RANK_OFFSET), os.environ.get(ENV_GROUP_SIZE)
     try:
+        if offset is not None and total is not None:
+            return int(rank) + int(offset), int(total)
         return int(rank), int(size)
     except ValueError:
-        raise ValueError(f"{ENV_RANK}={rank!r} and {ENV_WORLD_SIZE}={size!r} must be integers") from None
+        raise ValueError(f"{ENV_RANK}={rank!r}, {ENV_WORLD_SIZE}={size!r}, {ENV_RANK_OFFSET}={offset!r} and "
+                         f"{ENV_GROUP_SIZE}={total!r} must be integers") from None  # fmt: skip
 
 
 @dataclass(frozen=True)
