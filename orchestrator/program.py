@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from surreal.algorithms.common.env_ref import IMPORT_PATH_VAR
+from surreal.algorithms.common.run import ENV_CONTROL, ENV_POD, ENV_PODS
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE, Component, Program
 from surreal.protocol.options import MAX_MESSAGE_BYTES
@@ -31,6 +32,8 @@ ENV_AGENTS_IN_WORKER = "SURREAL_AGENTS_IN_WORKER"
 # An Indexed Job gives each of its pods its index in this variable (Kubernetes sets it; the
 # containers backend too): actor pods take it as their worker index (surreal.component).
 ENV_JOB_INDEX = "JOB_COMPLETION_INDEX"
+# Ranks across learner pods (ranks.py): how many, pod 0's control store, a Job's first pod.
+ENV_LEARNER_PODS, ENV_RANKS_CONTROL, ENV_FIRST_LEARNER_POD = ENV_PODS, ENV_CONTROL, ENV_POD
 # Where a finished learner writes its final status: the container's termination message in a pod.
 ENV_TERMINATION_LOG = "SURREAL_TERMINATION_LOG"
 # In a Kubernetes pod: "NAMESPACE/EXPERIMENT", whose Jobs the component watches through the API
@@ -61,6 +64,10 @@ class Target:
     termination_log: str | None = None
     # Pods: "NAMESPACE/EXPERIMENT" for the components' watch of the experiment's Jobs.
     kube_experiment: str | None = None
+    # Pods the learner ranks spread over (ranks.py): learner_addr lists every pod's ranks, pod by
+    # pod; `ranks_control` is pod 0's control store ("HOST:PORT") when there are several.
+    learner_pods: int = 1
+    ranks_control: str = ""
 
 
 def local_split(agents: int, cpus: int | None = None, learners: int = 1) -> list[int]:
@@ -131,11 +138,15 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
         env.update({k: str(v) for k, v in extra.pop("env", {}).items()})  # type: ignore[attr-defined]
         return Component(name=name, role=role, argv=argv, env=env, index=index, **extra)  # type: ignore[arg-type]
 
-    ranks = len(learner_ports(target.learner_addr))
+    ranks = len(learner_ports(target.learner_addr)) // target.learner_pods  # in one learner pod
     learner_env = {ENV_BIND_HOST: target.bind_host}
     if target.termination_log:
         learner_env[ENV_TERMINATION_LOG] = target.termination_log
-    # Learner ranks run side by side (one pod on a cluster): a core and a learner's memory each.
+    if target.learner_pods > 1:
+        learner_env.update(
+            {ENV_LEARNER_PODS: str(target.learner_pods), ENV_RANKS_CONTROL: target.ranks_control}
+        )
+    # Learner ranks run side by side (in one pod on a cluster): a core and a learner's memory each.
     learner = component("learner", env=learner_env, cpu=float(ranks), memory_mb=LEARNER_MEMORY_MB * ranks,
                         port=learner_ports(target.learner_addr)[0])  # fmt: skip
     evaluator = component("evaluator", cpu=0.5, memory_mb=1024)

@@ -106,6 +106,8 @@ def write_termination_message(exp_dir: Path, code: int, failed: RoleFailed | Non
     path = os.environ.get(prog.ENV_TERMINATION_LOG)
     if not path or (failed is None and code not in (0, preemption.EXIT_PREEMPTED)):
         return
+    if failed is None and os.environ.get(prog.ENV_FIRST_LEARNER_POD, "0") != "0":
+        return  # a learner pod past the first (--learner-pods): rank 0's pod reports the run
     try:
         status = json.loads((exp_dir / "status.json").read_text())
     except (OSError, ValueError):

@@ -53,6 +53,7 @@ TOP_LEVEL_KEYS = (
     "env",
     "agents",
     "learners",
+    "learner_pods",
     "steps",
     "seed",
     "backend",
@@ -85,6 +86,9 @@ class ExperimentSpec:
     learners: int = 1
     """Learner ranks (data parallel): each serves its share of the actors (worker index modulo
     `learners`) and the ranks average gradients at every update (algorithms/common/ranks.py)."""
+    learner_pods: int = 1
+    """Pods the learner ranks run in (containers, kube): each runs learners / learner_pods ranks and
+    they form one group across pods (ranks.py); 1: every rank in one pod."""
     steps: int = 100_000
     """Environment steps to train for; the experiment succeeds when they are done. When not given,
     the algorithm's default for `env` and `agents` (build_spec)."""
@@ -121,6 +125,8 @@ class ExperimentSpec:
         data = {k: getattr(self, k) for k in ("name", *TOP_LEVEL_KEYS)}
         if not self.env_kwargs:  # spec files of environments without kwargs stay as they were
             del data[ENV_KWARGS]
+        if self.learner_pods == 1:  # and those of one learner pod
+            del data["learner_pods"]
         data[self.algo] = _plain(dataclasses.asdict(self.config))
         if self.resolved is not None:
             data[RESOLVED] = _plain(dataclasses.asdict(self.resolved))
@@ -482,6 +488,9 @@ def _validate(spec: ExperimentSpec) -> None:
                 f"learners {spec.learners}: every learner rank needs an agent of its "
                 f"own, and there are {spec.agents} (raise --agents)"
             )
+    if not 1 <= spec.learner_pods <= spec.learners or spec.learners % spec.learner_pods:
+        raise SpecError(f"learner_pods {spec.learner_pods}: the {spec.learners} learner ranks must spread "
+                        "evenly over the learner pods (learner_pods must divide learners)")  # fmt: skip
     _check_range("seed", spec.seed, 0, MAX_SEED)
     if spec.backend not in BACKENDS:
         raise SpecError(f"unknown backend {spec.backend!r} (known: {', '.join(BACKENDS)})")
@@ -499,6 +508,10 @@ def _validate(spec: ExperimentSpec) -> None:
             f"invalid queue {spec.queue!r}: a Kueue LocalQueue's name, a DNS-1123 label of at most 63 "
             "characters (lower-case letters, digits and '-')"
         )
+    if spec.learner_pods > 1 and spec.backend == "local":
+        raise SpecError(f"learner_pods {spec.learner_pods}: learner pods are containers' or a "
+                        "cluster's (--backend containers or kube); locally every rank runs on this "
+                        "machine")  # fmt: skip
     if spec.queue and spec.backend != "kube":
         raise SpecError(f"queue {spec.queue!r}: queues are Kueue's, on a cluster (use --backend kube)")
 

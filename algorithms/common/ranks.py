@@ -57,7 +57,10 @@ import torch
 import torch.distributed as dist
 
 from surreal.algorithms.common.run import (
+    ENV_CONTROL,
     ENV_GROUP_SIZE,
+    ENV_POD,
+    ENV_PODS,
     ENV_RANK,
     ENV_RANK_OFFSET,
     ENV_WORLD_SIZE,
@@ -75,9 +78,6 @@ ENV_GROUP_RESTARTS = "SURREAL_GROUP_RESTARTS"  # restarts of the group before th
 ENV_MARKS = "SURREAL_RANKS_MARKS"  # the folder of the ranks' came-up and formed marks (the agent's)
 ENV_GENERATION = "SURREAL_RANKS_GENERATION"  # the group's generation, agreed by the pods' agents
 # Ranks across learner pods (set by the backend on each learner pod's container).
-ENV_POD = "SURREAL_LEARNER_POD"  # this pod's index; pod 0 holds the checkpoints and the control store
-ENV_PODS = "SURREAL_LEARNER_PODS"  # learner pods of the experiment (each runs learners / pods ranks)
-ENV_CONTROL = "SURREAL_RANKS_CONTROL"  # "HOST:PORT" of pod 0's control store
 CONTROL_PORT = 29400  # the control store's port in pod 0 (torch's customary rendezvous port)
 # How long the pods' agents wait for each other before a group: a lost pod's replacement may have
 # to be scheduled (a new node, an image pull); one that has not come by then is not coming soon.
@@ -269,7 +269,7 @@ def open_store(spec: str, size: int, generation: str) -> dist.Store:
     if kind == "tcp" and where:
         host, port = split_addr(where)
         client = dist.TCPStore(host, port, is_master=False, timeout=COLLECTIVE_TIMEOUT)
-        return dist.PrefixStore(f"gen{generation}/", client)
+        return dist.PrefixStore(f"gen{generation}", client)  # its keys: genG/KEY (PodControl.lost)
     raise ValueError(f"{ENV_STORE}={spec!r}: expected file:FOLDER or tcp:HOST:PORT")
 
 
@@ -292,10 +292,14 @@ class Pods:
 
     @classmethod
     def from_environ(cls) -> Pods:
+        """SURREAL_LEARNER_PODS and SURREAL_RANKS_CONTROL; this pod is SURREAL_LEARNER_POD (the
+        first pod of its Job: 0 for the learner's, 1 for its peers') plus the Job's completion
+        index (JOB_COMPLETION_INDEX, which Kubernetes and the containers backend set)."""
         pods = int(os.environ.get(ENV_PODS, "1") or 1)
         if pods == 1:
             return cls()
-        return cls(int(os.environ.get(ENV_POD, "0") or 0), pods, os.environ.get(ENV_CONTROL, ""))
+        pod = int(os.environ.get(ENV_POD, "0") or 0) + int(os.environ.get("JOB_COMPLETION_INDEX", "0") or 0)
+        return cls(pod, pods, os.environ.get(ENV_CONTROL, ""))
 
 
 class PodControl:
@@ -389,9 +393,20 @@ def control_store(
     if pods.pod == 0 and server is None:
         server = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=COLLECTIVE_TIMEOUT)
         server.set("store_id", uuid.uuid4().hex)
-    client = dist.TCPStore(host, port, is_master=False, timeout=timeout)
-    client.wait(["store_id"], timeout)
-    return client, server
+    deadline = time.monotonic() + timeout.total_seconds()
+    while True:  # pod 0 may not be there yet: its name may not even resolve
+        left = datetime.timedelta(seconds=max(1.0, deadline - time.monotonic()))
+        try:
+            client = dist.TCPStore(host, port, is_master=False, timeout=min(left, COLLECTIVE_TIMEOUT))
+            client.wait(["store_id"], left)
+            return client, server
+        except Exception as exc:  # noqa: BLE001 - torch's store errors are RuntimeErrors
+            if time.monotonic() >= deadline:
+                why = " ".join(str(exc).split())[:200]
+                raise GroupNotFormed(f"learner pod {pods.pod} of {pods.pods} could not reach pod 0's control "
+                                     f"store at {pods.control} within {timeout.total_seconds():.0f} s: {why}"
+                                     ) from None  # fmt: skip
+            time.sleep(1.0)
 
 
 def agree(

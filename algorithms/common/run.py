@@ -20,6 +20,12 @@ ENV_WORLD_SIZE = "WORLD_SIZE"
 # WORLD_SIZE of its own pod; these make them the group's (global rank = RANK + offset).
 ENV_RANK_OFFSET = "SURREAL_RANK_OFFSET"
 ENV_GROUP_SIZE = "SURREAL_GROUP_SIZE"
+# Set by the backend on each learner pod's container (ranks.Pods.from_environ): the learner pods
+# of the experiment, pod 0's control store ("HOST:PORT"), and the first pod of the pod's Job (its
+# pod is that plus its Job's completion index).
+ENV_PODS = "SURREAL_LEARNER_PODS"
+ENV_CONTROL = "SURREAL_RANKS_CONTROL"
+ENV_POD = "SURREAL_LEARNER_POD"
 # The exit of a learner whose ranks did not form their group in time (a rank hung before it joined):
 # retrying cannot help, so it fails the learner role at once (policy.py: one of its fatal exits).
 EXIT_GROUP_NOT_FORMED = 70

@@ -27,7 +27,7 @@ from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
-from surreal.algorithms.common.ranks import RankGroup, group_from_environ, launch_ranks
+from surreal.algorithms.common.ranks import Pods, RankGroup, group_from_environ, launch_ranks
 from surreal.algorithms.common.run import RunContext, progress_extras, rank_from_environ
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
@@ -526,6 +526,7 @@ class GroupIntake:
         self.holding = False  # committed to the next update, waiting for the others
         self.rank_env_steps = [0] * group.size  # env steps each rank took in, since it formed
         self.rank_streams = [0] * group.size  # as of the last update
+        self.pods = Pods.from_environ().pods  # the learner pods the ranks spread over
 
     def _new_pending(self, streams: int) -> Pending:
         dim = (obs_stats_dim(self.learner.spaces),)
@@ -600,11 +601,12 @@ class GroupIntake:
         self.pending.streams = connected_actors  # the others hear it at the next update
         streams = list(self.rank_streams)
         streams[self.group.rank] = connected_actors
+        per_pod = self.group.size // self.pods  # ranks of one learner pod (--learner-pods)
         return {
             "connected_actors": sum(streams),
             "group_restarts": self.group.restarts,
             "collective_seconds": self.group.collective_seconds,  # benchmarks read it
-            "learners": [{"rank": r, "env_steps": s, "connected_actors": n}
+            "learners": [{"rank": r, "pod": r // per_pod, "env_steps": s, "connected_actors": n}
                          for r, (s, n) in enumerate(zip(self.rank_env_steps, streams, strict=True))],
         }  # fmt: skip
 

@@ -385,6 +385,15 @@ def _pod(
         and all(pod_labels.get(k) == v for k, v in (s["spec"].get("selector") or {}).items())
     ]
     name = pod_name(work, index, rng)
+    hostname = name
+    subdomain = pod_spec.get("subdomain")
+    headless = any(s["kind"] == "Service" and s["metadata"]["name"] == subdomain
+                   and s["spec"].get("clusterIP") == "None" for s in objects)  # fmt: skip
+    if work["kind"] == "Job" and subdomain and headless:
+        # An Indexed Job's pod is named <job>-<index>, and resolves as <job>-<index>.<subdomain>
+        # through the headless Service of that name (the learner pods' stable names).
+        hostname = f"{work['metadata']['name']}-{index}"
+        aliases += [hostname, f"{hostname}.{subdomain}"]
     poddir = workdir / "pods" / name
     vflags, paths = volume_flags(
         pod_spec, container, objects=by_key, poddir=poddir, voldir=workdir / "volumes"
@@ -392,7 +401,7 @@ def _pod(
     command = list(container.get("command") or [])
     labels = {**pod_labels, RUN_LABEL: run_id, POD_LABEL: name}
     flags = [
-        "--name", name, "--hostname", name, "--network", f"surreal-{run_id}",
+        "--name", name, "--hostname", hostname, "--network", f"surreal-{run_id}",
         *(x for alias in aliases for x in ("--network-alias", alias)),
         *(x for k, v in sorted(labels.items()) for x in ("--label", f"{k}={v}")),
         "--restart", {"Always": "always", "OnFailure": "on-failure", "Never": "no"}[policy],

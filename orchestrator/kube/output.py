@@ -81,6 +81,11 @@ def helm_values(
     left out for a spec without one (built by hand) and for infinite action bounds, which Helm
     cannot read from a values file (YAML's .inf has no JSON form): the components then resolve
     the environment at start, as with `helm install --set`."""
+    if spec.learner_pods > 1:
+        raise RenderError(
+            f"learner_pods {spec.learner_pods}: the Helm chart renders the learner in one pod; "
+            "create it with the CLI (surreal create ... --backend kube, or --dry-run -o yaml)"
+        )
     settings = settings or RenderSettings()
     spec = kube_spec(spec)
     program = kube_program(spec)

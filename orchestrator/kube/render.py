@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from surreal.orchestrator.kube import pods as pods
 from surreal.orchestrator.kube.pods import Placement
 from surreal.orchestrator.policy import RolePolicy, policy_of
 from surreal.orchestrator.program import (
+    ENV_FIRST_LEARNER_POD,
     LEARNER_PORT,
     Target,
     fragment_problem,
@@ -75,6 +76,8 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # "One admission: a JobSet").
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 JOB_ROLES = ("learner", "actor", "evaluator")  # the roles that run as Jobs, in the JobSet's order
+# Pod 0's control store, where the learner pods' agents agree on each group (ranks.py).
+RANKS_CONTROL_PORT = 29400
 # The components' SURREAL_KUBE_EXPERIMENT ends with it when their Jobs are a JobSet's (watch.py).
 JOBSET_SUFFIX = "jobset"
 
@@ -119,6 +122,10 @@ def object_names(name: str) -> dict[str, str]:
         "evaluator": f"{name}-evaluator",
         "tensorboard": f"{name}-tensorboard",
         "claim": f"{name}-data",  # the learner's checkpoints, status and events
+        # Learner ranks across pods (--learner-pods): pods 1.. of the learner, and the headless
+        # Service that gives every learner pod a stable name (`subdomain`).
+        "learner-peers": f"{name}-learner-peers",
+        "ranks": f"{name}-ranks",
         "watch": f"{name}-watch",  # the components' ServiceAccount, Role and RoleBinding
     }
 
@@ -127,10 +134,20 @@ def job_names(name: str, queued: bool) -> dict[str, str]:
     """The Job of each role (JOB_ROLES): its own `NAME-ROLE`, or in a queued experiment's JobSet the
     name the JobSet controller gives it (`<jobset>-<replicatedJob>-<index>`; the JobSet is named
     after the experiment and holds one Job of each)."""
+    parts = (*JOB_ROLES, "learner-peers")
     if queued:
-        return {role: f"{name}-{role}-0" for role in JOB_ROLES}
+        return {part: f"{name}-{part}-0" for part in parts}
     names = object_names(name)
-    return {role: names[role] for role in JOB_ROLES}
+    return {part: names[part] for part in parts}
+
+
+def learner_pod_hosts(spec: ExperimentSpec) -> list[str]:
+    """Each learner pod's stable name, pod by pod (--learner-pods > 1): an Indexed Job's pod is
+    named `<job>-<index>` and, with `subdomain`, resolves as `<job>-<index>.<subdomain>` through
+    the headless Service of that name. Pod 0 is the learner Job's, pods 1.. the peers Job's."""
+    names, jobs = object_names(spec.name), job_names(spec.name, bool(spec.queue))
+    peers = [f"{jobs['learner-peers']}-{i}" for i in range(spec.learner_pods - 1)]
+    return [f"{host}.{names['ranks']}" for host in (f"{jobs['learner']}-0", *peers)]
 
 
 def labels(name: str, component: str, managed_by: str = MANAGED_BY) -> dict[str, str]:
@@ -158,11 +175,21 @@ def kube_spec(spec: ExperimentSpec) -> ExperimentSpec:
 
 
 def kube_target(spec: ExperimentSpec) -> Target:
-    return Target(
-        spec_path=pods.SPEC_PATH,
+    if spec.learner_pods == 1:
         # The Service's short name (every pod of the experiment lives in its namespace), a port per
         # learner rank: the ranks run in the learner's pod, rank r on LEARNER_PORT + r.
-        learner_addr=rank_addrs(object_names(spec.name)["learner"], LEARNER_PORT, spec.learners),
+        learner_addr = rank_addrs(object_names(spec.name)["learner"], LEARNER_PORT, spec.learners)
+        control = ""
+    else:  # each learner pod's ranks at its own name, a port each from LEARNER_PORT
+        hosts = learner_pod_hosts(spec)
+        local = spec.learners // spec.learner_pods
+        learner_addr = ",".join(rank_addrs(host, LEARNER_PORT, local) for host in hosts)
+        control = f"{hosts[0]}:{RANKS_CONTROL_PORT}"
+    return Target(
+        spec_path=pods.SPEC_PATH,
+        learner_addr=learner_addr,
+        learner_pods=spec.learner_pods,
+        ranks_control=control,
         bind_host="0.0.0.0",
         exp_dir=pods.EXP_DIR,
         command=("surreal",),
@@ -203,17 +230,22 @@ def job_failure_policy(container: str, policy: RolePolicy) -> dict[str, Any]:
     return {budget: policy.retries, "podFailurePolicy": {"rules": rules}}
 
 
-def jobset_failure_policy() -> dict[str, Any]:
+def jobset_failure_policy(parts: Sequence[str] = JOB_ROLES) -> dict[str, Any]:
     """What a failed Job of a queued experiment's JobSet does (policy.py's `fails_experiment`):
     the learner's or the actors' fails the JobSet (the experiment); the evaluator's never fails it
     (JobSet has no rule that ignores a failed Job): the JobSet is restarted without counting, so
     the learner saves on SIGTERM and resumes from its checkpoint with 0 updates lost, and the
     evaluator starts again with its retries. No other failure restarts it (maxRestarts 0)."""
+
+    def role(part: str) -> str:  # the learner's peers are the learner
+        return "learner" if part == "learner-peers" else part
+
+    def action(part: str) -> str:
+        return "FailJobSet" if policy_of(role(part)).fails_experiment else "RestartJobSetAndIgnoreMaxRestarts"
+
     rules = [
-        {"name": f"{role}-failed",
-         "action": "FailJobSet" if policy_of(role).fails_experiment else "RestartJobSetAndIgnoreMaxRestarts",
-         "targetReplicatedJobs": [role]}
-        for role in JOB_ROLES
+        {"name": f"{part}-failed", "action": action(part), "targetReplicatedJobs": [part]}
+        for part in parts
     ]  # fmt: skip
     return {"maxRestarts": 0, "rules": rules}
 
@@ -255,16 +287,16 @@ def render(
     objects = [ctx.config_map(), ctx.secret(token), ctx.network_policy(), *ctx.watch_access()]
     if pvc:
         objects.append(ctx.claim())
-    jobs = [
-        ctx.job(program.component("learner"), 1),
-        ctx.job(actors[0], len(actors)),
-        ctx.job(program.component("evaluator"), 1),
-    ]
-    objects += [
-        ctx.service("learner", pods.rank_ports(ctx.learner_ports)),
-        ctx.disruption_budget(),
-        *([ctx.jobset(jobs)] if spec.queue else jobs),
-    ]
+    learner = program.component("learner")
+    jobs = [ctx.job(learner, 1)]
+    if spec.learner_pods > 1:  # pods 1.. of the learner: the same, but pod 1 first and no claim
+        peer = dataclasses.replace(learner, env={**learner.env, ENV_FIRST_LEARNER_POD: "1"})
+        jobs.append(ctx.job(peer, spec.learner_pods - 1, part="learner-peers"))
+    jobs += [ctx.job(actors[0], len(actors)), ctx.job(program.component("evaluator"), 1)]
+    objects.append(ctx.service("learner", pods.rank_ports(ctx.learner_ports)))
+    if spec.learner_pods > 1:
+        objects.append(ctx.ranks_service())
+    objects += [ctx.disruption_budget(), *([ctx.jobset(jobs)] if spec.queue else jobs)]
     if pvc:  # TensorBoard reads the learner's claim
         objects += [ctx.service("tensorboard", {"http": pods.TB_PORT}), ctx.tensorboard()]
     return objects
@@ -353,15 +385,35 @@ class _Ctx:
                     {
                         "from": [{"podSelector": {"matchLabels": {"surreal.io/experiment": name}}}],
                         "ports": [{"protocol": "TCP", "port": port} for port in self.learner_ports],
-                    }
+                    },
+                    # Learner pods among themselves (--learner-pods): the control store and
+                    # gloo's connections, on ports gloo picks.
+                    *(
+                        [{"from": [{"podSelector": {"matchLabels": selector(name, "learner")}}]}]
+                        if self.spec.learner_pods > 1
+                        else []
+                    ),
                 ],
             },
         }
 
     @property
     def learner_ports(self) -> tuple[int, ...]:
-        """The port of each learner rank, by rank (the program's learner address says them)."""
-        return learner_ports(kube_target(self.spec).learner_addr)
+        """The port of each learner rank of one learner pod, by its rank there (the program's
+        learner address says them)."""
+        ports = learner_ports(kube_target(self.spec).learner_addr)
+        return ports[: len(ports) // self.spec.learner_pods]
+
+    def ranks_service(self) -> dict[str, Any]:
+        """The headless Service whose name is the learner pods' `subdomain`: each learner pod
+        resolves as `<job>-<index>.NAME-ranks`, also before it is ready (the pods meet in pod 0's
+        control store before any rank serves)."""
+        ports = {**pods.rank_ports(self.learner_ports), "control": RANKS_CONTROL_PORT}
+        service = self.service("learner", ports)
+        service["metadata"]["name"] = self.names["ranks"]
+        service["spec"] = {"clusterIP": "None", "publishNotReadyAddresses": True, **service["spec"]}
+        del service["spec"]["type"]
+        return service
 
     def service(self, role: str, ports: Mapping[str, int]) -> dict[str, Any]:
         return {
@@ -389,12 +441,16 @@ class _Ctx:
         base = self.settings.resources.get(component.role) or pods.default_resources(component)
         return pods.with_gpu(base, self.gpus(component.role))
 
-    def pod_template(self, component: Component) -> dict[str, Any]:
+    def pod_template(self, component: Component, peer: bool = False) -> dict[str, Any]:
         container = pods.component_container(
             component, self.spec.image, self.settings.image_pull_policy, self.resources(component),
             ports=self.learner_ports if component.role == "learner" else (),
         )  # fmt: skip
-        if component.role == "learner":
+        if component.role == "learner" and self.spec.learner_pods > 1:
+            container["ports"].append(
+                {"name": "control", "containerPort": RANKS_CONTROL_PORT, "protocol": "TCP"}
+            )
+        if component.role == "learner" and not peer:
             data = (
                 {"persistentVolumeClaim": {"claimName": self.names["claim"]}}
                 if self.settings.storage == "pvc"
@@ -413,10 +469,13 @@ class _Ctx:
         spec["automountServiceAccountToken"] = True
         if component.role == "learner":
             spec["terminationGracePeriodSeconds"] = LEARNER_GRACE_SECONDS
+            if self.spec.learner_pods > 1:  # <job>-<index>.NAME-ranks: ranks_service
+                spec["subdomain"] = self.names["ranks"]
         return {"metadata": {"labels": labels(self.spec.name, component.role)}, "spec": spec}
 
-    def job(self, component: Component, pods_wanted: int) -> dict[str, Any]:
-        """The Job of one role: `pods_wanted` indexed pods that each run to completion."""
+    def job(self, component: Component, pods_wanted: int, part: str = "") -> dict[str, Any]:
+        """The Job of one role (`part`: of a role's second Job, the learner's peers): `pods_wanted`
+        indexed pods that each run to completion."""
         role = component.role
         spec: dict[str, Any] = {
             "completionMode": "Indexed",
@@ -424,8 +483,8 @@ class _Ctx:
             "parallelism": pods_wanted,
             **job_failure_policy(role, policy_of(role)),
         }
-        meta = self.meta(self.names[role], role)
-        spec["template"] = self.pod_template(component)
+        meta = self.meta(self.names[part or role], role)
+        spec["template"] = self.pod_template(component, peer=bool(part))
         return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
     def jobset(self, jobs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -438,7 +497,7 @@ class _Ctx:
         meta = self.meta(self.spec.name, "experiment")
         meta["labels"][QUEUE_LABEL] = str(self.spec.queue)
         replicated = [
-            {"name": job["metadata"]["labels"]["surreal.io/component"], "replicas": 1,
+            {"name": job["metadata"]["name"][len(self.spec.name) + 1 :], "replicas": 1,
              "template": {"metadata": {"labels": job["metadata"]["labels"]}, "spec": job["spec"]}}
             for job in jobs
         ]  # fmt: skip
@@ -451,7 +510,7 @@ class _Ctx:
                 # The workers reach the learner through its Service; no per-pod DNS names needed.
                 "network": {"enableDNSHostnames": False},
                 "successPolicy": {"operator": "All", "targetReplicatedJobs": ["learner"]},
-                "failurePolicy": jobset_failure_policy(),
+                "failurePolicy": jobset_failure_policy([r["name"] for r in replicated]),
                 "replicatedJobs": replicated,
             },
         }
@@ -479,7 +538,7 @@ class _Ctx:
             "kind": "PodDisruptionBudget",
             "metadata": self.meta(self.names["learner"], "learner"),
             "spec": {
-                "minAvailable": 1,
+                "minAvailable": self.spec.learner_pods,  # every learner pod: each is a part of the group
                 "selector": {"matchLabels": selector(self.spec.name, "learner")},
                 "unhealthyPodEvictionPolicy": "AlwaysAllow",
             },

@@ -43,6 +43,11 @@ def cli() -> None:
 @click.option("--env", "env_id", help="Environment id (default CartPole-v1), MODULE:ENV_ID or MODULE:CLASS.")
 @click.option("--agents", type=int, help="Logical agents (default 2).")
 @click.option("--learners", type=int, help="Learner ranks averaging gradients (default 1; PPO).")
+@click.option(
+    "--learner-pods",
+    type=int,
+    help="Pods the learner ranks spread over (containers, kube; default 1: one pod).",
+)
 @click.option("--steps", type=int, help="Environment steps to train for.")
 @click.option("--seed", type=int, help="Base random seed.")
 @click.option("--backend", help="local (default), containers or kube.")
@@ -77,6 +82,7 @@ def create(
     env_id: str | None,
     agents: int | None,
     learners: int | None,
+    learner_pods: int | None,
     steps: int | None,
     seed: int | None,
     backend: str | None,
@@ -94,7 +100,8 @@ def create(
     provider: str | None,
 ) -> None:
     """Create experiment NAME and run it (in the foreground unless --detach; kube: on the cluster)."""
-    flags = {"algo": algo, "env": env_id, "agents": agents, "learners": learners, "steps": steps,
+    flags = {"algo": algo, "env": env_id, "agents": agents, "learners": learners,
+             "learner_pods": learner_pods, "steps": steps,
              "seed": seed, "backend": backend, "namespace": namespace, "image": image, "gpu": gpu,
              "queue": queue}  # fmt: skip
     # A user's environment module imports from where this shell stands, as components will.
@@ -158,9 +165,12 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
     if st.get("checkpoint_version") is not None:
         age = fmt(st.get("checkpoint_age_seconds"), ".0f")
         click.echo(f"{'checkpoint:':<18}version {st['checkpoint_version']}, {age} s old")
-    for rank in st.get("learners") or []:  # learner ranks: what each took in
+    ranks = st.get("learners") or []
+    pods = any(rank.get("pod") for rank in ranks)  # --learner-pods: each rank's pod too
+    for rank in ranks:  # learner ranks: what each took in
+        where = f" in learner pod {rank['pod']}" if pods else ""
         click.echo(f"{'learner rank ' + str(rank['rank']) + ':':<18}{fmt(rank['env_steps'], ',d')} env steps "
-                   f"from {rank['connected_actors']} actor streams")  # fmt: skip
+                   f"from {rank['connected_actors']} actor streams{where}")  # fmt: skip
     if st.get("group_restarts"):
         click.echo(f"{'group restarts:':<18}{st['group_restarts']} (the learner ranks, from a checkpoint)")
     for key in ("queued", "admission", "problem"):

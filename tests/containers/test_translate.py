@@ -114,6 +114,22 @@ def test_services_become_network_aliases_of_the_pods_they_select() -> None:
     assert all(flag_values(pod, "--network") == ["surreal-r1"] for pod in p.pods)
 
 
+def test_learner_pods_are_named_as_an_indexed_jobs_pods_in_their_subdomain() -> None:
+    # --learner-pods 2: each learner pod resolves as <job>-<index>.<subdomain> (the headless
+    # Service NAME-ranks), its hostname <job>-<index>, as the Job controller names it.
+    p = plan(objects(agents=4, learners=4, learner_pods=2))
+    learners = [pod for pod in p.pods if pod.role == "learner"]
+    assert [pod.workload for pod in learners] == ["t1-learner", "t1-learner-peers"]
+    assert [flag_values(pod, "--hostname") for pod in learners] == [["t1-learner-0"], ["t1-learner-peers-0"]]
+    assert flag_values(learners[0], "--network-alias") == ["t1-learner", "t1-ranks", "t1-learner-0",
+                                                           "t1-learner-0.t1-ranks"]  # fmt: skip
+    assert flag_values(learners[1], "--network-alias")[-1] == "t1-learner-peers-0.t1-ranks"
+    assert env(learners[1])["SURREAL_LEARNER_POD"] == "1" and env(learners[1])["JOB_COMPLETION_INDEX"] == "0"
+    assert env(learners[0])["SURREAL_RANKS_CONTROL"] == "t1-learner-0.t1-ranks:29400"
+    # Without a subdomain a pod's hostname stays its name.
+    assert flag_values(plan().pods[0], "--hostname") == ["t1-learner-0-xxxxx"]
+
+
 def test_security_context() -> None:
     for pod in plan().pods:
         assert flag_values(pod, "--user") == ["10001:10001"]

@@ -516,3 +516,62 @@ def test_the_components_may_list_their_two_jobs_by_name_and_nothing_else() -> No
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "exp1-watch", "namespace": "rl"}]
     env = objects[("Job", "exp1-actor")]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "SURREAL_KUBE_EXPERIMENT", "value": "rl/exp1"} in env
+
+
+def test_learner_ranks_across_pods_are_two_learner_jobs_with_stable_names() -> None:
+    """--learners 4 --learner-pods 2: the learner Job (pod 0: the claim, the control store) and its
+    peers' Indexed Job (pods 1..), both with `subdomain` NAME-ranks, a headless Service of that name
+    that also resolves pods not ready yet, every rank addressed at its pod's name, and the learner
+    pods open to each other (gloo's ports are its own)."""
+    objects = by_kind_name(kr.render(make_spec(agents=4, learners=4, learner_pods=2), token="t"))
+    learner, peers = objects[("Job", "exp1-learner")], objects[("Job", "exp1-learner-peers")]
+    assert learner["spec"]["completions"] == 1 and peers["spec"]["completions"] == 1
+    assert peers["spec"]["template"]["metadata"]["labels"]["surreal.io/component"] == "learner"
+    assert peers["spec"]["backoffLimit"] == learner["spec"]["backoffLimit"]
+    pods = [job["spec"]["template"]["spec"] for job in (learner, peers)]
+    assert all(pod["subdomain"] == "exp1-ranks" for pod in pods)
+    claims = [[v for v in pod["volumes"] if v["name"] == "data"][0] for pod in pods]
+    assert claims[0] == {"name": "data", "persistentVolumeClaim": {"claimName": "exp1-data"}}
+    assert claims[1] == {"name": "data", "emptyDir": {}}  # pod 0 alone checkpoints
+    envs = [{e["name"]: e["value"] for e in pod["containers"][0]["env"]} for pod in pods]
+    hosts = ["exp1-learner-0.exp1-ranks", "exp1-learner-peers-0.exp1-ranks"]
+    assert envs[0]["SURREAL_LEARNER_ADDR"] == ",".join(f"{h}:{p}" for h in hosts for p in (6000, 6001))
+    assert envs[0]["SURREAL_RANKS_CONTROL"] == envs[1]["SURREAL_RANKS_CONTROL"] == f"{hosts[0]}:29400"
+    assert envs[0]["SURREAL_LEARNER_PODS"] == envs[1]["SURREAL_LEARNER_PODS"] == "2"
+    assert "SURREAL_LEARNER_POD" not in envs[0] and envs[1]["SURREAL_LEARNER_POD"] == "1"
+    for pod in pods:  # two ranks a pod: two cores, two learners' memory, a port each and the store's
+        container = pod["containers"][0]
+        assert container["resources"]["limits"]["cpu"] == "2"
+        assert [p["containerPort"] for p in container["ports"]] == [6000, 6001, 29400]
+    ranks = objects[("Service", "exp1-ranks")]["spec"]
+    assert ranks["clusterIP"] == "None" and ranks["publishNotReadyAddresses"] is True
+    assert ranks["selector"] == {"surreal.io/experiment": "exp1", "surreal.io/component": "learner"}
+    ingress = objects[("NetworkPolicy", "exp1-learner")]["spec"]["ingress"]
+    assert ingress[1] == {"from": [{"podSelector": {"matchLabels": ranks["selector"]}}]}
+    assert objects[("PodDisruptionBudget", "exp1-learner")]["spec"]["minAvailable"] == 2
+    for version in KUBE_VERSIONS:
+        for obj in objects.values():
+            validate(obj, version)
+    # One learner pod: as before, no peers, no headless Service, no subdomain.
+    plain = by_kind_name(kr.render(make_spec(agents=4, learners=4), token="t"))
+    assert ("Job", "exp1-learner-peers") not in plain and ("Service", "exp1-ranks") not in plain
+    assert "subdomain" not in plain[("Job", "exp1-learner")]["spec"]["template"]["spec"]
+
+
+def test_queued_learner_pods_are_replicated_jobs_of_the_one_jobset() -> None:
+    """The issue's dry run: `--learners 4 --learner-pods 2 --queue team-a`: exactly one object
+    carries the queue label, the JobSet, whose Jobs name the learner pods as JobSet names them."""
+    objects = kr.render(make_spec(agents=4, learners=4, learner_pods=2, queue="team-a"), token="t")
+    [labelled] = [o for o in objects if kr.QUEUE_LABEL in o["metadata"]["labels"]]
+    assert labelled["kind"] == "JobSet"
+    names = [r["name"] for r in labelled["spec"]["replicatedJobs"]]
+    assert names == ["learner", "learner-peers", "actor", "evaluator"]
+    rules = {r["targetReplicatedJobs"][0]: r["action"] for r in labelled["spec"]["failurePolicy"]["rules"]}
+    assert rules["learner-peers"] == "FailJobSet"
+    pod = labelled["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    env = pod["containers"][0]["env"]
+    addr = {e["name"]: e["value"] for e in env}["SURREAL_LEARNER_ADDR"]
+    assert addr.split(",")[2] == "exp1-learner-peers-0-0.exp1-ranks:6000"  # <jobset>-<rjob>-<job>-<pod>
+    for version in KUBE_VERSIONS:
+        for obj in objects:
+            validate(obj, version)

@@ -52,6 +52,14 @@ CASES = [
     (["create", "e1", "--algo", "ppo", "--agents", "4", "--learners", "3", "--backend", "kube",
       "--set", "agents_per_pod=2", "--dry-run"],
      "3 learner ranks need an actor pod each, and there would be 2"),
+    (["create", "e1", "--algo", "ppo", "--agents", "4", "--learners", "4", "--learner-pods", "3",
+      "--backend", "kube", "--dry-run"],
+     "learner_pods 3: the 4 learner ranks must spread evenly over the learner pods"),
+    (["create", "e1", "--algo", "ppo", "--agents", "4", "--learners", "2", "--learner-pods", "4",
+      "--backend", "kube", "--dry-run"],
+     "learner_pods 4: the 2 learner ranks must spread evenly"),
+    (["create", "e1", "--algo", "ppo", "--agents", "4", "--learners", "2", "--learner-pods", "2"],
+     "learner pods are containers' or a cluster's (--backend containers or kube)"),
     # A fragment over the protocol's 64 MiB message limit, which the learner would refuse at every
     # try: 20 Breakout envs x 129 rows x 4 stacked 84x84 frames.
     (["create", "e1", "--algo", "ppo", "--env", "ALE/Breakout-v5", "--set", "envs_per_agent=20"],
