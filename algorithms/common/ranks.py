@@ -307,8 +307,8 @@ class PodControl:
     the next group is. A store is one pod 0's life (`store_id`): a restarted pod 0 starts a new
     one, which the other agents take as a fresh start."""
 
-    def __init__(self, store: dist.Store, pods: Pods) -> None:
-        self.store, self.pods = store, pods
+    def __init__(self, store: dist.Store, pods: Pods, ranks: Sequence[int] = ()) -> None:
+        self.store, self.pods, self.ranks = store, pods, ranks  # `ranks`: this pod's
         self.last: int | None = None  # the generation this agent last took part in
         self.store_id = store.get("store_id").decode()
 
@@ -322,6 +322,8 @@ class PodControl:
             if self.last is None:
                 mine = self.store.check([arrived(current, self.pods.pod)])
                 generation = current + 1 if mine else current
+                if mine:  # this pod's predecessor was in `current`: its ranks are gone, say so
+                    self.lost(current, self.ranks)
             else:
                 generation = max(self.last + 1, current)
             if generation > current:
@@ -414,6 +416,7 @@ def agree(
     control: PodControl | None,
     server: dist.Store | None,
     timeout: datetime.timedelta = POD_JOIN_TIMEOUT,
+    ranks: Sequence[int] = (),
 ) -> tuple[int, PodControl, dist.Store | None]:
     """The next generation, agreed with the other pods' agents: (it, the control, its server). A
     control store that went away (pod 0 restarted: a new, empty one) is connected to again, and
@@ -422,7 +425,7 @@ def agree(
         try:
             if control is None:
                 client, server = control_store(pods, server, timeout)
-                control = PodControl(client, pods)
+                control = PodControl(client, pods, ranks)
             return control.next_generation(timeout), control, server
         except GroupNotFormed:
             raise
@@ -712,7 +715,8 @@ def launch_ranks(
                 return EXIT_PREEMPTED
             generation = None
             if pods.pods > 1:
-                generation, control, server = agree(pods, control, server, pod_join_timeout)
+                generation, control, server = agree(pods, control, server, pod_join_timeout,
+                                                    range(first, first + local))  # fmt: skip
                 os.environ.update({ENV_STORE: f"tcp:{pods.control}", ENV_GENERATION: str(generation),
                                    ENV_RANK_OFFSET: str(first), ENV_GROUP_SIZE: str(learners)})  # fmt: skip
             code, peer_lost = _run_group(local, folder, counted, join_timeout, first=first, total=learners,
