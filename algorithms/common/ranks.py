@@ -710,7 +710,7 @@ def launch_ranks(
     server: dist.Store | None = None  # pod 0's control store, served while this agent lives
     counted = 0
     try:
-        for _ in range(4 * MAX_GROUP_RESTARTS + 1):  # a peer pod's losses are not counted, but bounded
+        for starts in range(4 * MAX_GROUP_RESTARTS + 1):  # a peer pod's losses are not counted, but bounded
             if preemption.requested():  # asked to stop between groups (stop_for): none to save
                 return EXIT_PREEMPTED
             generation = None
@@ -719,7 +719,8 @@ def launch_ranks(
                                                     range(first, first + local))  # fmt: skip
                 os.environ.update({ENV_STORE: f"tcp:{pods.control}", ENV_GENERATION: str(generation),
                                    ENV_RANK_OFFSET: str(first), ENV_GROUP_SIZE: str(learners)})  # fmt: skip
-            code, peer_lost = _run_group(local, folder, counted, join_timeout, first=first, total=learners,
+            # The group's restarts so far (status: group_restarts), those a peer pod's loss caused too.
+            code, peer_lost = _run_group(local, folder, starts, join_timeout, first=first, total=learners,
                                          argv=argv)  # fmt: skip
             if code is not None:
                 if control is not None and code == 0:
@@ -845,8 +846,8 @@ def _run_group(
         if peer_lost:
             log.warning("learner ranks: a peer pod's rank left; the group is started again")
         else:
-            log.error("learner ranks failed (group restart %d of %d):\n%s", restarts, MAX_GROUP_RESTARTS,
-                      exc.format_msg())  # fmt: skip
+            log.error("learner ranks failed (group restart %d; %d may count):\n%s", restarts,
+                      MAX_GROUP_RESTARTS, exc.format_msg())  # fmt: skip
         return None, peer_lost
     finally:
         forward.stop()
