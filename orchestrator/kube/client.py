@@ -322,20 +322,24 @@ class KubeClient:
             log.error("could not remove %r after a failed create: %s", root, exc)
 
     def _delete_root(self, root: str, ns: str, *, wait: bool) -> None:
+        self._delete("ConfigMap", root, ns, wait=wait, still=f"{root!r} is still being deleted after "
+                     f"{self.delete_timeout:.0f} s (the garbage collector goes on; see kubectl get all "
+                     "-l surreal.io/experiment)")  # fmt: skip
+
+    def _delete(self, kind: str, name: str, ns: str, *, wait: bool, still: str) -> None:
+        """Delete `name` (Foreground: what it owns goes first); with `wait`, until it is gone, or
+        KubeError(`still`) after delete_timeout. Already gone is fine."""
+        fn, resource = self._method(kind, "delete")
         try:
-            self._call(self.core.delete_namespaced_config_map, root, ns, verb="delete",
-                       resource="configmaps", ns=ns, propagation_policy="Foreground")  # fmt: skip
+            self._call(fn, name, ns, verb="delete", resource=resource, ns=ns, propagation_policy="Foreground")
         except ApiException as exc:
             if exc.status != 404:
                 raise
         deadline = time.monotonic() + self.delete_timeout
-        while wait and self._read("ConfigMap", root, ns) is not None:
+        while wait and self._read(kind, name, ns) is not None:
             if time.monotonic() > deadline:
-                raise KubeError(
-                    f"{root!r} is still being deleted after {self.delete_timeout:.0f} s "
-                    "(the garbage collector goes on; see kubectl get all -l surreal.io/experiment)"
-                )
-            time.sleep(0.5)
+                raise KubeError(still)
+            time.sleep(self.poll_seconds)
 
     def scale(self, name: str, namespace: str, agents: int) -> int:
         """Run `agents` logical agents: the learner takes the count first (scale.json on its claim,
@@ -407,7 +411,14 @@ class KubeClient:
         if jobset is not None:
             self._suspend(name, ns)
             self._wait_learner_gone(name, ns)
-            self._delete_jobset(name, ns)
+            self._delete(
+                "JobSet",
+                name,
+                ns,
+                wait=True,
+                still=f"JobSet {name!r} is still being deleted after "
+                f"{self.delete_timeout:.0f} s; `surreal scale` again finishes the resize once it is gone",
+            )
         spec_text = yaml.safe_dump({**self.spec_of(name, ns), "agents": agents}, sort_keys=False)
         self._patch("ConfigMap", kr.object_names(name)["spec"], ns, {
             "metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(agents)}},
@@ -446,24 +457,11 @@ class KubeClient:
                 )
             time.sleep(self.poll_seconds)
 
-    def _delete_jobset(self, name: str, ns: str) -> None:
-        fn, resource = self._method("JobSet", "delete")
-        try:
-            self._call(fn, name, ns, verb="delete", resource=resource, ns=ns, propagation_policy="Foreground")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        deadline = time.monotonic() + self.delete_timeout
-        while self._read("JobSet", name, ns) is not None:
-            if time.monotonic() > deadline:
-                raise KubeError(f"JobSet {name!r} is still being deleted after {self.delete_timeout:.0f} s; "
-                                "`surreal scale` again finishes the resize once it is gone")  # fmt: skip
-            time.sleep(self.poll_seconds)
-
     # --- observation -----------------------------------------------------------------------
 
-    def spec_of(self, name: str, namespace: str) -> dict[str, Any]:
-        data = yaml.safe_load(self._root(name, namespace)["data"]["spec.yaml"])
+    def spec_of(self, name: str, namespace: str, root: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The spec as the root holds it (`root`: already read)."""
+        data = yaml.safe_load((root or self._root(name, namespace))["data"]["spec.yaml"])
         return data if isinstance(data, dict) else {}
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
@@ -488,14 +486,15 @@ class KubeClient:
     def status(self, name: str, namespace: str, *, learner: bool = True) -> dict[str, Any]:
         """The contract's status object: metrics from the learner over a port-forward while it
         runs, from its termination message once it ended; the phase from its Job."""
-        spec = self.spec_of(name, namespace)
+        root = self._root(name, namespace)
+        spec = self.spec_of(name, namespace, root)
         pods = self.pods(namespace, f"surreal.io/experiment={name}")
         jobs = self.jobs(namespace, f"surreal.io/experiment={name}")
         jobset: dict[str, Any] | None = None
         admission = None
         if spec.get("queue"):
             jobset = self._read("JobSet", name, namespace)
-            annotations = self._root(name, namespace)["metadata"].get("annotations") or {}
+            annotations = root["metadata"].get("annotations") or {}
             admission = ks.admission(jobset, self.workloads(name, namespace) if jobset else [],
                                      annotations.get(ks.RESIZE_ANNOTATION))  # fmt: skip
         metrics: dict[str, Any] = {}
