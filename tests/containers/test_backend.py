@@ -93,16 +93,23 @@ RESUMED = re.compile(r"resumed from checkpoint \((clean|jumped)\): Counters\(ver
                      r"updates=(\d+)")  # fmt: skip
 
 
-def test_learner_ranks_in_two_pods_solve_through_a_killed_pod_and_a_preempted_one(cli: Cli) -> None:
+def test_learner_ranks_in_two_pods_ride_out_a_killed_pod_and_a_preempted_one(cli: Cli) -> None:
     """`--learners 2 --learner-pods 2`: two learner containers with their own hostnames on the
     run's network (`<job>-0.lp-ranks`), a rank each, meeting in pod 0's control store; gloo
     between them. SIGKILL to the peer pod's container once rank 0 has checkpointed: its Job
     replaces it, the group restarts from the checkpoint. Then SIGTERM to pod 0's container: rank 0
     saves, pod 0 is replaced and resumes from that save exactly (0 updates lost), the peer pod
     stays (a peer pod's loss is not its failure). The run ends Succeeded with each pod's intake in
-    status. The bar's spread: BEST_EVAL's comment."""
+    status.
+
+    That two ranks learn as one learner does is proven once, on the local backend
+    (tests/integration/test_learner_ranks.py solves CartPole through the same two faults); the
+    ranks' update is the same code in one pod or two, only gloo's transport differs. This run
+    proves the pods' mechanics, so it is as short as the faults allow: they came at 7-21k steps in
+    14 runs of 100k steps (each of which solved, best eval 500.0), so STEPS leaves 19k steps past
+    the latest."""
     cli.run("create", "lp", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--learners", "2",
-            "--learner-pods", "2", "--steps", "100000", "--seed", "1", "--set", "checkpoint_seconds=2",
+            "--learner-pods", "2", "--steps", str(STEPS), "--seed", "1", "--set", "checkpoint_seconds=2",
             "--backend", "containers", "--detach", timeout=300.0)  # fmt: skip
 
     def learner_container(peer: bool) -> str:
@@ -146,10 +153,9 @@ def test_learner_ranks_in_two_pods_solve_through_a_killed_pod_and_a_preempted_on
     resumes = RESUMED.findall(new)
     print(f"SIGTERM's clean save {saves[-1] if saves else None}, the replacement resumed {resumes[:1]}; "
           f"best eval return {final['best_eval_return']}, learners {final['learners']}")  # fmt: skip
-    assert final["phase"] == "Succeeded" and final["env_steps"] >= 100_000, final
+    assert final["phase"] == "Succeeded" and final["env_steps"] >= STEPS, final
     said = [ln for ln in new.splitlines() if "rank 0" in ln or "ranks" in ln][-40:]
     assert saves and resumes and resumes[0] == ("clean", *saves[-1]), (saves, resumes, replacement, said)
-    assert final["best_eval_return"] >= BEST_EVAL, final
     assert [r["pod"] for r in final["learners"]] == [0, 1] and all(
         r["env_steps"] > 0 for r in final["learners"]
     )
@@ -161,11 +167,7 @@ def test_learner_ranks_in_two_pods_solve_through_a_killed_pod_and_a_preempted_on
     cli.run("delete", "lp")
 
 
-# Best evaluation return of the learner-pods run above (100k steps, two faults; the SIGTERM came
-# at 7-21k steps), on the 2-core machine: 14 runs (12 beside another test loop), 500.0 in all (min
-# = median = 500.0); the replacement of pod 0 resumed from the SIGTERM's clean save exactly in every
-# run whose logs were read. At 60k steps 9 runs gave min 363.1, median 500.0: too close to a bar.
-BEST_EVAL = 400
+STEPS = 40_000  # the learner-pods run above: its docstring says why
 
 
 def test_scale_starts_and_stops_actor_containers_and_the_learner_follows(cli: Cli) -> None:
