@@ -81,11 +81,6 @@ def helm_values(
     left out for a spec without one (built by hand) and for infinite action bounds, which Helm
     cannot read from a values file (YAML's .inf has no JSON form): the components then resolve
     the environment at start, as with `helm install --set`."""
-    if spec.learner_pods > 1:
-        raise RenderError(
-            f"learner_pods {spec.learner_pods}: the Helm chart renders the learner in one pod; "
-            "create it with the CLI (surreal create ... --backend kube, or --dry-run -o yaml)"
-        )
     settings = settings or RenderSettings()
     spec = kube_spec(spec)
     program = kube_program(spec)
@@ -109,6 +104,7 @@ def helm_values(
         "agents": spec.agents,
         # Written only for ranks, so that values files of one learner stay as they were.
         **({"learners": spec.learners} if spec.learners > 1 else {}),
+        **({"learnerPods": spec.learner_pods} if spec.learner_pods > 1 else {}),
         "agentsPerPod": spec.agents_per_pod,
         "steps": spec.steps,
         "seed": spec.seed,

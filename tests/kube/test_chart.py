@@ -138,6 +138,11 @@ CASES = {
     "environment kwargs": (dict(env="Pendulum-v1", overrides={"env_kwargs.g": "9.81"}), None, None),
     "a Kueue queue": (dict(agents=4, queue="team-a"), None, None),
     "learner ranks": (dict(agents=64, agents_per_pod=8, learners=4, gpu=4), None, None),
+    "learner pods": (dict(agents=8, learners=4, learner_pods=2, gpu=2),
+                     {"learner": Placement({"surreal.io/pool": "gpu"}, [TAINT])}, None),
+    "three learner pods, emptyDir": (dict(agents=6, learners=6, learner_pods=3), None,
+                                     kr.RenderSettings(storage="emptyDir")),
+    "queued learner pods": (dict(agents=4, learners=4, learner_pods=2, queue="team-a"), None, None),
 }  # fmt: skip
 
 
@@ -286,7 +291,9 @@ def chart_config_map(objects: list[dict]) -> dict:
 
 
 def test_helm_lint_passes_strictly() -> None:
-    for values in (None, {"algo": "ppo", "agents": 512}, ko.helm_values(make_spec(gpu=1, queue="team-a"))):
+    learner_pods = make_spec(agents=4, learners=4, learner_pods=2, queue="team-a")
+    for values in (None, {"algo": "ppo", "agents": 512}, ko.helm_values(make_spec(gpu=1, queue="team-a")),
+                   ko.helm_values(learner_pods)):  # fmt: skip
         report = helm.lint(CHART, values, strict=True)
         assert report["errors"] == [], report
         assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
@@ -309,6 +316,8 @@ def test_values_schema_rejects_bad_values() -> None:
             {"queue": "team-"},
             {"queue": "q" * 64},
             {"queue": 5},
+            {"learnerPods": 0},
+            {"learnerPods": "two"},
         ):
             with pytest.raises(helm.HelmValuesError):
                 chart.validate_schema(chart.merge_values(bad))
@@ -326,6 +335,12 @@ def test_values_schema_rejects_bad_values() -> None:
             "3 learner ranks need an actor pod each, and there would be 2",
         ),
         ({"algo": "es", "learners": 2}, "exp1", "es trains with one learner"),
+        (
+            {"agents": 4, "learners": 4, "learnerPods": 3},
+            "exp1",
+            "learner_pods 3: the 4 learner ranks must spread evenly over the learner pods",
+        ),
+        ({"learnerPods": 2}, "exp1", r"learner_pods 2: the 1 learner ranks must spread evenly"),
     ],
 )
 def test_chart_refuses_what_the_cli_refuses(values: dict, name: str, message: str) -> None:

@@ -21,6 +21,8 @@ each to its Python name, so a change on one side only fails the tests.
 {{- define "surreal.exitGroupNotFormed" -}}70{{- end -}}
 {{/* EXIT_NO_ACTORS: a learner whose actors' Job failed (no actor is left: fails its Job at once). */}}
 {{- define "surreal.exitNoActors" -}}71{{- end -}}
+{{/* RANKS_CONTROL_PORT: where pod 0 of learner pods serves the ranks' control store. */}}
+{{- define "surreal.ranksControlPort" -}}29400{{- end -}}
 {{/* QUEUE_LABEL: Kueue's label naming the LocalQueue that admits a Job. */}}
 {{- define "surreal.queueLabel" -}}kueue.x-k8s.io/queue-name{{- end -}}
 
@@ -67,14 +69,64 @@ ES trains with one learner (the CLI's refusals, word for word). */}}
 {{- $learners -}}
 {{- end -}}
 
-{{/* The learner's address: the Service's name with a port per rank, 6000 + rank. */}}
+{{/* Learner pods (learnerPods, the CLI's --learner-pods): the ranks spread evenly over them. */}}
+{{- define "surreal.learnerPods" -}}
+{{- $pods := int (.Values.learnerPods | default 1) -}}
+{{- $learners := include "surreal.learners" . | int -}}
+{{- if or (gt $pods $learners) (ne (mod $learners $pods) 0) -}}
+{{- fail (printf "learner_pods %d: the %d learner ranks must spread evenly over the learner pods (learner_pods must divide learners)" $pods $learners) -}}
+{{- end -}}
+{{- $pods -}}
+{{- end -}}
+
+{{/* Learner ranks in one learner pod, on ports 6000.. of that pod. */}}
+{{- define "surreal.localRanks" -}}
+{{- div (include "surreal.learners" . | int) (include "surreal.learnerPods" . | int) -}}
+{{- end -}}
+
+{{/* The Job of a learner part ("learner" or "learner-peers"); (dict "root" $ "part" PART): its own
+NAME-PART, or in a queued experiment's JobSet the name the JobSet controller gives it,
+<jobset>-<replicatedJob>-0 (render.job_names). */}}
+{{- define "surreal.jobName" -}}
+{{- printf "%s-%s%s" (include "surreal.name" .root) .part (ternary "-0" "" (not (empty .root.Values.queue))) -}}
+{{- end -}}
+
+{{/* Each learner pod's stable name (render.learner_pod_hosts), comma-separated: an Indexed Job's
+pod <job>-<index>, resolved through the headless Service NAME-ranks that is its subdomain. Pod 0
+is the learner Job's, pods 1.. the peers Job's. */}}
+{{- define "surreal.learnerHosts" -}}
+{{- $ranks := printf "%s-ranks" (include "surreal.name" .) -}}
+{{- $hosts := list (printf "%s-0.%s" (include "surreal.jobName" (dict "root" . "part" "learner")) $ranks) -}}
+{{- $peers := include "surreal.jobName" (dict "root" . "part" "learner-peers") -}}
+{{- range $i := until (sub (include "surreal.learnerPods" . | int) 1 | int) -}}
+{{- $hosts = append $hosts (printf "%s-%d.%s" $peers $i $ranks) -}}
+{{- end -}}
+{{- join "," $hosts -}}
+{{- end -}}
+
+{{/* The learner's address, a host:port per rank: with one learner pod the Service's name, rank r
+on 6000 + r; with learner pods each pod's stable name, its ranks on 6000.. (render.kube_target). */}}
 {{- define "surreal.learnerAddr" -}}
 {{- $name := include "surreal.name" . -}}
 {{- $addrs := list -}}
+{{- if eq (include "surreal.learnerPods" . | int) 1 -}}
 {{- range $rank := until (include "surreal.learners" . | int) -}}
 {{- $addrs = append $addrs (printf "%s-learner:%d" $name (add 6000 $rank)) -}}
 {{- end -}}
+{{- else -}}
+{{- $local := include "surreal.localRanks" . | int -}}
+{{- range $host := splitList "," (include "surreal.learnerHosts" .) -}}
+{{- range $rank := until $local -}}
+{{- $addrs = append $addrs (printf "%s:%d" $host (add 6000 $rank)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- join "," $addrs -}}
+{{- end -}}
+
+{{/* The control store of learner pods: pod 0's, on RANKS_CONTROL_PORT. */}}
+{{- define "surreal.ranksControl" -}}
+{{- printf "%s:%s" (first (splitList "," (include "surreal.learnerHosts" .))) (include "surreal.ranksControlPort" .) -}}
 {{- end -}}
 
 {{/* Port name of a learner rank: grpc for rank 0, grpc-R for rank R. */}}
@@ -169,9 +221,15 @@ CLI writes it, is exactly the component's (orchestrator/program.py). */}}
   "SURREAL_TOKEN_FILE" "/var/run/secrets/surreal/token"
   "SURREAL_KUBE_EXPERIMENT" (printf "%s/%s%s" (include "surreal.namespace" .root) $name (ternary "/jobset" "" (not (empty .root.Values.queue))))
 -}}
+{{- $pods := include "surreal.learnerPods" .root | int -}}
 {{- if eq .role "learner" -}}
 {{- $_ := set $env "SURREAL_BIND_HOST" "0.0.0.0" -}}
 {{- $_ := set $env "SURREAL_TERMINATION_LOG" "/dev/termination-log" -}}
+{{- if gt $pods 1 -}}
+{{- $_ := set $env "SURREAL_LEARNER_PODS" (toString $pods) -}}
+{{- $_ := set $env "SURREAL_RANKS_CONTROL" (include "surreal.ranksControl" .root) -}}
+{{- if .peer -}}{{- $_ := set $env "SURREAL_LEARNER_POD" "1" -}}{{- end -}}
+{{- end -}}
 {{- else if eq .role "actor" -}}
 {{- $_ := set $env "SURREAL_AGENTS_IN_WORKER" (toString (int .root.Values.agentsPerPod)) -}}
 {{- end -}}
@@ -188,9 +246,14 @@ CLI writes it, is exactly the component's (orchestrator/program.py). */}}
     {{- end }}
   {{- if eq .role "learner" }}
   ports:
-    {{- range $rank := until (include "surreal.learners" .root | int) }}
+    {{- range $rank := until (include "surreal.localRanks" .root | int) }}
     - name: {{ include "surreal.rankPortName" $rank }}
       containerPort: {{ add 6000 $rank }}
+      protocol: TCP
+    {{- end }}
+    {{- if gt $pods 1 }}
+    - name: control
+      containerPort: {{ include "surreal.ranksControlPort" . }}
       protocol: TCP
     {{- end }}
   startupProbe:
@@ -244,7 +307,7 @@ nothing, scratch space. */}}
     medium: Memory
     sizeLimit: 256Mi
 - name: data
-  {{- if and (eq .role "learner") (eq .root.Values.storage.type "pvc") }}
+  {{- if and (eq .role "learner") (not .peer) (eq .root.Values.storage.type "pvc") }}
   persistentVolumeClaim:
     claimName: {{ $name }}-data
   {{- else }}
@@ -264,7 +327,7 @@ fails its Job at once. With a queue the Jobs are a JobSet's (jobset.yaml).
 apiVersion: batch/v1
 kind: Job
 metadata:
-  {{- include "surreal.metadata" (dict "root" .root "component" .role "name" (printf "%s-%s" $name .role)) | nindent 2 }}
+  {{- include "surreal.metadata" (dict "root" .root "component" .role "name" (printf "%s-%s" $name (ternary "learner-peers" .role (not (empty .peer))))) | nindent 2 }}
 spec:
   {{- include "surreal.jobSpec" . | nindent 2 }}
 {{- end -}}
@@ -324,9 +387,13 @@ template:
     restartPolicy: Never
     {{- if eq $role "learner" }}
     terminationGracePeriodSeconds: {{ include "surreal.learnerGraceSeconds" . }}
+    {{- if gt (include "surreal.learnerPods" .root | int) 1 }}
+    # <job>-<index>.NAME-ranks: the headless Service ranks.yaml renders.
+    subdomain: {{ $name }}-ranks
+    {{- end }}
     {{- end }}
     containers:
-      {{- include "surreal.container" (dict "root" .root "role" $role) | nindent 6 }}
+      {{- include "surreal.container" (dict "root" .root "role" $role "peer" .peer) | nindent 6 }}
     volumes:
-      {{- include "surreal.volumes" (dict "root" .root "role" $role) | nindent 6 }}
+      {{- include "surreal.volumes" (dict "root" .root "role" $role "peer" .peer) | nindent 6 }}
 {{- end -}}
