@@ -50,3 +50,91 @@ def rss_line(rss: list[tuple[float, int]]) -> str:
     """RSS at a quarter, half, three quarters and the end of the samples (time, bytes)."""
     marks = [rss[min(len(rss) - 1, round(q * (len(rss) - 1)))] for q in (0.25, 0.5, 0.75, 1.0)]
     return "  ".join(f"t={t:4.0f}s {b / 2**20:6.1f} MiB" for t, b in marks)
+
+
+class PodBridge:
+    """`pods` stand-in pods on this machine, as pods of one node are wired: each a network
+    namespace with a veth pair to a bridge in this namespace, which has an address on it too (so
+    processes here reach every pod, as actors of other nodes would through the pod network).
+    Addresses are 10.232.X.2.. of a random X (only ones this makes); everything is deleted on exit,
+    the processes started in the pods killed first. Needs root and iproute2's `ip`."""
+
+    def __init__(self, pods: int) -> None:
+        import secrets
+        import shutil
+
+        self.ip = shutil.which("ip") or "/usr/sbin/ip"
+        tag, subnet = secrets.token_hex(3), secrets.randbelow(250)
+        self.bridge = f"srb{tag}"
+        self.host_addr = f"10.232.{subnet}.1"
+        self.ns = [f"srp{p}-{tag}" for p in range(pods)]
+        self.dev = [(f"srh{p}{tag}", f"srv{p}{tag}") for p in range(pods)]
+        self.addr = [f"10.232.{subnet}.{p + 2}" for p in range(pods)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([self.ip, *args], check=True, capture_output=True, timeout=30)
+
+    def __enter__(self) -> PodBridge:
+        try:
+            self._run("link", "add", self.bridge, "type", "bridge")
+            self._run("addr", "add", f"{self.host_addr}/24", "dev", self.bridge)
+            self._run("link", "set", self.bridge, "up")
+            for ns, (host_end, pod_end), addr in zip(self.ns, self.dev, self.addr, strict=True):
+                self._run("netns", "add", ns)
+                self._run("-n", ns, "link", "set", "lo", "up")
+                self._run("link", "add", host_end, "type", "veth", "peer", "name", pod_end)
+                self._run("link", "set", pod_end, "netns", ns)
+                self._run("link", "set", host_end, "master", self.bridge)
+                self._run("link", "set", host_end, "up")
+                self._run("-n", ns, "addr", "add", f"{addr}/24", "dev", pod_end)
+                self._run("-n", ns, "link", "set", pod_end, "up")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        for ns in self.ns:  # deleting a namespace deletes the veth pair whose end is inside it
+            subprocess.run([self.ip, "netns", "del", ns], capture_output=True, timeout=30)
+        subprocess.run([self.ip, "link", "del", self.bridge], capture_output=True, timeout=30)
+
+    def start(self, pod: int, argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+        """`argv` inside pod `pod` (`ip netns exec` execs it: the process is argv's), output to `log`."""
+        proc = subprocess.Popen([self.ip, "netns", "exec", self.ns[pod], *argv], env=env,
+                                stdout=log.open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+
+def start_learner_pods(tmp: Path, flags: dict[str, Any], overrides: dict[str, str] | None,
+                       bridge: PodBridge) -> tuple[list[subprocess.Popen[bytes]], str]:  # fmt: skip
+    """The learner as `flags["learner_pods"]` pods of the bridge, as the containers and kube
+    backends run it: each pod a `surreal component learner` of learners / pods ranks on ports
+    6000.. of its address, pod 0 serving the ranks' control store; pod 0's files in `tmp`, pod p's
+    in tmp/pod<p>. The processes, pod by pod, and the address of every rank."""
+    from surreal.algorithms.common.run import ENV_CONTROL, ENV_POD, ENV_PODS
+    from surreal.orchestrator.kube.render import RANKS_CONTROL_PORT
+    from surreal.spec import build_spec
+
+    pods = len(bridge.addr)
+    local = int(flags["learners"]) // pods
+    addr = ",".join(f"{host}:{6000 + r}" for host in bridge.addr for r in range(local))
+    flags = {**flags, "learner_pods": pods, "backend": "containers"}  # pods: not the local backend's
+    spec = build_spec("bench", flags=flags, overrides=overrides)
+    (tmp / "spec.yaml").write_text(spec.to_yaml())
+    procs = []
+    for pod in range(pods):
+        exp_dir = tmp if pod == 0 else tmp / f"pod{pod}"
+        exp_dir.mkdir(exist_ok=True)
+        env = {**os.environ, "SURREAL_LEARNER_ADDR": addr, "SURREAL_TOKEN": TOKEN,
+               "SURREAL_EXP_DIR": str(exp_dir), "SURREAL_BIND_HOST": "0.0.0.0",
+               ENV_PODS: str(pods), ENV_POD: str(pod),
+               ENV_CONTROL: f"{bridge.addr[0]}:{RANKS_CONTROL_PORT}"}  # fmt: skip
+        argv = [sys.executable, "-m", "surreal", "component", "learner", "--spec", str(tmp / "spec.yaml")]
+        procs.append(bridge.start(pod, argv, env, exp_dir / "learner.log"))
+    return procs, addr

@@ -11,13 +11,18 @@ T steps of its envs, 128 x 1 at 64 agents and more), made by a real PPOActor onc
 (2) ppo: the real learner component (`surreal component learner`, default preset for M agents, on
     the CPU here) checking and training on what arrives; with `--learners 1,2,...` once per rank
     count (learner ranks: actor i sends to rank i % N), with each update's time in collectives
-    (the all-reduces, waiting for the slowest rank included) and its share of the update.
+    (the all-reduces, waiting for the slowest rank included) and its share of the update. With
+    `--pods 1,2` each rank count > 1 also runs as that many learner pods (`--learner-pods`): each
+    pod a network namespace on a bridge (PodBridge, as pods of one node are wired: a veth each),
+    so the ranks' all-reduces cross the pods' veths instead of one pod's loopback; the actors
+    reach each pod at its address. Needs root. What one machine cannot show: a real network
+    between nodes (its bandwidth and latency add to the collectives' time).
 
 For each: fragments/s and env steps/s taken, updates/s, the p50/p99 of a fragment's wait for a
 credit, the learner's CPU and RSS over time, failed calls (must be 0).
 
     python benchmarks/learner_ceiling.py [--streams 64,256,512] [--seconds 20] [--clients 4]
-                                         [--modes protocol,ppo] [--learners 1,2]
+                                         [--modes protocol,ppo] [--learners 1,2] [--pods 1,2]
 
 Shared machines are noisy: read one run's figures together.
 """
@@ -35,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from bench_support import TOKEN, free_port, read_json, rss_line, start_learner
+from bench_support import TOKEN, PodBridge, free_port, read_json, rss_line, start_learner, start_learner_pods
 
 ENV_ID = "HalfCheetah-v5"
 STREAM = "/surreal.v1.Experience/Stream"
@@ -188,22 +193,28 @@ def _client_process(addrs: list[str], workers: list[str], agents: int, window: t
 # --- one measurement ---------------------------------------------------------------------------
 
 
-def measure(mode: str, streams: int, seconds: float, clients: int, learners: int = 1) -> dict:
+def measure(mode: str, streams: int, seconds: float, clients: int, learners: int = 1, pods: int = 1) -> dict:
     import psutil
 
     from surreal.protocol import LearnerClient
 
     tmp = Path(tempfile.mkdtemp(prefix="surreal-ceiling-"))
     ctx = mp.get_context("spawn")
+    bridge = PodBridge(pods).__enter__() if pods > 1 else None
     if mode == "protocol":
         port = free_port()
         learner = ctx.Process(target=serve_sink, args=(port, streams), daemon=True)
         learner.start()
-        pid, addr = learner.pid, f"127.0.0.1:{port}"
+        pids, addr = [learner.pid], f"127.0.0.1:{port}"
     else:
         flags = {"algo": "ppo", "env": ENV_ID, "agents": streams, "steps": 10**12, "learners": learners}
-        proc, addr = start_learner(tmp, flags, {"eval_interval": str(10**12)})
-        pid = proc.pid
+        overrides = {"eval_interval": str(10**12)}
+        if bridge is None:
+            proc, addr = start_learner(tmp, flags, overrides)
+            learner_procs = [proc]
+        else:
+            learner_procs, addr = start_learner_pods(tmp, flags, overrides, bridge)
+        pids = [p.pid for p in learner_procs]
     try:
         addrs = addr.split(",")
         probe = LearnerClient(addrs[0], TOKEN)
@@ -216,12 +227,12 @@ def measure(mode: str, streams: int, seconds: float, clients: int, learners: int
                  for n in names]  # fmt: skip
         for p in procs:
             p.start()
-        learner_proc = psutil.Process(pid)
-        if learners > 1:  # the ranks are the learner component's children (the elastic agent's)
+        agents = [psutil.Process(pid) for pid in pids]  # a learner component per pod
+        if learners > 1:  # the ranks are the learner components' children (the elastic agents')
             wait_ranks = time.monotonic() + 60
-            while len(learner_proc.children()) < learners and time.monotonic() < wait_ranks:
+            while sum(len(a.children()) for a in agents) < learners and time.monotonic() < wait_ranks:
                 time.sleep(0.1)
-        group = [learner_proc, *learner_proc.children()]
+        group = [*agents, *(child for a in agents for child in a.children())]
         rss: list[tuple[float, int]] = []
         gets: list[float] = []  # seconds a Parameters.Get (the full weights) took, once a second
         while time.monotonic() < window[0]:
@@ -242,8 +253,12 @@ def measure(mode: str, streams: int, seconds: float, clients: int, learners: int
         if mode == "protocol":
             learner.kill()
         else:
-            proc.terminate()
-            proc.wait(30)
+            for proc in learner_procs:
+                proc.terminate()
+            for proc in learner_procs:
+                proc.wait(30)
+        if bridge is not None:
+            bridge.__exit__()
         shutil.rmtree(tmp, ignore_errors=True)
     waits = np.concatenate([r["waits"] for r in results]) if results else np.zeros(0)
     return {
@@ -303,20 +318,23 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="processes the actors are spread over")
     parser.add_argument("--modes", default="protocol,ppo", help="protocol, ppo or both")
     parser.add_argument("--learners", default="1", help="ppo: learner ranks, comma-separated (1,2)")
+    parser.add_argument("--pods", default="1", help="ppo with ranks: learner pods, comma-separated (1,2)")
     args = parser.parse_args()
     from surreal.algorithms.ppo.presets import preset_for
 
     print(f"{ENV_ID} fragments, {args.seconds:.0f} s windows, actors in {args.clients} processes, "
           f"{os.cpu_count()} cores", flush=True)  # fmt: skip
-    runs = [(mode, 1) if mode == "protocol" else (mode, int(n)) for mode in args.modes.split(",")
-            for n in (args.learners.split(",") if mode == "ppo" else ["1"])]  # fmt: skip
-    for mode, learners in runs:
+    runs = [(mode, 1, 1) if mode == "protocol" else (mode, int(n), pods) for mode in args.modes.split(",")
+            for n in (args.learners.split(",") if mode == "ppo" else ["1"])
+            for pods in sorted({min(int(p), int(n)) for p in args.pods.split(",")
+                                if int(n) % min(int(p), int(n)) == 0})]  # fmt: skip
+    for mode, learners, pods in runs:
         for streams in (int(s) for s in args.streams.split(",")):
             cfg = preset_for(ENV_ID, streams)
-            r = measure(mode, streams, args.seconds, args.clients, learners)
+            r = measure(mode, streams, args.seconds, args.clients, learners, pods)
             half = [b for t, b in r["rss"] if t >= r["rss"][-1][0] / 2]
-            name = mode if mode == "protocol" else f"ppo x{learners}"
-            print(f"({1 if mode == 'protocol' else 2}) {name:8s} M={streams:<4d} fragment "
+            name = mode if mode == "protocol" else f"ppo x{learners}" + (f" {pods} pods" if pods > 1 else "")
+            print(f"({1 if mode == 'protocol' else 2}) {name:16s} M={streams:<4d} fragment "
                   f"{cfg.fragment_length}x{cfg.envs_per_agent}: {r['fragments_per_s']:8,.0f} fragments/s "
                   f"{r['steps_per_s']:9,.0f} env steps/s  {r['updates_per_s']:5.2f} updates/s  "
                   f"credit wait p50 {r['wait_p50_ms']:7.1f} ms p99 {r['wait_p99_ms']:7.1f} ms  "

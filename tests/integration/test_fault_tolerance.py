@@ -128,12 +128,16 @@ def test_an_evaluator_killed_past_its_budget_fails_no_run_and_holds_no_end(cli: 
     cli.run("create", "ft-eval", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
             "--steps", str(steps), "--set", "eval_episodes=2", "--set", "eval_interval=2000",
             "--set", "epochs=2", "--detach", timeout=30.0)  # fmt: skip
-    # It has reported an evaluation: the learner has heard from it.
-    wait_for(lambda: (st := running(cli, "ft-eval")) and st["eval_return"] is not None, 120.0,
-             "the evaluator's first report", poll=0.05)  # fmt: skip
-    # The evaluator is killed RETRIES + 1 times (its restarts back off for 15 s and more) while
-    # the actors are frozen: the run cannot end before its evaluator has failed for good.
+    # The actors are frozen once a version is due for evaluation (eval_interval's steps), so the
+    # run cannot end before its evaluator has reported it (the learner has heard from it; an
+    # evaluator slow to start on a loaded machine once came after a 60k-step run had ended), nor
+    # while its evaluator is killed RETRIES + 1 times (its restarts back off for 15 s and more),
+    # nor before it has failed for good.
+    wait_for(lambda: (st := running(cli, "ft-eval")) and st["env_steps"] >= 2000, 120.0,
+             "a version due for evaluation", poll=0.05)  # fmt: skip
     with frozen(cli, "ft-eval"):
+        wait_for(lambda: (st := running(cli, "ft-eval")) and st["eval_return"] is not None, 120.0,
+                 "the evaluator's first report", poll=0.05)  # fmt: skip
         for kill in range(RETRIES + 1):
             victim = cli.component("ft-eval", "evaluator")
             os.kill(victim["pid"], signal.SIGKILL)

@@ -1,5 +1,5 @@
-"""Learner ranks on the local backend, through the installed `surreal`: `--learners 2` solves
-CartPole through a rank killed mid-run (which costs at most the work since rank 0's last
+"""Learner ranks on the local backend, through the installed `surreal`: `--learners 2` rides out
+a rank killed mid-run (which costs at most the work since rank 0's last
 checkpoint) and a SIGTERM (which costs nothing); a rank that hangs fails the run, naming it. Runs
 are bounded by env steps, waits by explicit timeouts.
 """
@@ -22,6 +22,7 @@ from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED
 # The ranks' join timeout of the two hung-rank runs (ppo.rank_join_seconds, default 60): ranks start
 # in 3-5 s here, so 20 s leaves a wide margin for the rank that does join.
 JOIN = 20
+STEPS = 30_000  # the faulted run's: test_two_learner_ranks_ride_out_a_killed_rank_and_a_sigterm
 
 pytestmark = pytest.mark.slow
 
@@ -39,24 +40,29 @@ def ranks(cli: Cli, name: str) -> dict[int, psutil.Process]:
     return found
 
 
-def test_two_learner_ranks_solve_cartpole_through_a_killed_rank_and_a_sigterm(cli: Cli) -> None:
-    """The single learner's solve (the README job, test_poisoned_actors.py) with `--learners 2`: the
-    same steps, seed and bar (the best evaluation reaches 475 of 500), with two faults early in it.
+def test_two_learner_ranks_ride_out_a_killed_rank_and_a_sigterm(cli: Cli) -> None:
+    """`--learners 2` on the local backend, with two faults early in the run.
 
     SIGKILL to rank 1 once the group has a timed checkpoint (`checkpoint_seconds` = 2): the
     learner's agent stops rank 0 and starts both again, and they resume from rank 0's last
     checkpoint: what is lost is the work since it. Then SIGTERM to the learner (the agent): it
     reaches both ranks, rank 0 saves the version the group has, the agent exits 143 (a
     disruption, not a failure), and the restarted learner resumes exactly that version: 0 updates
-    lost. The run goes on to 100k steps and ends Succeeded. The SIGKILL's bar (checkpoint_seconds +
-    5 s) against the lag from the checkpoint to the kill, and the solve's bar: 10 runs of this test
-    on the 2-core machine (86.9-100.5 s each), lag min 0.05 s, median 1.1 s, max 1.68 s; best eval
-    return min 500.0, median 500.0; every run resumed at the checkpoint's counters, then at the
-    SIGTERM's clean save exactly."""
+    lost. The run goes on to STEPS and ends Succeeded. The SIGKILL's bar (checkpoint_seconds + 5 s)
+    against the lag from the checkpoint to the kill: 10 runs on the 2-core machine, lag min 0.05
+    s, median 1.1 s, max 1.68 s; every run resumed at the checkpoint's counters, then at the
+    SIGTERM's clean save exactly.
+
+    That two ranks learn as one learner does is proven exactly, not by a solve:
+    tests/algorithms/test_ranks.py's two ranks on batches A and B end where one learner on A+B
+    does; the one learner's solve is the README job's (test_poisoned_actors.py). The same 10 runs
+    at 100k steps all solved (best eval return min = median = 500.0), as did 3 runs at 50k. This
+    run is as short as its faults allow: the SIGTERM's save came at 1.9-2.9k steps in those 3
+    runs, so STEPS leaves ten times that past it."""
     seconds = 2.0
     cli.run("create", "ranks2", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
-            "--learners", "2", "--steps", "100000", "--seed", "1",
-            "--set", "checkpoint_every=100000", "--set", f"checkpoint_seconds={seconds}",
+            "--learners", "2", "--steps", str(STEPS), "--seed", "1",
+            "--set", f"checkpoint_every={STEPS}", "--set", f"checkpoint_seconds={seconds}",
             "--detach", timeout=30.0)  # fmt: skip
     checkpoint = cli.exp_dir("ranks2") / "checkpoints" / "latest.pt"
     wait_for(lambda: running(cli, "ranks2", min_updates=5) and checkpoint.exists(), 120.0,
@@ -102,8 +108,7 @@ def test_two_learner_ranks_solve_cartpole_through_a_killed_rank_and_a_sigterm(cl
     print(f"best eval return {status['best_eval_return']}, eval return {status['eval_return']}, "
           f"learners {status['learners']}")  # fmt: skip
     assert status["phase"] == "Succeeded", status
-    assert 100_000 <= status["env_steps"] < 100_000 + 2 * 4 * 32 * 2
-    assert status["best_eval_return"] >= 475, status
+    assert STEPS <= status["env_steps"] < STEPS + 2 * 4 * 32 * 2
     # Each rank served its own actor (worker index modulo 2): what each took in is what its actor
     # sent (the faster one fills more of each batch, as with one learner), and since the group's
     # last start the ranks' intake adds up to the experiment's.
