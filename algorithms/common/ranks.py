@@ -107,6 +107,13 @@ class PeerLost(RuntimeError):
     """Another rank left or went silent: this group cannot update any more."""
 
 
+class CollectiveFailed(RuntimeError):
+    """A collective of this rank's group raised (gloo: a peer's connection closed, or the
+    collective's timeout passed): a peer rank or pod is gone or hung. Unlike PeerLost, this rank
+    may be part-way through an update, so it saves nothing and fails; its agent starts the group
+    again from rank 0's last checkpoint."""
+
+
 class GroupNotFormed(RoleFailed):
     """Some ranks did not join the group in time; the message names them. Fatal for the learner:
     a rank that hung before joining would hang again."""
@@ -145,9 +152,8 @@ class RankGroup:
         if self.size == 1:
             return tensor
         host = tensor.cpu()
-        started = time.perf_counter()
-        dist.all_reduce(host, op=dist.ReduceOp.SUM)
-        self.collective_seconds += time.perf_counter() - started
+        with self._collective("an all-reduce"):
+            dist.all_reduce(host, op=dist.ReduceOp.SUM)
         return host.to(tensor.device)
 
     def mean_grads(self, params: Sequence[torch.Tensor], rows: int) -> None:
@@ -165,9 +171,8 @@ class RankGroup:
         if self.size == 1:
             return [obj]
         out: list[Any] = [None] * self.size
-        started = time.perf_counter()
-        dist.all_gather_object(out, obj)
-        self.collective_seconds += time.perf_counter() - started
+        with self._collective("an all-gather"):
+            dist.all_gather_object(out, obj)
         return out
 
     def broadcast(self, obj: Any) -> Any:
@@ -175,8 +180,27 @@ class RankGroup:
         if self.size == 1:
             return obj
         box = [obj if self.is_root else None]
-        dist.broadcast_object_list(box, src=0)
+        with self._collective("a broadcast", timed=False):
+            dist.broadcast_object_list(box, src=0)
         return box[0]
+
+    @contextlib.contextmanager
+    def _collective(self, what: str, timed: bool = True) -> Any:
+        """Run one collective: its time counted in `collective_seconds` (`timed`), and what gloo
+        raises when a peer is gone or hung (a RuntimeError naming its source line) said as
+        CollectiveFailed, which names this rank and what it means."""
+        started = time.perf_counter()
+        try:
+            yield
+        except RuntimeError as exc:
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise CollectiveFailed(
+                f"learner rank {self.rank} lost its group in {what}: a peer rank or pod is gone or hung "
+                f"(its agent starts the group again from rank 0's checkpoint): {detail[:300]}"
+            ) from exc
+        finally:
+            if timed:
+                self.collective_seconds += time.perf_counter() - started
 
     # --- agreeing when to run collectives (through the store; never blocks) ---
 

@@ -27,7 +27,13 @@ from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
-from surreal.algorithms.common.ranks import Pods, RankGroup, group_from_environ, launch_ranks
+from surreal.algorithms.common.ranks import (
+    CollectiveFailed,
+    Pods,
+    RankGroup,
+    group_from_environ,
+    launch_ranks,
+)
 from surreal.algorithms.common.run import RunContext, progress_extras, rank_from_environ
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
@@ -636,7 +642,11 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
         experience_schema=experience_schema(spaces), credits_per_stream=cfg.credits_per_worker,
         agents=initial_agents(ctx), group=group,
     )  # fmt: skip
-    return loop.run(
-        ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
-        policy_for=lambda params: eval_policy(cfg, spaces, params, ctx.seed), obs_keys=cfg.obs_keys,
-    )  # fmt: skip
+    try:
+        return loop.run(
+            ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
+            policy_for=lambda params: eval_policy(cfg, spaces, params, ctx.seed), obs_keys=cfg.obs_keys,
+        )  # fmt: skip
+    except CollectiveFailed as exc:  # a failure of this rank, said as what it is (not a bug's trace)
+        log.error("%s", exc)
+        return 1

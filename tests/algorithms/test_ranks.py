@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import multiprocessing
+import os
 import subprocess
 import sys
 import threading
@@ -446,31 +447,39 @@ def test_a_silent_peer_is_lost_after_the_peer_timeout_and_a_leaving_one_at_once(
         other.keep_alive()
 
 
-def _join_then(rank: int, store_dir: str, out: Any) -> None:
-    """Rank 0 sums; rank 1 joins, then never takes part (as if hung) until it is killed."""
+def _join_then(rank: int, store_dir: str, peer: str, out: Any) -> None:
+    """Rank 0 sums; rank 1 joins, then never takes part until it is killed (`peer` "hangs") or
+    dies in the middle of the sum (`peer` "dies": rank 0 waits in it first)."""
     try:
         group = join_group(rank, 2, open_store(f"file:{store_dir}", 2, "gen"),
-                           timeout=datetime.timedelta(seconds=3))  # fmt: skip
+                           timeout=datetime.timedelta(seconds=3 if peer == "hangs" else 60))  # fmt: skip
         if rank == 1:
             out.put((rank, "joined"))
+            if peer == "dies":
+                time.sleep(1.0)  # rank 0 is in its all-reduce by now
+                os._exit(137)
             time.sleep(600)
         started = time.monotonic()
         try:
             group.all_sum(torch.ones(4))
             out.put((rank, "returned"))
         except Exception as exc:  # noqa: BLE001 - reported to the test
-            out.put((rank, f"raised after {time.monotonic() - started:.1f} s: {exc}"))
+            out.put((rank, f"raised after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc}"))
     except BaseException:  # noqa: BLE001
         out.put((rank, traceback.format_exc()))
 
 
-def test_no_rank_waits_in_a_collective_forever(tmp_path):
+@pytest.mark.parametrize("peer", ["hangs", "dies"])
+def test_no_rank_waits_in_a_collective_forever(tmp_path, peer):
     """A peer that joined and then never runs the collective (hung): the all-reduce raises after
-    the group's timeout (3 s here, COLLECTIVE_TIMEOUT in a run) and the rank fails, to be
-    restarted from the checkpoint with its group. 10 runs: raised after 3.0 s every time (bar
-    60 s)."""
-    said = spawn(_join_then, 2, str(tmp_path / "store"), linger=0.0)  # rank 1 sleeps: killed
-    print(said[0][:40])
+    the group's timeout (3 s here, COLLECTIVE_TIMEOUT in a run); one that dies in it (its
+    connection closes): it raises at once. Either way the rank fails with CollectiveFailed, which
+    says what happened (not gloo's bare RuntimeError, which the CLI called a bug), to be
+    restarted from the checkpoint with its group. 10 runs of the hung peer: raised after 3.0 s
+    every time (bar 60 s, far below the dying peer's 60 s timeout)."""
+    said = spawn(_join_then, 2, str(tmp_path / "store"), peer, linger=0.0)  # rank 1 sleeps: killed
+    print(said[0][:300])
     assert said[1] == "joined"
     assert said[0].startswith("raised after "), said[0]
     assert float(said[0].split()[2]) < 60.0, said[0]  # 3 s and the transport's own; not forever
+    assert "CollectiveFailed: learner rank 0 lost its group in an all-reduce: a peer rank or pod" in said[0]
