@@ -64,6 +64,7 @@ from surreal.algorithms.common.run import (
     ENV_RANK,
     ENV_RANK_OFFSET,
     ENV_WORLD_SIZE,
+    EXIT_COLLECTIVE_FAILED,
     EXIT_GROUP_NOT_FORMED,
     RoleFailed,
     rank_from_environ,
@@ -863,10 +864,15 @@ def _run_group(
             raise GroupNotFormed(f"the {learners} learner ranks did not form their group (rank"
                                  f"{'s' if len(unformed) > 1 else ''} {', '.join(map(str, unformed))} "
                                  f"exited {EXIT_GROUP_NOT_FORMED}; the log says why)") from None  # fmt: skip
-        # A rank that saved and left on its own (PeerLost: a peer left) exits as on SIGTERM; the
-        # agent then stopped the others. Across pods that peer is another pod's: not a failure here.
-        _, first_failure = exc.get_first_failure()
-        peer_lost = total is not None and total > learners and first_failure.exitcode == EXIT_PREEMPTED
+        # A rank that saved and left on its own (PeerLost: a peer left) exits as on SIGTERM, one
+        # whose collective raised (a peer gone mid-update) EXIT_COLLECTIVE_FAILED; the agent then
+        # stopped the others. Across pods, when every rank of this pod that failed failed so, the
+        # peer was another pod's: not a failure here. A rank of this pod that died on its own is.
+        peer_lost = (
+            total is not None
+            and total > learners
+            and all(f.exitcode in (EXIT_PREEMPTED, EXIT_COLLECTIVE_FAILED) for f in exc.failures.values())
+        )
         if peer_lost:
             log.warning("learner ranks: a peer pod's rank left; the group is started again")
         else:

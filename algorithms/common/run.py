@@ -32,6 +32,9 @@ EXIT_GROUP_NOT_FORMED = 70
 # The exit of a learner that no actor is left to feed (on Kubernetes: the actors' Job failed, which
 # the learner's cluster watch saw, orchestrator/kube/watch.py): a fatal exit of the learner role.
 EXIT_NO_ACTORS = 71
+# The exit of a learner rank whose collective raised (ranks.CollectiveFailed: a peer rank or pod
+# gone or hung); a rank's code, seen only by its pod's agent, never a component's.
+EXIT_COLLECTIVE_FAILED = 72
 
 
 class RoleFailed(RuntimeError):

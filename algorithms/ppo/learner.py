@@ -34,7 +34,12 @@ from surreal.algorithms.common.ranks import (
     group_from_environ,
     launch_ranks,
 )
-from surreal.algorithms.common.run import RunContext, progress_extras, rank_from_environ
+from surreal.algorithms.common.run import (
+    EXIT_COLLECTIVE_FAILED,
+    RunContext,
+    progress_extras,
+    rank_from_environ,
+)
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.ppo.config import PPOConfig
@@ -647,6 +652,6 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
             ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
             policy_for=lambda params: eval_policy(cfg, spaces, params, ctx.seed), obs_keys=cfg.obs_keys,
         )  # fmt: skip
-    except CollectiveFailed as exc:  # a failure of this rank, said as what it is (not a bug's trace)
+    except CollectiveFailed as exc:  # said as what it is (not a bug's trace), for its agent to tell
         log.error("%s", exc)
-        return 1
+        return EXIT_COLLECTIVE_FAILED

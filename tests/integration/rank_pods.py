@@ -29,6 +29,7 @@ import torch
 
 from surreal.algorithms.common import ranks
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+from surreal.algorithms.common.run import EXIT_COLLECTIVE_FAILED
 
 
 def agent(args: argparse.Namespace) -> int:
@@ -86,6 +87,10 @@ def rank(args: argparse.Namespace) -> int:
     except ranks.PeerLost as exc:
         log.write(f"peer lost: {exc}\n")
         return save_and_leave(EXIT_PREEMPTED)
+    except ranks.CollectiveFailed as exc:  # a peer gone mid-round: no save, as the learner's rank
+        log.write(f"collective failed: {exc}\n")
+        log.close()
+        return EXIT_COLLECTIVE_FAILED
     log.write(f"end {done}\n")
     log.close()
     group.close()
