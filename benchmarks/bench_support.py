@@ -31,19 +31,28 @@ def start_learner(tmp: Path, flags: dict[str, Any], overrides: dict[str, str] | 
     """`surreal component learner` for the spec of `flags` (as `surreal create` would build it),
     on free ports of 127.0.0.1 (one per learner rank: `flags["learners"]`), files in `tmp`; its
     address (the ranks', comma-separated)."""
-    from surreal.spec import build_spec
-
     ports: list[int] = []
     while len(ports) < int(flags.get("learners", 1)):
         port = free_port()
         ports.append(port) if port not in ports else None
     addr = ",".join(f"127.0.0.1:{p}" for p in ports)
-    spec = build_spec("bench", flags=flags, overrides=overrides)
-    (tmp / "spec.yaml").write_text(spec.to_yaml())
-    env = {**os.environ, "SURREAL_LEARNER_ADDR": addr, "SURREAL_TOKEN": TOKEN, "SURREAL_EXP_DIR": str(tmp)}
-    argv = [sys.executable, "-m", "surreal", "component", "learner", "--spec", str(tmp / "spec.yaml")]
+    argv = write_spec(tmp, flags, overrides)
     log = (tmp / "learner.log").open("wb")
-    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT), addr
+    return subprocess.Popen(argv, env=learner_env(addr, tmp), stdout=log, stderr=subprocess.STDOUT), addr
+
+
+def write_spec(tmp: Path, flags: dict[str, Any], overrides: dict[str, str] | None) -> list[str]:
+    """tmp/spec.yaml for `flags` (as `surreal create` builds it); the learner component's argv."""
+    from surreal.spec import build_spec
+
+    (tmp / "spec.yaml").write_text(build_spec("bench", flags=flags, overrides=overrides).to_yaml())
+    return [sys.executable, "-m", "surreal", "component", "learner", "--spec", str(tmp / "spec.yaml")]
+
+
+def learner_env(addr: str, exp_dir: Path, **more: str) -> dict[str, str]:
+    """A learner component's environment: every rank's address, the token, its files."""
+    own = {"SURREAL_LEARNER_ADDR": addr, "SURREAL_TOKEN": TOKEN, "SURREAL_EXP_DIR": str(exp_dir)}
+    return {**os.environ, **own, **more}
 
 
 def rss_line(rss: list[tuple[float, int]]) -> str:
@@ -119,22 +128,22 @@ def start_learner_pods(tmp: Path, flags: dict[str, Any], overrides: dict[str, st
     in tmp/pod<p>. The processes, pod by pod, and the address of every rank."""
     from surreal.algorithms.common.run import ENV_CONTROL, ENV_POD, ENV_PODS
     from surreal.orchestrator.kube.render import RANKS_CONTROL_PORT
-    from surreal.spec import build_spec
+    from surreal.orchestrator.program import LEARNER_PORT, rank_addrs
 
     pods = len(bridge.addr)
     local = int(flags["learners"]) // pods
-    addr = ",".join(f"{host}:{6000 + r}" for host in bridge.addr for r in range(local))
-    flags = {**flags, "learner_pods": pods, "backend": "containers"}  # pods: not the local backend's
-    spec = build_spec("bench", flags=flags, overrides=overrides)
-    (tmp / "spec.yaml").write_text(spec.to_yaml())
+    addr = ",".join(rank_addrs(host, LEARNER_PORT, local) for host in bridge.addr)
+    # Learner pods are not the local backend's: the spec says containers, as those pods run it.
+    argv = write_spec(tmp, {**flags, "learner_pods": pods, "backend": "containers"}, overrides)
     procs = []
     for pod in range(pods):
         exp_dir = tmp if pod == 0 else tmp / f"pod{pod}"
         exp_dir.mkdir(exist_ok=True)
-        env = {**os.environ, "SURREAL_LEARNER_ADDR": addr, "SURREAL_TOKEN": TOKEN,
-               "SURREAL_EXP_DIR": str(exp_dir), "SURREAL_BIND_HOST": "0.0.0.0",
-               ENV_PODS: str(pods), ENV_POD: str(pod),
-               ENV_CONTROL: f"{bridge.addr[0]}:{RANKS_CONTROL_PORT}"}  # fmt: skip
-        argv = [sys.executable, "-m", "surreal", "component", "learner", "--spec", str(tmp / "spec.yaml")]
+        env = learner_env(
+            addr,
+            exp_dir,
+            SURREAL_BIND_HOST="0.0.0.0",
+            **{ENV_PODS: str(pods), ENV_POD: str(pod), ENV_CONTROL: f"{bridge.addr[0]}:{RANKS_CONTROL_PORT}"},
+        )
         procs.append(bridge.start(pod, argv, env, exp_dir / "learner.log"))
     return procs, addr
