@@ -97,8 +97,8 @@ class HomeDispatch(Launcher):
     ) -> Iterator[str]:
         return self._owner(name)[1].logs(name, component, follow=follow, lines=lines, previous=previous)
 
-    def scale(self, name: str, agents: int) -> str:
-        return self._owner(name)[1].scale(name, agents)
+    def scale(self, name: str, agents: int, learner_pods: int | None = None) -> str:
+        return self._owner(name)[1].scale(name, agents, learner_pods)
 
     def delete(self, name: str) -> str:
         return self._owner(name)[1].delete(name)

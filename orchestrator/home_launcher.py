@@ -57,9 +57,9 @@ class HomeLauncher(Launcher):
         exp_dir = home.existing_dir(self.home, name)
         return self.logs_of(exp_dir, component, follow=follow, lines=lines, previous=previous)
 
-    def scale(self, name: str, agents: int) -> str:
+    def scale(self, name: str, agents: int, learner_pods: int | None = None) -> str:
         check_agents(agents)
-        return self.scale_of(home.existing_dir(self.home, name), agents)
+        return self.scale_of(home.existing_dir(self.home, name), agents, learner_pods)
 
     def delete(self, name: str) -> str:
         self.delete_of(home.existing_dir(self.home, name))
@@ -84,7 +84,7 @@ class HomeLauncher(Launcher):
     ) -> Iterator[str]: ...
 
     @abstractmethod
-    def scale_of(self, exp_dir: Path, agents: int) -> str: ...
+    def scale_of(self, exp_dir: Path, agents: int, learner_pods: int | None) -> str: ...
 
     @abstractmethod
     def delete_of(self, exp_dir: Path) -> None: ...

@@ -129,9 +129,10 @@ class Launcher(ABC):
         """Lines of one component's log (also of one that crashed)."""
 
     @abstractmethod
-    def scale(self, name: str, agents: int) -> str:
-        """Run `agents` logical agents from now on, without restarting the learner; returns the
-        line to show."""
+    def scale(self, name: str, agents: int, learner_pods: int | None = None) -> str:
+        """Run `agents` logical agents from now on, without restarting the learner (an experiment
+        admitted as one unit, `--queue`: suspended, made again at the new size, `learner_pods` too
+        where given, and resumed: orchestrator/resize.py); returns the line to show."""
 
     @abstractmethod
     def delete(self, name: str) -> str:

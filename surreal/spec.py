@@ -512,8 +512,10 @@ def _validate(spec: ExperimentSpec) -> None:
         raise SpecError(f"learner_pods {spec.learner_pods}: learner pods are containers' or a "
                         "cluster's (--backend containers or kube); locally every rank runs on this "
                         "machine")  # fmt: skip
-    if spec.queue and spec.backend != "kube":
-        raise SpecError(f"queue {spec.queue!r}: queues are Kueue's, on a cluster (use --backend kube)")
+    if spec.queue and spec.backend == "local":
+        raise SpecError(f"queue {spec.queue!r}: queues admit an experiment as one unit of pods (--backend "
+                        "kube: Kueue; containers: a stand-in that admits at once); the local backend "
+                        "runs processes")  # fmt: skip
 
 
 def _check_resolved_matches(resolved: ResolvedEnv, env: EnvRef) -> None:

@@ -33,12 +33,13 @@ from typing import Any
 import psutil
 import yaml
 
-from surreal.orchestrator import home
+from surreal.orchestrator import home, resize
 from surreal.orchestrator.containers.jobs import JobController
 from surreal.orchestrator.containers.plan import (
     ContainersError,
     Plan,
     PodRun,
+    jobset_of,
     plan_from_dict,
     plan_to_dict,
     translate,
@@ -67,7 +68,7 @@ from surreal.orchestrator.launcher import (
 )
 from surreal.orchestrator.program import pod_split, workers_problem
 from surreal.orchestrator.status import status_object
-from surreal.spec import ExperimentSpec
+from surreal.spec import ExperimentSpec, SpecError, spec_from_dict
 
 RECORD = "containers.json"
 OBJECTS = "objects.yaml"
@@ -107,7 +108,7 @@ class ContainersLauncher(HomeLauncher):
             raise UsageError("--gpu needs a cluster (containers here run on the CPU): use --backend kube")
         engine = self.engine()
         try:
-            objects = kube_render.render(spec, token=kube_render.new_token())
+            objects = admitted(kube_render.render(spec, token=kube_render.new_token()))
         except kube_render.RenderError as exc:
             raise UsageError(str(exc)) from None
         image = kube_render.kube_spec(spec).image
@@ -175,15 +176,19 @@ class ContainersLauncher(HomeLauncher):
                 namespace=spec.get("namespace"),
                 jobs=record.get("job_rows", []),
                 problem=record.get("problem") or None,
+                admission="Finished" if spec.get("queue") else None,
             )
         run = load_run(exp_dir, record, self._engine_of(record))
-        return kube_status.status(spec, run.pods(probe=False), metrics, backend=self.backend, jobs=run.jobs())
+        return kube_status.status(spec, run.pods(probe=False), metrics, backend=self.backend, jobs=run.jobs(),
+                                  admission=admission_of(exp_dir, spec))  # fmt: skip
 
     def logs_of(
         self, exp_dir: Path, component: str, *, follow: bool, lines: int | None, previous: bool
     ) -> Iterator[str]:
         record = read_record(exp_dir)
         plan = plan_from_dict(record["plan"])
+        if (exp_dir / LOG_DIR / f"{component}.log").is_file():  # a pod's log kept (it ended, or a resize)
+            return read_log(exp_dir, component, lines=lines)
         if "phase" in record:
             pods = [_pod_view(c["name"], c["role"]) for c in record["components"]]
             pod, _ = kube_status.pick_pod(pods, component, exp_dir.name)
@@ -198,10 +203,11 @@ class ContainersLauncher(HomeLauncher):
 
     # --- change -----------------------------------------------------------------------------
 
-    def scale_of(self, exp_dir: Path, agents: int) -> str:
+    def scale_of(self, exp_dir: Path, agents: int, learner_pods: int | None) -> str:
         """The learner takes the count first (scale.json on its claim); then the actors' Job gets
         its completions and parallelism in objects.yaml, as `kubectl patch` would, and the run's
-        controller starts the new indexes or stops the dropped ones."""
+        controller starts the new indexes or stops the dropped ones. A queued experiment is resized
+        by orchestrator/resize.py's rule instead (`_QueuedResize`)."""
         name = exp_dir.name
         record = read_record(exp_dir)
         if "phase" in record:
@@ -209,6 +215,9 @@ class ContainersLauncher(HomeLauncher):
                 f"experiment {name!r} is not running (phase {record['phase']}); nothing to scale"
             )
         spec = home.load_spec(exp_dir)
+        if spec.queue:
+            return self._resize(exp_dir, spec, agents, learner_pods)
+        resize.check_in_place(name, learner_pods, spec.learner_pods)
         per_pod = spec.agents_per_pod
         if agents % per_pod:
             raise UsageError(
@@ -243,6 +252,35 @@ class ContainersLauncher(HomeLauncher):
 
         wait_until(f"the controller of {name!r} to run {pods} actor pods", taken, SCALE_WAIT_SECONDS)
         return f"experiment {name!r}: {agents} agents in {pods} actor containers"
+
+    def _resize(self, exp_dir: Path, spec: ExperimentSpec, agents: int, learner_pods: int | None) -> str:
+        """A queued experiment at its new size: the new spec and objects are made (and refused,
+        with nothing changed, where they cannot be) before resize.py's steps begin; then it waits
+        for the controller to start the new pods."""
+        name = exp_dir.name
+        if learner_metrics(plan_from_dict(read_record(exp_dir)["plan"])).get("done"):
+            raise LauncherError(f"experiment {name!r} has done its steps; nothing to scale")
+        pods = spec.learner_pods if learner_pods is None else learner_pods
+        try:
+            changed = {"name": name, "agents": agents, "learner_pods": pods}
+            new_spec = spec_from_dict({**spec.to_dict(), **changed})
+            token = next(o["stringData"]["token"] for o in _objects(exp_dir) if o["kind"] == "Secret")
+            objects = admitted(kube_render.render(new_spec, token=token))
+        except (SpecError, kube_render.RenderError) as exc:
+            raise UsageError(f"experiment {name!r}: {exc}") from None
+        resize.resize(_QueuedResize(exp_dir, new_spec, objects), poll_seconds=POLL_SECONDS)
+        actor = kube_render.job_names(name, True)["actor"]
+        replicas = agents // spec.agents_per_pod
+
+        def taken() -> bool:
+            latest = read_record(exp_dir)
+            jobs = {j["job"]: j for j in latest.get("jobs") or []}
+            return "phase" in latest or int(jobs.get(actor, {}).get("completions", -1)) == replicas
+
+        wait_until(f"the controller of {name!r} to start it again", taken, SCALE_WAIT_SECONDS)
+        return (f"experiment {name!r}: suspended (the learner saved), made again with {agents} agents in "
+                f"{replicas} actor containers and {pods} learner pod(s), admitted and resumed from its "
+                "checkpoint")  # fmt: skip
 
     def delete_of(self, exp_dir: Path) -> None:
         """Stop the run's controller (it removes what it started), remove whatever is left (checked
@@ -290,6 +328,72 @@ def learner_metrics(plan: Plan) -> dict[str, Any]:
 def poll_learner_metrics(plan: Plan) -> dict[str, Any]:
     """learner_metrics for the controller's loop, which goes on past a corrupt file."""
     return home.poll_metrics(claim_dir(plan))
+
+
+# --- a queue's stand-in ----------------------------------------------------------------------------
+
+# In the experiment's folder while `surreal scale` resizes a queued experiment: the agents and
+# learner pods it is resized to (status: admission).
+RESIZE = "resize.json"
+
+
+def admitted(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A queued experiment's objects as its queue admits them: here a stand-in for Kueue with room
+    for anything (one machine, no quota) admits at once, unsuspending the JobSet as Kueue does."""
+    for obj in objects:
+        if obj["kind"] == "JobSet":
+            obj["spec"]["suspend"] = False
+    return objects
+
+
+def admission_of(exp_dir: Path, spec: dict[str, Any]) -> str | None:
+    """Where a queued experiment is with its queue (kube.status.admission's words): suspended for a
+    resize, or admitted (the stand-in admits at once); None without a queue."""
+    if not spec.get("queue"):
+        return None
+    resizing = read_json(exp_dir / RESIZE)
+    return kube_status.admission(None, [], str(resizing["agents"]) if resizing else None) or "Admitted"
+
+
+def _objects(exp_dir: Path) -> list[dict[str, Any]]:
+    return [o for o in yaml.safe_load_all((exp_dir / OBJECTS).read_text()) if o]
+
+
+class _QueuedResize:
+    """resize.py's steps in containers: RESIZE says it; suspending is the JobSet's `suspend` in
+    objects.yaml (as Kueue's eviction sets it), which the run's controller takes (`_take_scale`:
+    every pod stopped, the learner saves); remaking writes the new spec and objects, admitted,
+    which the controller starts on the run's network."""
+
+    def __init__(self, exp_dir: Path, spec: ExperimentSpec, objects: list[dict[str, Any]]) -> None:
+        self.exp_dir, self.name, self.spec, self.objects = exp_dir, exp_dir.name, spec, objects
+
+    def begin(self) -> bool:
+        write_json_atomic(self.exp_dir / RESIZE, {"agents": self.spec.agents,
+                                                  "learner_pods": self.spec.learner_pods})  # fmt: skip
+        return True  # objects.yaml is replaced at once: the JobSet is never gone
+
+    def suspend(self) -> None:
+        objects = _objects(self.exp_dir)
+        for obj in objects:
+            if obj["kind"] == "JobSet":
+                obj["spec"]["suspend"] = True
+        write_atomic(self.exp_dir / OBJECTS, kube_output.to_yaml(objects), PRIVATE)
+
+    def learner_pods(self) -> list[str]:
+        record = read_record(self.exp_dir)
+        if "phase" in record:
+            raise LauncherError(f"experiment {self.name!r} ended ({record['phase']}) while suspended for a "
+                                "resize; nothing to resume")  # fmt: skip
+        return [p.name for p in plan_from_dict(record["plan"]).pods if p.role == "learner"
+                and p.name not in set(record.get("handled") or ())]  # fmt: skip
+
+    def remake(self) -> None:
+        write_atomic(self.exp_dir / home.SPEC_FILE, self.spec.to_yaml())
+        write_atomic(self.exp_dir / OBJECTS, kube_output.to_yaml(self.objects), PRIVATE)
+
+    def end(self) -> None:
+        (self.exp_dir / RESIZE).unlink(missing_ok=True)
 
 
 # --- the controller -------------------------------------------------------------------------------
@@ -364,7 +468,7 @@ def control(exp_dir: Path, run: Run, watch: Watcher | None) -> str:
             if run.reconcile() or scaled:
                 save_run(exp_dir, run)
             pods = run.pods(probe=False)
-            if not exp_dir.exists() or all(_never_seen(p) for p in pods):
+            if not exp_dir.exists() or (not run.suspended and all(_never_seen(p) for p in pods)):
                 phase, problem = "Stopped", "its containers or its folder were removed meanwhile"
                 break
             metrics = poll_learner_metrics(run.plan)
@@ -397,10 +501,19 @@ def control(exp_dir: Path, run: Run, watch: Watcher | None) -> str:
 
 
 def _take_scale(exp_dir: Path, run: Run) -> None:
-    """objects.yaml changed (`surreal scale`): the Jobs' completions as it now says."""
+    """objects.yaml changed (`surreal scale`): the Jobs' completions as it now says, or for a queued
+    experiment its JobSet suspended (the resize began) or made again and admitted (it ends)."""
     try:
         objects = [o for o in yaml.safe_load_all((exp_dir / OBJECTS).read_text()) if o]
     except (OSError, yaml.YAMLError):
+        return
+    jobset = jobset_of(objects)
+    if jobset is not None:
+        if jobset["spec"].get("suspend"):
+            if not run.suspended:
+                run.suspend()
+        elif run.suspended:
+            run.resume(translate(objects, workdir=run.plan.workdir, run_id=run.plan.run_id))
         return
     for obj in objects:
         name = obj["metadata"]["name"]

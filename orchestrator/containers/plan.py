@@ -318,6 +318,7 @@ def translate(
     kept by the network itself, which holds this experiment's pods and nothing else; node
     selectors, tolerations and affinity have one node to choose from."""
     run_id = run_id or _random_suffix(8)
+    objects = expand_jobsets(objects)
     for obj in objects:
         if obj["kind"] not in (*WORKLOADS, *PASSIVE):
             raise ContainersError(f"{obj['kind']} {obj['metadata']['name']}: kind is not supported")
@@ -346,6 +347,33 @@ def translate(
         jobs=tuple(jobs),
         objects=tuple(objects),
     )
+
+
+def jobset_of(objects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The experiment's JobSet (a queued experiment's), or None."""
+    return next((o for o in objects if o["kind"] == "JobSet"), None)
+
+
+def expand_jobsets(objects: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Each JobSet as the Jobs its controller makes: replica i of replicated Job R of JobSet S is the
+    Job `S-R-i`, its template's labels and spec (kube.render.job_names). A suspended JobSet holds
+    no pod: only an admitted one is translated (the containers launcher admits it first)."""
+    out: list[Mapping[str, Any]] = []
+    for obj in objects:
+        if obj["kind"] != "JobSet":
+            out.append(obj)
+            continue
+        meta = obj["metadata"]
+        if obj["spec"].get("suspend"):
+            raise ContainersError(f"JobSet {meta['name']} is suspended: it has no pod to run until admitted")
+        for rjob in obj["spec"]["replicatedJobs"]:
+            template = rjob["template"]
+            for i in range(int(rjob.get("replicas", 1))):
+                job_meta = {"name": f"{meta['name']}-{rjob['name']}-{i}", "namespace": meta.get("namespace"),
+                            "labels": dict((template.get("metadata") or {}).get("labels") or {})}  # fmt: skip
+                out.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta,
+                            "spec": template["spec"]})  # fmt: skip
+    return out
 
 
 def job_pod(plan: Plan, job: str, index: int, rng: Callable[[int], str] = _random_suffix) -> PodRun:

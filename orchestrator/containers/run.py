@@ -126,6 +126,8 @@ class Run:
         self._due: list[tuple[float, str, int]] = []  # (monotonic time, job, index) to replace
         # The run is over (or being stopped): pods that end are accounted for, none is started.
         self.stopping = False
+        # Its JobSet is suspended (a queued experiment's resize): it holds no pod until `resume`.
+        self.suspended = False
         self._closed = False
 
     # lifecycle
@@ -143,7 +145,7 @@ class Run:
                 make_host_path(host)
         engine("network", "create", "--internal", "--label", f"{RUN_LABEL}={plan.run_id}", plan.network)
         # The learner first; the rest retry until it serves.
-        for pod in sorted(plan.pods, key=lambda p: p.workload != f"{plan.experiment}-learner"):
+        for pod in sorted(plan.pods, key=lambda p: p.role != "learner"):
             self.start_pod(pod)
 
     def start_pod(self, pod: PodRun) -> None:
@@ -157,16 +159,43 @@ class Run:
         self.engine("stop", "--time", str(pod.grace_seconds), pod.name, check=False,
                      timeout=pod.grace_seconds + 60)  # fmt: skip
 
-    def retire_pod(self, pod: PodRun) -> None:
-        """A pod of an index that a scale dropped: stopped within its grace period, its log kept in
-        the run's logs/ folder, the container removed (the Job controller deletes such pods)."""
-        self.stop_pod(pod)
+    def retire_pod(self, pod: PodRun, stopped: bool = False) -> None:
+        """A pod of an index that a scale dropped: stopped within its grace period (unless
+        `stopped` already), its log kept in the run's logs/ folder, the container removed (the Job
+        controller deletes such pods)."""
+        if not stopped:
+            self.stop_pod(pod)
         logs = self.plan.workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         (logs / f"{pod.name}.log").write_text(self.logs(pod))
         self.engine("rm", "--force", pod.name, check=False)
         self.handled.add(pod.name)
         self.started.remove(pod)
+
+    def suspend(self) -> None:
+        """The JobSet suspended (a queued experiment's resize): every Job pod gets SIGTERM at once
+        and the longest grace period among them, as when the JobSet controller deletes a suspended
+        JobSet's Jobs (the learner saves its checkpoint and leaves); their logs are kept, their
+        containers removed, and nothing is replaced or started until `resume`."""
+        self.suspended = True
+        self._due.clear()
+        pods = [p for p in self.started if self.is_job_pod(p) and p.name not in self.handled]
+        if pods:
+            grace = max(p.grace_seconds for p in pods)
+            names = [p.name for p in pods]
+            self.engine("stop", "--time", str(grace), *names, check=False, timeout=grace + 60)
+        for pod in pods:
+            self.retire_pod(pod, stopped=True)
+
+    def resume(self, plan: Plan) -> None:
+        """The JobSet made again and admitted (`plan`: its objects translated on this run's network):
+        new Jobs with nothing counted yet, every index started, the learner first."""
+        self.plan = plan
+        self.controller = JobController(plan.jobs)
+        self.suspended = False
+        for pod in sorted(plan.pods, key=lambda p: p.role != "learner"):
+            if self.is_job_pod(pod):
+                self.start_pod(pod)
 
     # the Job controller
 
@@ -177,6 +206,8 @@ class Run:
         """What the Job controller does, once: decide on every Job pod that ended, start the
         replacements that are due and the indexes a scale added, stop the pods of a failed Job
         and of dropped indexes. True if a pod was started or a Job's state changed."""
+        if self.suspended:
+            return False
         changed = False
         running: dict[tuple[str, int], PodRun] = {}
         infos = {c["Name"]: c for c in self.engine.inspect(p.name for p in self.started if self.is_job_pod(p)

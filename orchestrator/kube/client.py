@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from surreal.algorithms.common.scale import SCALE_FILE
+from surreal.orchestrator import resize
 from surreal.orchestrator.kube import render as kr
 from surreal.orchestrator.kube import status as ks
 from surreal.orchestrator.kube.errors import (
@@ -64,9 +65,6 @@ _CUSTOM = {
     "JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
     "Workload": ("kueue.x-k8s.io", "v1beta1", "workloads"),
 }
-# `surreal scale` of a queued experiment waits this long for its learner pod to save and go once
-# the experiment is suspended: the learner's grace period, and Kueue's and JobSet's reactions.
-RESIZE_STOP_SECONDS = 3 * kr.LEARNER_GRACE_SECONDS
 # On the root while a queued experiment is resized: the JobSet to create at the new size, kept
 # there before the old one is deleted, so that `surreal scale` again finishes an interrupted resize.
 RESIZE_JOBSET_KEY = "resize-jobset.json"
@@ -145,7 +143,7 @@ class KubeClient:
         dial: Callable[[str, str, int], Dial] | None = None,
         exec_: Exec | None = None,
         delete_timeout: float = 120.0,
-        resize_stop_seconds: float = RESIZE_STOP_SECONDS,
+        resize_stop_seconds: float = resize.STOP_SECONDS,
         poll_seconds: float = 0.5,
     ) -> None:
         self.api_client = api_client
@@ -384,53 +382,18 @@ class KubeClient:
         return replicas
 
     def resize(self, name: str, ns: str, agents: int, replicas: int) -> int:
-        """Resize a queued experiment (one JobSet, one Workload) to `replicas` actor pods: suspend
-        it (Kueue's Workload deactivated: the JobSet is suspended and its pods get SIGTERM; the
-        learner saves its checkpoint and leaves), then once no learner pod is left, the JobSet is
-        made again at the new size, suspended, so that Kueue admits the new size as a new Workload
-        and the learner resumes from its checkpoint: 0 updates lost. A Job's size cannot change
-        while it exists, even suspended, hence the new JobSet. The root says where it is
-        (ks.RESIZE_ANNOTATION, `surreal status`'s `admission`) and holds the JobSet to create, so
-        that `surreal scale` again finishes a resize that was interrupted. Returns the actor pods."""
+        """Resize a queued experiment (one JobSet, one Workload) to `replicas` actor pods by the
+        rule of orchestrator/resize.py (suspend, the learner saves and leaves, made again at the new
+        size, admitted again, the learner resumes: 0 updates lost), its steps `_QueuedResize`'s. A
+        Job's size cannot change while it exists, even suspended, hence the new JobSet, which Kueue
+        admits as a new Workload. Returns the actor pods."""
         root = self._root(name, ns)
         if root["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "Helm":
             raise KubeError(f"experiment {name!r} was installed with Helm: its size is the chart's "
                             f"(helm uninstall, then install with --set agents={agents})")  # fmt: skip
-        stored = (root.get("data") or {}).get(RESIZE_JOBSET_KEY)
-        jobset = self._read("JobSet", name, ns)
-        if jobset is None and stored is None:
-            raise ExperimentNotFound(f"experiment {name!r} has no JobSet (was it created with --queue?)")
-        current = json.loads(stored) if stored else jobset
-        assert current is not None
-        new = resized_jobset(current, replicas)
-        # Say it, and keep what is to be made, before anything changes.
-        self._patch("ConfigMap", kr.object_names(name)["spec"], ns, {
-            "metadata": {"annotations": {ks.RESIZE_ANNOTATION: str(agents)}},
-            "data": {RESIZE_JOBSET_KEY: json.dumps(new)},
-        })  # fmt: skip
-        if jobset is not None:
-            self._suspend(name, ns)
-            self._wait_learner_gone(name, ns)
-            self._delete(
-                "JobSet",
-                name,
-                ns,
-                wait=True,
-                still=f"JobSet {name!r} is still being deleted after "
-                f"{self.delete_timeout:.0f} s; `surreal scale` again finishes the resize once it is gone",
-            )
-        spec_text = yaml.safe_dump({**self.spec_of(name, ns), "agents": agents}, sort_keys=False)
-        self._patch("ConfigMap", kr.object_names(name)["spec"], ns, {
-            "metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(agents)}},
-            "data": {"spec.yaml": spec_text},
-        })  # fmt: skip
-        try:
-            self._create(new)
-        except ExperimentExists:
-            pass  # made by an earlier try that was cut short after the create
-        self._patch("ConfigMap", kr.object_names(name)["spec"], ns, {
-            "metadata": {"annotations": {ks.RESIZE_ANNOTATION: None}}, "data": {RESIZE_JOBSET_KEY: None},
-        })  # fmt: skip
+        steps = _QueuedResize(self, name, ns, root, agents, replicas)
+        resize.resize(steps, stop_seconds=self.resize_stop_seconds, poll_seconds=self.poll_seconds,
+                      error=KubeError)  # fmt: skip
         return replicas
 
     def _suspend(self, name: str, ns: str) -> None:
@@ -441,21 +404,6 @@ class KubeClient:
             self._patch("Workload", workload["metadata"]["name"], ns, {"spec": {"active": False}})
         if not workloads:
             self._patch("JobSet", name, ns, {"spec": {"suspend": True}})
-
-    def _wait_learner_gone(self, name: str, ns: str) -> None:
-        deadline = time.monotonic() + self.resize_stop_seconds
-        while True:
-            learners = [p["metadata"]["name"] for p in self.pods(ns, f"surreal.io/experiment={name}")
-                        if ks.role_of(p) == "learner"]  # fmt: skip
-            if not learners:
-                return
-            if time.monotonic() > deadline:
-                raise KubeError(
-                    f"experiment {name!r} is suspended for a resize, but its learner pod {learners[0]} "
-                    f"is still there after {self.resize_stop_seconds:.0f} s; `surreal scale` again "
-                    "finishes the resize once it is gone (nothing is lost meanwhile)"
-                )
-            time.sleep(self.poll_seconds)
 
     # --- observation -----------------------------------------------------------------------
 
@@ -605,6 +553,60 @@ def resized_jobset(jobset: dict[str, Any], replicas: int) -> dict[str, Any]:
         if rjob["name"] == "actor":
             rjob["template"]["spec"].update(completions=replicas, parallelism=replicas)
     return out
+
+
+class _QueuedResize:
+    """resize.py's steps on Kubernetes: the root ConfigMap says it (ks.RESIZE_ANNOTATION) and holds
+    the JobSet to create (RESIZE_JOBSET_KEY); suspending deactivates Kueue's Workload; the JobSet
+    is deleted and created again at the new size, suspended, for Kueue to admit."""
+
+    def __init__(self, kube: KubeClient, name: str, ns: str, root: dict[str, Any], agents: int,
+                 replicas: int) -> None:  # fmt: skip
+        self.kube, self.name, self.ns, self.root = kube, name, ns, root
+        self.agents, self.replicas = agents, replicas
+        self.config = kr.object_names(name)["spec"]
+        self.new: dict[str, Any] = {}
+
+    def begin(self) -> bool:
+        stored = (self.root.get("data") or {}).get(RESIZE_JOBSET_KEY)
+        jobset = self.kube._read("JobSet", self.name, self.ns)
+        if jobset is None and stored is None:
+            raise ExperimentNotFound(f"experiment {self.name!r} has no JobSet (was it created with --queue?)")
+        current = json.loads(stored) if stored else jobset
+        assert current is not None
+        self.new = resized_jobset(current, self.replicas)
+        self.kube._patch("ConfigMap", self.config, self.ns, {
+            "metadata": {"annotations": {ks.RESIZE_ANNOTATION: str(self.agents)}},
+            "data": {RESIZE_JOBSET_KEY: json.dumps(self.new)},
+        })  # fmt: skip
+        return jobset is not None
+
+    def suspend(self) -> None:
+        self.kube._suspend(self.name, self.ns)
+
+    def learner_pods(self) -> list[str]:
+        return [p["metadata"]["name"] for p in self.kube.pods(self.ns, f"surreal.io/experiment={self.name}")
+                if ks.role_of(p) == "learner"]  # fmt: skip
+
+    def remake(self) -> None:
+        kube, name, ns = self.kube, self.name, self.ns
+        still = (f"JobSet {name!r} is still being deleted after {kube.delete_timeout:.0f} s; "
+                 "`surreal scale` again finishes the resize once it is gone")  # fmt: skip
+        kube._delete("JobSet", name, ns, wait=True, still=still)
+        spec_text = yaml.safe_dump({**kube.spec_of(name, ns), "agents": self.agents}, sort_keys=False)
+        kube._patch("ConfigMap", self.config, ns, {
+            "metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(self.agents)}},
+            "data": {"spec.yaml": spec_text},
+        })  # fmt: skip
+        try:
+            kube._create(self.new)
+        except ExperimentExists:
+            pass  # made by an earlier try that was cut short after the create
+
+    def end(self) -> None:
+        self.kube._patch("ConfigMap", self.config, self.ns, {
+            "metadata": {"annotations": {ks.RESIZE_ANNOTATION: None}}, "data": {RESIZE_JOBSET_KEY: None},
+        })  # fmt: skip
 
 
 def with_owner(obj: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from surreal.orchestrator import resize
 from surreal.orchestrator.kube import output as kube_output
 from surreal.orchestrator.kube import render as kube_render
 from surreal.orchestrator.kube.client import KubeClient
@@ -93,9 +94,17 @@ class KubeLauncher(Launcher):
     ) -> Iterator[str]:
         return self.kube.logs(name, self.namespace, component, follow=follow, previous=previous, tail=lines)
 
-    def scale(self, name: str, agents: int) -> str:
+    def scale(self, name: str, agents: int, learner_pods: int | None = None) -> str:
         check_agents(agents)
-        queued = self.kube.spec_of(name, self.namespace).get("queue")
+        spec = self.kube.spec_of(name, self.namespace)
+        queued = spec.get("queue")
+        current_pods = int(spec.get("learner_pods", 1))
+        if not queued:
+            resize.check_in_place(name, learner_pods, current_pods)
+        elif learner_pods is not None and learner_pods != current_pods:
+            raise UsageError(f"experiment {name!r}: --learner-pods on a cluster is not built yet (the "
+                             "JobSet's peers, the ranks Service, NetworkPolicy and budget are made "
+                             "again); containers resize it (docs/kubernetes.md)")  # fmt: skip
         replicas = self.kube.scale(name, self.namespace, agents)
         if queued:
             return (f"experiment {name!r}: suspended (the learner saved), made again with {agents} agents "

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from surreal.orchestrator import home
+from surreal.orchestrator import home, resize
 from surreal.orchestrator.components import ACTOR_ROLE
 from surreal.orchestrator.home_launcher import HomeLauncher, read_log, wait_until
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
@@ -72,10 +72,11 @@ class LocalLauncher(HomeLauncher):
         return read_log(exp_dir, component, follow=follow, lines=lines,
                         running=lambda: local.is_alive(local.read_state(exp_dir)))  # fmt: skip
 
-    def scale_of(self, exp_dir: Path, agents: int) -> str:
+    def scale_of(self, exp_dir: Path, agents: int, learner_pods: int | None) -> str:
         """A new actor group in program.json, which the supervisor runs (stopping, starting or
         restarting only actors), and the count in scale.json, which the learner follows."""
         name = exp_dir.name
+        resize.check_in_place(name, learner_pods, 1)
         state = local.read_state(exp_dir)
         phase = local.current_phase(state)
         if phase in TERMINAL_PHASES or not local.is_alive(state):

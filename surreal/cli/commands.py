@@ -212,12 +212,19 @@ def logs(name: str, component: str, follow: bool, lines: int, previous: bool, ba
 @cli.command()
 @click.argument("name", type=NAME)
 @click.option("--agents", type=int, required=True, help="Logical agents from now on.")
+@click.option(
+    "--learner-pods",
+    type=int,
+    help="Pods the learner ranks spread over from now on (an experiment created with --queue only).",
+)
 @backend_options
-def scale(name: str, agents: int, backend: str, namespace: str, context: str | None) -> None:
+def scale(
+    name: str, agents: int, learner_pods: int | None, backend: str, namespace: str, context: str | None
+) -> None:
     """Run a running experiment with AGENTS agents from now on: in place, the learner not restarted;
-    a queued experiment (kube --queue) is suspended, resized and admitted again, and its learner
-    resumes from the checkpoint it saved."""
-    click.echo(call(launcher_for(backend, namespace, context).scale, name, agents))
+    a queued experiment (--queue) is suspended (its learner saves), made again at the new size
+    (and --learner-pods), admitted again, and its learner resumes from its checkpoint."""
+    click.echo(call(launcher_for(backend, namespace, context).scale, name, agents, learner_pods))
 
 
 @cli.command()

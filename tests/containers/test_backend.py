@@ -63,29 +63,75 @@ def cli(tmp_path: Path, engine: Engine, image: str) -> Iterator[Cli]:
         c.run("delete", exp.name, ok=False)
 
 
-def test_two_learner_ranks_in_the_learner_container_share_the_run(cli: Cli) -> None:
-    """`--learners 2` in containers: one learner container runs both ranks (the elastic agent),
-    rank r on port 6000 + r of the learner's name; actor-0 sends to rank 0, actor-1 to rank 1. A
-    short run: the ranks' learning is proven on the local backend (test_learner_ranks.py)."""
-    out = cli.run("create", "r2", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2",
-                  "--learners", "2", "--steps", "20000", "--seed", "1", "--backend", "containers",
-                  timeout=900.0)  # fmt: skip
-    assert "r2: Succeeded" in out.stderr, out.stderr
-    st = cli.status("r2")
-    print(f"eval return {st['eval_return']}, best {st['best_eval_return']}, learners {st['learners']}")
-    assert st["env_steps"] >= 20_000 and st["eval_return"] is not None, st
-    assert st["group_restarts"] == 0, st
-    per_rank = [r["env_steps"] for r in st["learners"]]  # each rank took in what its actor sent
-    assert len(per_rank) == 2 and min(per_rank) > 0 and sum(per_rank) == st["env_steps"], st
-    assert [(j["role"], j["state"]) for j in st["jobs"]] == [
-        ("learner", "Complete"), ("actor", "Complete"), ("evaluator", "Complete")]  # fmt: skip
-    assert len([c for c in st["components"] if c["role"] == "learner"]) == 1  # one pod, two ranks
-    learner_log = cli.run("logs", "r2", "learner").stdout
-    assert "rank 1 INFO" in learner_log and "every learner rank finished" in learner_log, learner_log[-3000:]
-    assert "connected to the learner at r2-learner:6000" in cli.run("logs", "r2", "actor-0").stdout
-    assert "connected to the learner at r2-learner:6001" in cli.run("logs", "r2", "actor-1").stdout
-    cli.run("delete", "r2")
-    assert cli.containers("r2") == []
+def test_a_queued_run_is_resized_through_suspend_and_resume_losing_no_update(cli: Cli) -> None:
+    """`--queue` in containers (a stand-in for Kueue that admits at once): the experiment is one
+    JobSet. It starts as 2 learner ranks in one learner container (rank r on port 6000 + r of the
+    learner's Service; actor-0 sends to rank 0, actor-1 to rank 1), then `surreal scale --agents 4
+    --learner-pods 2` suspends it (every pod gets SIGTERM; rank 0 saves), status says "Suspended for
+    resize to 4 agents" meanwhile, and it is made again as 2 learner pods and 4 actors, admitted,
+    and resumes from that save exactly: 0 updates lost. A short run: that ranks learn as one learner
+    does is proven on the local backend (tests/algorithms/test_ranks.py)."""
+    cli.run("create", "qr", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--learners", "2",
+            "--steps", str(QUEUED_STEPS), "--seed", "1", "--queue", "team-a", "--backend", "containers",
+            "--detach", timeout=300.0)  # fmt: skip
+
+    def updates(at_least: int) -> dict[str, Any] | None:
+        st = cli.status("qr")
+        return st if st["phase"] == "Running" and (st["updates"] or 0) >= at_least else None
+
+    before = wait_until("3 updates", lambda: updates(3), 300.0, poll=0.5)
+    assert before["admission"] == "Admitted", before
+    [learner] = [c["name"] for c in before["components"] if c["role"] == "learner"]  # one pod, two ranks
+    for rank in (0, 1):
+        said = f"connected to the learner at qr-learner:{6000 + rank}"
+        wait_until(f"actor-{rank} to reach rank {rank}", lambda r=rank, s=said: s  # type: ignore[misc]
+                   in cli.run("logs", "qr", f"actor-{r}").stdout, 60.0, poll=0.5)  # fmt: skip
+
+    scale = subprocess.Popen([SURREAL, "scale", "qr", "--agents", "4", "--learner-pods", "2"], env=cli.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        during = wait_until("the resize to show", lambda: (st := cli.status("qr"))["admission"] != "Admitted"
+                            and st, 120.0, poll=0.2)  # fmt: skip
+        out, err = scale.communicate(timeout=300)
+    finally:
+        scale.kill()
+    assert during["admission"] == "Suspended for resize to 4 agents", during
+    assert scale.returncode == 0, err
+    assert "made again with 4 agents in 4 actor containers and 2 learner pod(s)" in out, out
+
+    after = wait_until(
+        "4 actors to connect",
+        lambda: (st := cli.status("qr"))["connected_actors"] == 4 and st,
+        300.0,
+        poll=0.5,
+    )
+    assert after["admission"] == "Admitted" and after["agents"] == 4, after
+    final = wait_until("the end", lambda: (st := cli.status("qr"))["phase"] in ("Succeeded", "Failed") and st,
+                       600.0, poll=1.0)  # fmt: skip
+    wait_until("the run's containers to be removed", lambda: cli.containers("qr") == [], 120.0, poll=0.5)
+    final = cli.status("qr")
+    old = cli.run("logs", "qr", learner, "--lines", "100000").stdout
+    [pod0] = [c["name"] for c in final["components"]
+              if c["role"] == "learner" and "-peers-" not in c["name"] and c["name"] != learner]  # fmt: skip
+    new = cli.run("logs", "qr", pod0, "--lines", "100000").stdout
+    saves, resumes = SAVED.findall(old), RESUMED.findall(new)
+    print(f"suspend's clean save {saves[-1] if saves else None}, resumed {resumes[:1]}; "
+          f"learners {final['learners']}")  # fmt: skip
+    assert final["phase"] == "Succeeded" and final["env_steps"] >= QUEUED_STEPS, final
+    assert saves and resumes and resumes[0] == ("clean", *saves[-1]), (saves, resumes, new[-3000:])
+    assert [r["pod"] for r in final["learners"]] == [0, 1], final["learners"]
+    assert all(r["env_steps"] > 0 for r in final["learners"]), final["learners"]
+    assert final["group_restarts"] == 0, final
+    assert sorted(c["role"] for c in final["components"] if c["role"] != "tensorboard") == [
+        "actor"] * 4 + ["evaluator", "learner", "learner"], final["components"]  # fmt: skip
+    jobs = [(j["role"], j["state"]) for j in final["jobs"]]
+    assert jobs == [("learner", "Complete")] * 2 + [("actor", "Complete"), ("evaluator", "Complete")], jobs
+    cli.run("delete", "qr")
+    assert cli.containers("qr") == []
+
+
+QUEUED_STEPS = 60_000
 
 
 SAVED = re.compile(r"checkpoint: version (\d+), (\d+) env steps, (\d+) updates.*\(clean\)")

@@ -130,6 +130,25 @@ def test_learner_pods_are_named_as_an_indexed_jobs_pods_in_their_subdomain() -> 
     assert flag_values(plan().pods[0], "--hostname") == ["t1-learner-0-xxxxx"]
 
 
+def test_a_queued_experiments_jobset_runs_as_the_jobs_its_controller_makes() -> None:
+    # --queue: one JobSet; replica 0 of each replicated Job is the Job <jobset>-<name>-0, and the
+    # learner pods' names follow (kube.render.job_names). Suspended, it holds no pod.
+    objs = objects(agents=4, learners=2, learner_pods=2, queue="team-a")
+    [jobset] = [o for o in objs if o["kind"] == "JobSet"]
+    with pytest.raises(containers_plan.ContainersError, match="JobSet t1 is suspended"):
+        plan(objs)
+    jobset["spec"]["suspend"] = False  # admitted
+    p = plan(objs)
+    assert [j.name for j in p.jobs] == ["t1-learner-0", "t1-learner-peers-0", "t1-actor-0", "t1-evaluator-0"]
+    assert [(pod.workload, pod.index) for pod in p.pods if pod.role != "tensorboard"] == [
+        ("t1-learner-0", 0), ("t1-learner-peers-0", 0), *(("t1-actor-0", i) for i in range(4)),
+        ("t1-evaluator-0", 0)]  # fmt: skip
+    learners = [pod for pod in p.pods if pod.role == "learner"]
+    assert flag_values(learners[1], "--hostname") == ["t1-learner-peers-0-0"]
+    assert env(learners[0])["SURREAL_RANKS_CONTROL"] == "t1-learner-0-0.t1-ranks:29400"
+    assert containers_plan.job_pod(p, "t1-actor-0", 3).index == 3  # a replacement, from the Jobs
+
+
 def test_security_context() -> None:
     for pod in plan().pods:
         assert flag_values(pod, "--user") == ["10001:10001"]

@@ -58,6 +58,7 @@ def test_round_trip_through_the_spec_file(tmp_path: Path) -> None:
         ({"name": "-exp"}, "invalid experiment name '-exp'"),
         ({"name": "a" * 41}, "longer than 40 characters"),
         ({"flags": {}}, "no algorithm given"),
+        ({"flags": {"algo": "ppo", "queue": "team-a"}}, "the local backend runs processes"),
     ],
 )
 def test_bad_input_names_the_problem(kwargs: dict, message: str) -> None:
