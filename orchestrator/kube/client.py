@@ -42,7 +42,8 @@ from surreal.orchestrator.kube.exec import Exec, pod_exec
 from surreal.orchestrator.kube.pods import EXP_DIR, TB_PORT, Placement
 from surreal.orchestrator.kube.portforward import Dial, PortForward, pod_dialer
 from surreal.orchestrator.program import LEARNER_PORT, ranks_problem
-from surreal.spec import ExperimentSpec
+from surreal.provisioner.pools import GPU_RESOURCE
+from surreal.spec import ExperimentSpec, SpecError, spec_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,10 @@ _CUSTOM = {
     "JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
     "Workload": ("kueue.x-k8s.io", "v1beta1", "workloads"),
 }
-# On the root while a queued experiment is resized: the JobSet to create at the new size, kept
-# there before the old one is deleted, so that `surreal scale` again finishes an interrupted resize.
-RESIZE_JOBSET_KEY = "resize-jobset.json"
+# On the root while a queued experiment is resized: the spec and objects to make at the new size and
+# those to remove, kept there before anything is deleted, so that `surreal scale` again finishes an
+# interrupted resize.
+RESIZE_KEY = "resize.json"
 
 # kind -> (api group attribute, method suffix, RBAC resource name used in messages)
 _KINDS = {
@@ -181,6 +183,9 @@ class KubeClient:
             if exc.status in (404, 409):
                 raise
             raise api_error(exc, f"{verb} {resource}") from None
+        if kwargs.get("_preload_content") is False:  # an answer not read (see `_delete`)
+            getattr(result, "release_conn", lambda: None)()
+            return None
         return self.api_client.sanitize_for_serialization(result)
 
     def _method(self, kind: str, action: str) -> tuple[Callable[..., Any], str]:
@@ -329,7 +334,10 @@ class KubeClient:
         KubeError(`still`) after delete_timeout. Already gone is fine."""
         fn, resource = self._method(kind, "delete")
         try:
-            self._call(fn, name, ns, verb="delete", resource=resource, ns=ns, propagation_policy="Foreground")
+            # The answer is not read: a Service's is a Status on many servers, where the client
+            # expects a Service and fails to decode it (kubernetes-client/java#3972, the same spec).
+            self._call(fn, name, ns, verb="delete", resource=resource, ns=ns, propagation_policy="Foreground",
+                       _preload_content=False)  # fmt: skip
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -339,7 +347,7 @@ class KubeClient:
                 raise KubeError(still)
             time.sleep(self.poll_seconds)
 
-    def scale(self, name: str, namespace: str, agents: int) -> int:
+    def scale(self, name: str, namespace: str, agents: int, learner_pods: int | None = None) -> int:
         """Run `agents` logical agents: the learner takes the count first (scale.json on its claim,
         written in its container), then the root gets the count (for `list`) and the actors'
         Indexed Job its completions and parallelism, together (an elastic Indexed Job: pods of
@@ -357,7 +365,8 @@ class KubeClient:
         if problem is not None:
             raise KubeError(f"experiment {name!r}: {problem}")
         if spec.get("queue"):
-            return self.resize(name, namespace, agents, replicas)
+            return self.resize(name, namespace, agents, replicas, learner_pods)
+        resize.check_in_place(name, learner_pods, int(spec.get("learner_pods", 1)))
         learner = ks.ready_pod(self.pods(namespace, f"surreal.io/experiment={name}"), "learner")
         if learner is None:
             raise KubeError(
@@ -381,17 +390,18 @@ class KubeClient:
             raise
         return replicas
 
-    def resize(self, name: str, ns: str, agents: int, replicas: int) -> int:
-        """Resize a queued experiment (one JobSet, one Workload) to `replicas` actor pods by the
-        rule of orchestrator/resize.py (suspend, the learner saves and leaves, made again at the new
-        size, admitted again, the learner resumes: 0 updates lost), its steps `_QueuedResize`'s. A
-        Job's size cannot change while it exists, even suspended, hence the new JobSet, which Kueue
-        admits as a new Workload. Returns the actor pods."""
+    def resize(self, name: str, ns: str, agents: int, replicas: int, learner_pods: int | None = None) -> int:
+        """Resize a queued experiment (one JobSet, one Workload) to `replicas` actor pods, and
+        `learner_pods` where given, by the rule of orchestrator/resize.py (suspend, the learner
+        saves and leaves, made again at the new size, admitted again, the learner resumes: 0
+        updates lost), its steps `_QueuedResize`'s. A Job's size cannot change while it exists, even
+        suspended, hence the new JobSet, which Kueue admits as a new Workload. Returns the actor
+        pods."""
         root = self._root(name, ns)
         if root["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "Helm":
             raise KubeError(f"experiment {name!r} was installed with Helm: its size is the chart's "
                             f"(helm uninstall, then install with --set agents={agents})")  # fmt: skip
-        steps = _QueuedResize(self, name, ns, root, agents, replicas)
+        steps = _QueuedResize(self, name, ns, root, agents, learner_pods)
         resize.resize(steps, stop_seconds=self.resize_stop_seconds, poll_seconds=self.poll_seconds,
                       error=KubeError)  # fmt: skip
         return replicas
@@ -537,49 +547,70 @@ def missing_crd(kind: str) -> str:
     return f"this cluster does not serve {group}: install {what}"
 
 
-def resized_jobset(jobset: dict[str, Any], replicas: int) -> dict[str, Any]:
-    """`jobset` as an object to create again, suspended, with `replicas` actor pods: its metadata
-    reduced to what was rendered (name, namespace, labels, annotations, owner), no status."""
-    meta = jobset["metadata"]
-    out = {
-        "apiVersion": jobset["apiVersion"],
-        "kind": jobset["kind"],
-        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences")
-                     if meta.get(k)},
-        "spec": json.loads(json.dumps(jobset["spec"])),
-    }  # fmt: skip
-    out["spec"]["suspend"] = True  # Kueue admits the new size, then unsuspends it
-    for rjob in out["spec"]["replicatedJobs"]:
-        if rjob["name"] == "actor":
-            rjob["template"]["spec"].update(completions=replicas, parallelism=replicas)
+def placement_of(jobset: Mapping[str, Any]) -> dict[str, Placement]:
+    """Each role's placement as its pods in `jobset` have it (nodeSelector, tolerations, GPUs): what
+    the pools file or provider chose at create, which a resize keeps."""
+    out: dict[str, Placement] = {}
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        role = ks.role_of(rjob["template"])
+        pod = rjob["template"]["spec"]["template"]["spec"]
+        limits = (pod["containers"][0].get("resources") or {}).get("limits") or {}
+        selector, tolerations = dict(pod.get("nodeSelector") or {}), list(pod.get("tolerations") or [])
+        out.setdefault(role, Placement(selector, tolerations, int(limits.get(GPU_RESOURCE, 0))))
     return out
 
 
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
 class _QueuedResize:
-    """resize.py's steps on Kubernetes: the root ConfigMap says it (ks.RESIZE_ANNOTATION) and holds
-    the JobSet to create (RESIZE_JOBSET_KEY); suspending deactivates Kueue's Workload; the JobSet
-    is deleted and created again at the new size, suspended, for Kueue to admit."""
+    """resize.py's steps on Kubernetes. `begin` renders the experiment at its current and at its
+    new size (with the placement its JobSet has) and keeps on the root what differs: the objects to
+    make (the JobSet always: a Job's size cannot change; with --learner-pods also the learner's
+    Services, NetworkPolicy and budget) and those to remove, with the new spec (RESIZE_KEY), and
+    says it (ks.RESIZE_ANNOTATION). Suspending deactivates Kueue's Workload. `remake` deletes the
+    old objects (the JobSet first), writes the spec, and creates the new (the JobSet last,
+    suspended, for Kueue to admit)."""
 
     def __init__(self, kube: KubeClient, name: str, ns: str, root: dict[str, Any], agents: int,
-                 replicas: int) -> None:  # fmt: skip
+                 learner_pods: int | None) -> None:  # fmt: skip
         self.kube, self.name, self.ns, self.root = kube, name, ns, root
-        self.agents, self.replicas = agents, replicas
+        self.agents, self.new_learner_pods = agents, learner_pods
         self.config = kr.object_names(name)["spec"]
-        self.new: dict[str, Any] = {}
+        self.plan: dict[str, Any] = {}
 
     def begin(self) -> bool:
-        stored = (self.root.get("data") or {}).get(RESIZE_JOBSET_KEY)
+        stored = (self.root.get("data") or {}).get(RESIZE_KEY)
         jobset = self.kube._read("JobSet", self.name, self.ns)
         if jobset is None and stored is None:
             raise ExperimentNotFound(f"experiment {self.name!r} has no JobSet (was it created with --queue?)")
-        current = json.loads(stored) if stored else jobset
-        assert current is not None
-        self.new = resized_jobset(current, self.replicas)
+        self.plan = json.loads(stored) if stored else self._plan(jobset)
         self.kube._patch("ConfigMap", self.config, self.ns, {
             "metadata": {"annotations": {ks.RESIZE_ANNOTATION: str(self.agents)}},
-            "data": {RESIZE_JOBSET_KEY: json.dumps(self.new)},
+            "data": {RESIZE_KEY: json.dumps(self.plan)},
         })  # fmt: skip
         return jobset is not None
+
+    def _plan(self, jobset: Any) -> dict[str, Any]:
+        data = self.kube.spec_of(self.name, self.ns, self.root)
+        changed = {"agents": self.agents}
+        if self.new_learner_pods is not None:
+            changed["learner_pods"] = self.new_learner_pods
+        try:
+            current, new = spec_from_dict(dict(data)), spec_from_dict({**data, **changed})
+            placement = placement_of(jobset)
+            old = {_key(o): o for o in kr.render(current, placement, token="-")}
+            made = {_key(o): o for o in kr.render(new, placement, token="-")}
+        except (SpecError, kr.RenderError) as exc:
+            raise KubeError(f"experiment {self.name!r}: {exc}") from None
+        differ = [k for k, o in made.items() if k[0] == "JobSet" or (k[0] != "ConfigMap" and old.get(k) != o)]
+        remove = [k for k in old if k not in made or (k in differ)]
+        return {
+            "spec.yaml": made[("ConfigMap", self.config)]["data"]["spec.yaml"],
+            "remove": sorted(remove, key=lambda k: k[0] != "JobSet"),  # the JobSet (its pods) first
+            "make": [with_owner(made[k], self.root) for k in sorted(differ, key=lambda k: k[0] == "JobSet")],
+        }
 
     def suspend(self) -> None:
         self.kube._suspend(self.name, self.ns)
@@ -589,23 +620,24 @@ class _QueuedResize:
                 if ks.role_of(p) == "learner"]  # fmt: skip
 
     def remake(self) -> None:
-        kube, name, ns = self.kube, self.name, self.ns
-        still = (f"JobSet {name!r} is still being deleted after {kube.delete_timeout:.0f} s; "
-                 "`surreal scale` again finishes the resize once it is gone")  # fmt: skip
-        kube._delete("JobSet", name, ns, wait=True, still=still)
-        spec_text = yaml.safe_dump({**kube.spec_of(name, ns), "agents": self.agents}, sort_keys=False)
+        kube, ns = self.kube, self.ns
+        for kind, name in self.plan["remove"]:
+            still = (f"{kind} {name!r} is still being deleted after {kube.delete_timeout:.0f} s; "
+                     "`surreal scale` again finishes the resize once it is gone")  # fmt: skip
+            kube._delete(kind, name, ns, wait=True, still=still)
         kube._patch("ConfigMap", self.config, ns, {
             "metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(self.agents)}},
-            "data": {"spec.yaml": spec_text},
+            "data": {"spec.yaml": self.plan["spec.yaml"]},
         })  # fmt: skip
-        try:
-            kube._create(self.new)
-        except ExperimentExists:
-            pass  # made by an earlier try that was cut short after the create
+        for obj in self.plan["make"]:
+            try:
+                kube._create(obj)
+            except ExperimentExists:
+                pass  # made by an earlier try that was cut short after the create
 
     def end(self) -> None:
         self.kube._patch("ConfigMap", self.config, self.ns, {
-            "metadata": {"annotations": {ks.RESIZE_ANNOTATION: None}}, "data": {RESIZE_JOBSET_KEY: None},
+            "metadata": {"annotations": {ks.RESIZE_ANNOTATION: None}}, "data": {RESIZE_KEY: None},
         })  # fmt: skip
 
 

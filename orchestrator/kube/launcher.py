@@ -7,7 +7,6 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from surreal.orchestrator import resize
 from surreal.orchestrator.kube import output as kube_output
 from surreal.orchestrator.kube import render as kube_render
 from surreal.orchestrator.kube.client import KubeClient
@@ -96,19 +95,12 @@ class KubeLauncher(Launcher):
 
     def scale(self, name: str, agents: int, learner_pods: int | None = None) -> str:
         check_agents(agents)
-        spec = self.kube.spec_of(name, self.namespace)
-        queued = spec.get("queue")
-        current_pods = int(spec.get("learner_pods", 1))
-        if not queued:
-            resize.check_in_place(name, learner_pods, current_pods)
-        elif learner_pods is not None and learner_pods != current_pods:
-            raise UsageError(f"experiment {name!r}: --learner-pods on a cluster is not built yet (the "
-                             "JobSet's peers, the ranks Service, NetworkPolicy and budget are made "
-                             "again); containers resize it (docs/kubernetes.md)")  # fmt: skip
-        replicas = self.kube.scale(name, self.namespace, agents)
+        queued = self.kube.spec_of(name, self.namespace).get("queue")
+        replicas = self.kube.scale(name, self.namespace, agents, learner_pods)
         if queued:
+            pods = f" and {learner_pods} learner pod(s)" if learner_pods else ""
             return (f"experiment {name!r}: suspended (the learner saved), made again with {agents} agents "
-                    f"in {replicas} actor pods; it resumes from its checkpoint once queue {queued!r} "
+                    f"in {replicas} actor pods{pods}; it resumes from its checkpoint once queue {queued!r} "
                     "admits the new size (surreal status: admission)")  # fmt: skip
         return f"experiment {name!r}: {agents} agents in {replicas} actor pods"
 

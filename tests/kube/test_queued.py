@@ -7,15 +7,18 @@ preemption tests; in containers, tests/containers)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 import yaml
 from fake_api import FakeApi, Request, fake_client
+from jobset_schema import validate_jobset
 from kube_support import make_spec
 
 from surreal.orchestrator.kube import status as ks
 from surreal.orchestrator.kube.client import KubeClient, KubeError
+from surreal.orchestrator.kube.pods import Placement
 
 JOBSETS = "jobsets.jobset.x-k8s.io"
 WORKLOADS = "workloads.kueue.x-k8s.io"
@@ -104,6 +107,7 @@ def test_a_resize_suspends_then_makes_the_jobset_again_at_the_new_size(cluster) 
     api.after.append(lambda r: seen.append(root_annotations(api).get(ks.RESIZE_ANNOTATION))
                      if r.verb == "delete" and r.resource == JOBSETS else None)  # fmt: skip
     old_uid = kueue.jobset()["metadata"]["uid"]
+    old_spec = copy.deepcopy(kueue.jobset()["spec"])
     api.requests.clear()
     assert k.scale("exp1", "default", 8) == 8
     # In order: say it on the root, deactivate the Workload (Kueue suspends the JobSet, the learner
@@ -116,6 +120,10 @@ def test_a_resize_suspends_then_makes_the_jobset_again_at_the_new_size(cluster) 
     assert jobset["metadata"]["uid"] != old_uid and jobset["spec"]["suspend"] is True  # Kueue admits it anew
     actors = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "actor")["template"]["spec"]
     assert actors["completions"] == actors["parallelism"] == 8
+    # Made again from the spec, it is the JobSet it was but for the actors' count (and suspended).
+    old_actors = next(r for r in old_spec["replicatedJobs"] if r["name"] == "actor")["template"]["spec"]
+    old_actors.update(completions=8, parallelism=8)
+    assert jobset["spec"] == {**old_spec, "suspend": True}
     [owner] = jobset["metadata"]["ownerReferences"]  # still deleted with the experiment
     assert owner["kind"] == "ConfigMap" and owner["name"] == "exp1-spec"
     assert jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
@@ -183,3 +191,63 @@ def test_a_cluster_without_jobset_refuses_a_queue_and_nothing_is_created() -> No
     assert not api.objects and not api.sent("create")
     k.create(make_spec(agents=4), token="tok")  # without a queue: plain Jobs, no JobSet needed
     assert api.names("jobs.batch") == ["exp1-actor", "exp1-evaluator", "exp1-learner"]
+
+
+def test_a_resize_to_more_learner_pods_remakes_what_the_pods_change_and_keeps_the_placement() -> None:
+    """`surreal scale --agents 6 --learner-pods 2` of an experiment of 2 ranks in one pod, whose
+    learner a pools file put on a tainted GPU pool: the new JobSet has the peers' Job, the headless
+    ranks Service is made, the learner's Service, NetworkPolicy and budget are made again, the root
+    holds the new spec; the learner pods keep their node pool, taint toleration and GPU. The
+    JobSet is strictly valid; the objects made are those `create` makes at the new size."""
+    api = FakeApi()
+    k = KubeClient(fake_client(api), context="kind-surreal", delete_timeout=2.0, poll_seconds=0.01,
+                   resize_stop_seconds=1.0)  # fmt: skip
+    taint = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+    where = {"learner": Placement({"surreal.io/pool": "gpu"}, [taint], gpu=1),
+             "actor": Placement({"surreal.io/pool": "cpu"})}  # fmt: skip
+    k.create(make_spec(agents=4, learners=2, queue="team-a"), token="tok", placement=where)
+    kueue = Cluster(api)
+    kueue.admit()
+    api.requests.clear()
+    assert k.scale("exp1", "default", 6, learner_pods=2) == 6
+    writes = [(r.verb, r.resource) for r in api.requests if r.verb in ("delete", "create")]
+    # The JobSet (its pods) goes first and comes last; every delete before any create.
+    assert writes[0] == ("delete", JOBSETS) and writes[-1] == ("create", JOBSETS), writes
+    policies = ["networkpolicies.networking.k8s.io", "poddisruptionbudgets.policy"]
+    assert sorted(writes[1:4]) == [("delete", r) for r in (*policies, "services")], writes
+    assert sorted(writes[4:-1]) == [("create", r) for r in (*policies, "services", "services")], writes
+    assert api.names("services") == ["exp1-learner", "exp1-ranks", "exp1-tensorboard"]
+    root = api.objects[("configmaps", "default", "exp1-spec")]
+    spec = yaml.safe_load(root["data"]["spec.yaml"])
+    assert (spec["agents"], spec["learners"], spec["learner_pods"]) == (6, 2, 2)
+    jobset = kueue.jobset()
+    assert [r["name"] for r in jobset["spec"]["replicatedJobs"]] == ["learner", "learner-peers", "actor",
+                                                                     "evaluator"]  # fmt: skip
+    for name in ("learner", "learner-peers"):
+        rjob = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == name)
+        pod = rjob["template"]["spec"]["template"]
+        assert pod["spec"]["nodeSelector"] == {"surreal.io/pool": "gpu"}
+        assert pod["spec"]["tolerations"] == [taint]
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert pod["spec"]["subdomain"] == "exp1-ranks"
+    pdb = api.objects[("poddisruptionbudgets.policy", "default", "exp1-learner")]
+    assert pdb["spec"]["minAvailable"] == 2  # both learner pods
+    for version in ("1.29.0", "1.33.0"):
+        validate_jobset({k_: v for k_, v in jobset.items() if k_ != "status"}, version)
+    # What `create` makes at the new size, object by object (the root's and Secret's own aside).
+    fresh = FakeApi()
+    KubeClient(fake_client(fresh), context="kind-surreal").create(
+        make_spec(agents=6, learners=2, learner_pods=2, queue="team-a"), token="tok", placement=where
+    )
+    for key, obj in fresh.objects.items():
+        if key[0] in ("services", *policies, JOBSETS):
+            assert api.objects[key]["spec"] == obj["spec"], key
+    assert k.status("exp1", "default", learner=False)["admission"] == "Queued"
+
+
+def test_a_resize_back_to_one_learner_pod_removes_the_ranks_service(cluster) -> None:
+    api, k, kueue = cluster
+    kueue.admit()
+    with pytest.raises(KubeError, match=r"learner_pods 3: the 1 learner ranks must spread evenly"):
+        k.scale("exp1", "default", 4, learner_pods=3)
+    assert not api.sent("patch") and not api.sent("delete")  # refused before anything changed
