@@ -38,6 +38,10 @@ GIVE_UP_SECONDS = 900.0
 # the end the learner waits for its report only while it hears from it (serving.evaluator_alive).
 HEARTBEAT_SECONDS = 5.0
 FAILED_POLL_SECONDS = 2.0
+# An evaluator that has seen the final version and then cannot reach the learner this long is
+# done: the learner stops serving only once the run has ended (with this evaluator's report, or,
+# when none came in time, with its own evaluation of the final version; serving.finish).
+AFTER_FINAL_SECONDS = 10.0
 
 
 def eval_seed(seed: int) -> int:
@@ -150,6 +154,10 @@ def run_evaluator(
                 failing_since = None
             except (ProtocolError, ConnectionError, TimeoutError) as e:
                 failing_since = failing_since or time.monotonic()
+                final = line.latest is not None and extras_done(line.latest.extras)
+                if final and time.monotonic() - failing_since > AFTER_FINAL_SECONDS:
+                    log.info("the learner ended the run after its final version (%s): done", e)
+                    return 0
                 if time.monotonic() - failing_since > GIVE_UP_SECONDS:
                     log.error("learner unreachable, giving up: %s", e)
                     return EXIT_LEARNER_GONE

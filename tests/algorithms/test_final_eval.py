@@ -5,6 +5,7 @@ out `final_eval_timeout`. On a fake clock: no test here sleeps."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -179,3 +180,39 @@ def test_evaluate_calls_on_step_once_per_lockstep() -> None:
     finally:
         envs.close()
     assert len(steps) == 3  # both episodes are cut at 3 steps
+
+
+class GoneAfterFinal(Learner):
+    """The final version is out from the second call on; from the report of the final version on,
+    the learner is gone (it ended the run with its own evaluation)."""
+
+    gone = False
+
+    def get_params(self, known_version: int, timeout: float, role: str) -> Params | None:
+        if self.gone:
+            raise ConnectionError("learner gone")
+        return super().get_params(known_version, timeout, role)
+
+    def report_eval(self, report: EvalReport) -> None:
+        if report.policy_version == 2:
+            self.gone = True
+            raise ConnectionError("learner gone")
+        super().report_eval(report)
+
+
+def test_an_evaluator_that_saw_the_final_version_ends_once_the_learner_is_gone(
+    clock: Clock, monkeypatch, caplog
+) -> None:
+    # The learner stops serving only once the run has ended: an evaluator that has the final
+    # version and cannot reach it is done after AFTER_FINAL_SECONDS, rather than GIVE_UP_SECONDS
+    # (15 minutes: the backstop for a learner gone mid-run, whose replacement may come back).
+    caplog.set_level(logging.INFO, logger=evaluator.__name__)
+    learner = GoneAfterFinal(clock)
+    monkeypatch.setattr(evaluator, "LearnerClient", lambda addr, token: learner)
+    ctx = RunContext("SurrealTestCountdown-v0", 0, 2000, 1, Path("."), "127.0.0.1:1", "t")
+    started = clock.now
+    assert evaluator.run_evaluator(_Settings(), ctx, lambda p: lambda obs: np.zeros(len(obs), np.int64),
+                                   poll_seconds=0.01) == 0  # fmt: skip
+    waited_for, bound = clock.now - started, evaluator.AFTER_FINAL_SECONDS
+    assert bound <= waited_for <= bound + 2 * FAILED_POLL_SECONDS, waited_for
+    assert "the learner ended the run after its final version" in caplog.text
