@@ -20,8 +20,8 @@ from test_preemption import clean_saves_before, resumed
 from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED
 
 # The ranks' join timeout of the two hung-rank runs (ppo.rank_join_seconds, default 60): ranks start
-# in 3-5 s here, so 20 s leaves a wide margin for the rank that does join.
-JOIN = 20
+# in 3-5 s here, so 15 s leaves a wide margin for the rank that does join.
+JOIN = 15
 STEPS = 30_000  # the faulted run's: test_two_learner_ranks_ride_out_a_killed_rank_and_a_sigterm
 
 pytestmark = pytest.mark.slow
