@@ -215,8 +215,9 @@ class ContainersLauncher(HomeLauncher):
                 f"experiment {name!r} is not running (phase {record['phase']}); nothing to scale"
             )
         spec = home.load_spec(exp_dir)
+        plan = plan_from_dict(record["plan"])
         if spec.queue:
-            return self._resize(exp_dir, spec, agents, learner_pods)
+            return self._resize(exp_dir, plan, spec, agents, learner_pods)
         resize.check_in_place(name, learner_pods, spec.learner_pods)
         per_pod = spec.agents_per_pod
         if agents % per_pod:
@@ -226,9 +227,7 @@ class ContainersLauncher(HomeLauncher):
         problem = workers_problem(spec, pod_split(agents, per_pod), "pod", f"agents_per_pod ({per_pod})")
         if problem is not None:
             raise UsageError(f"experiment {name!r}: {problem}")
-        plan = plan_from_dict(record["plan"])
-        if learner_metrics(plan).get("done"):
-            raise LauncherError(f"experiment {name!r} has done its steps; nothing to scale")
+        _check_not_done(name, plan)
         home.write_scale(claim_dir(plan), agents)
         wait_until(
             f"the learner of {name!r} to take {agents} agents (scale.json holds the count)",
@@ -237,7 +236,7 @@ class ContainersLauncher(HomeLauncher):
         )
         pods = agents // per_pod
         actor = kube_render.object_names(name)["actor"]
-        objects = [o for o in yaml.safe_load_all((exp_dir / OBJECTS).read_text()) if o]
+        objects = _objects(exp_dir)
         for obj in objects:
             if obj["kind"] == "Job" and obj["metadata"]["name"] == actor:
                 obj["spec"]["completions"] = obj["spec"]["parallelism"] = pods
@@ -253,13 +252,14 @@ class ContainersLauncher(HomeLauncher):
         wait_until(f"the controller of {name!r} to run {pods} actor pods", taken, SCALE_WAIT_SECONDS)
         return f"experiment {name!r}: {agents} agents in {pods} actor containers"
 
-    def _resize(self, exp_dir: Path, spec: ExperimentSpec, agents: int, learner_pods: int | None) -> str:
+    def _resize(
+        self, exp_dir: Path, plan: Plan, spec: ExperimentSpec, agents: int, learner_pods: int | None
+    ) -> str:
         """A queued experiment at its new size: the new spec and objects are made (and refused,
         with nothing changed, where they cannot be) before resize.py's steps begin; then it waits
         for the controller to start the new pods."""
         name = exp_dir.name
-        if learner_metrics(plan_from_dict(read_record(exp_dir)["plan"])).get("done"):
-            raise LauncherError(f"experiment {name!r} has done its steps; nothing to scale")
+        _check_not_done(name, plan)
         pods = spec.learner_pods if learner_pods is None else learner_pods
         try:
             changed = {"name": name, "agents": agents, "learner_pods": pods}
@@ -340,10 +340,20 @@ RESIZE = "resize.json"
 def admitted(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A queued experiment's objects as its queue admits them: here a stand-in for Kueue with room
     for anything (one machine, no quota) admits at once, unsuspending the JobSet as Kueue does."""
+    return _suspended(objects, False)
+
+
+def _suspended(objects: list[dict[str, Any]], suspend: bool) -> list[dict[str, Any]]:
+    """`objects` with their JobSet's `spec.suspend` set to `suspend` (in place)."""
     for obj in objects:
         if obj["kind"] == "JobSet":
-            obj["spec"]["suspend"] = False
+            obj["spec"]["suspend"] = suspend
     return objects
+
+
+def _check_not_done(name: str, plan: Plan) -> None:
+    if learner_metrics(plan).get("done"):
+        raise LauncherError(f"experiment {name!r} has done its steps; nothing to scale")
 
 
 def admission_of(exp_dir: Path, spec: dict[str, Any]) -> str | None:
@@ -374,10 +384,7 @@ class _QueuedResize:
         return True  # objects.yaml is replaced at once: the JobSet is never gone
 
     def suspend(self) -> None:
-        objects = _objects(self.exp_dir)
-        for obj in objects:
-            if obj["kind"] == "JobSet":
-                obj["spec"]["suspend"] = True
+        objects = _suspended(_objects(self.exp_dir), True)
         write_atomic(self.exp_dir / OBJECTS, kube_output.to_yaml(objects), PRIVATE)
 
     def learner_pods(self) -> list[str]:
@@ -504,7 +511,7 @@ def _take_scale(exp_dir: Path, run: Run) -> None:
     """objects.yaml changed (`surreal scale`): the Jobs' completions as it now says, or for a queued
     experiment its JobSet suspended (the resize began) or made again and admitted (it ends)."""
     try:
-        objects = [o for o in yaml.safe_load_all((exp_dir / OBJECTS).read_text()) if o]
+        objects = _objects(exp_dir)
     except (OSError, yaml.YAMLError):
         return
     jobset = jobset_of(objects)

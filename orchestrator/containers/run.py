@@ -144,8 +144,7 @@ class Run:
             for host in pod.paths:
                 make_host_path(host)
         engine("network", "create", "--internal", "--label", f"{RUN_LABEL}={plan.run_id}", plan.network)
-        # The learner first; the rest retry until it serves.
-        for pod in sorted(plan.pods, key=lambda p: p.role != "learner"):
+        for pod in learner_first(plan.pods):
             self.start_pod(pod)
 
     def start_pod(self, pod: PodRun) -> None:
@@ -193,7 +192,7 @@ class Run:
         self.plan = plan
         self.controller = JobController(plan.jobs)
         self.suspended = False
-        for pod in sorted(plan.pods, key=lambda p: p.role != "learner"):
+        for pod in learner_first(plan.pods):
             if self.is_job_pod(pod):
                 self.start_pod(pod)
 
@@ -401,6 +400,11 @@ class Run:
                     f"container {name} exits at start (exit code {info['State'].get('ExitCode')}, "
                     f"{info.get('RestartCount', 0)} restarts): {tail[-1] if tail else 'no output'}"
                 )
+
+
+def learner_first(pods: Iterable[PodRun]) -> list[PodRun]:
+    """The order pods start in: the learner's first; the rest retry until it serves."""
+    return sorted(pods, key=lambda p: p.role != "learner")
 
 
 def pod_restart_policy(pod: PodRun) -> str:
