@@ -7,6 +7,7 @@ directory under a temporary name and renames it into place, so a failed create l
 
 from __future__ import annotations
 
+import random
 import secrets
 import socket
 import sys
@@ -36,8 +37,26 @@ from surreal.orchestrator.program import LOCAL_KNOB, Target, local_split, make_p
 from surreal.orchestrator.status import component, describe_exit, exit_code, status_object
 from surreal.spec import ExperimentSpec
 
+LOW_PORT = 10_000  # the lowest port a local learner listens on
+
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now on `host`, below the kernel's ephemeral range where there is room: a port
+    the kernel hands out (bind to 0) is also every outgoing connection's source port, so between
+    create and the learner's bind any process's connect could take it (seen in CI: a rank's bind
+    failed, "Address already in use"); one below the range is taken only by a bind to it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32_768  # Linux's default; elsewhere a port of that range does as well
+    for _ in range(100 if ephemeral > LOW_PORT + 1000 else 0):
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, random.randrange(LOW_PORT, ephemeral)))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

@@ -113,3 +113,15 @@ def test_the_duplicate_check_looks_at_each_name_once(monkeypatch: pytest.MonkeyP
     with pytest.raises(ValueError, match=r"duplicate component names: \['actor-7'\]"):
         Program("exp1", (*actors, _actor(_CountedName("actor-7"), 7)))
     assert _CountedName.compared <= 2  # the one duplicate, found by its hash
+
+
+def test_learner_ports_are_below_the_ephemeral_range() -> None:
+    """A port the kernel hands out is any outgoing connection's source port too: between create and
+    the learner's bind another process took one once (CI: "Address already in use", a rank group
+    restarted). Ports are drawn below the range, where only a bind to them takes them."""
+    from surreal.orchestrator.local.experiment import LOW_PORT, free_ports
+
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral = int(f.read().split()[0])
+    ports = free_ports(8)
+    assert len(set(ports)) == 8 and all(LOW_PORT <= p < ephemeral for p in ports), ports
