@@ -10,7 +10,8 @@ same way. So a crash has the same outcome on every backend:
   DisruptionTarget condition: a drain, a preemption): replaced at once, not counted;
 - an exit that ends the role for good (69: the worker's learner is gone; 70: the learner's ranks
   did not form their group, as a rank hung before joining would again; 71: no actor is left to
-  feed the learner, which its cluster watch saw in the actors' failed Job): the role fails at once;
+  feed the learner, which its cluster watch saw in the actors' failed Job; 73: the user's
+  environment failed, which it would again): the role fails at once;
 - any other exit counts; the role (each actor index on its own) is replaced after a backoff until
   more than `retries` exits have counted, then it has failed.
 
@@ -27,7 +28,7 @@ from enum import StrEnum
 
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
-from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
+from surreal.algorithms.common.run import EXIT_ENV_FAILED, EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
 from surreal.orchestrator.components import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE
 
 
@@ -82,9 +83,13 @@ def decide(policy: RolePolicy, code: int, counted_before: int) -> Decision:
 
 RETRIES = 5  # counted exits a role (an actor index) survives: the sixth fails it
 POLICIES: Mapping[str, RolePolicy] = {
-    LEARNER_ROLE: RolePolicy(retries=RETRIES, fatal_exits=(EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS)),
-    ACTOR_ROLE: RolePolicy(retries=RETRIES, per_index=True, fatal_exits=(EXIT_LEARNER_GONE,)),
-    EVALUATOR_ROLE: RolePolicy(retries=RETRIES, fatal_exits=(EXIT_LEARNER_GONE,), fails_experiment=False),
+    LEARNER_ROLE: RolePolicy(
+        retries=RETRIES, fatal_exits=(EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, EXIT_ENV_FAILED)
+    ),
+    ACTOR_ROLE: RolePolicy(retries=RETRIES, per_index=True, fatal_exits=(EXIT_LEARNER_GONE, EXIT_ENV_FAILED)),
+    EVALUATOR_ROLE: RolePolicy(
+        retries=RETRIES, fatal_exits=(EXIT_LEARNER_GONE, EXIT_ENV_FAILED), fails_experiment=False
+    ),
 }
 
 

@@ -97,19 +97,22 @@ FINAL_FIELDS = (
 )  # fmt: skip
 
 
-def write_termination_message(exp_dir: Path, code: int, failed: RoleFailed | None = None) -> None:
+def write_termination_message(
+    exp_dir: Path, code: int, failed: RoleFailed | None = None, *, learner: bool = True
+) -> None:
     """The learner's last status.json, cut to FINAL_FIELDS, into SURREAL_TERMINATION_LOG (the
     pod's /dev/termination-log), with how it ended: Succeeded, Preempted (it saved and will be
     replaced), or Failed for good (`failed`: its `reason`, which the local supervisor puts in the
-    run's `problem`). A crash writes nothing here: the pod's terminationMessagePolicy then falls
-    back to the log's tail, which names the error."""
+    run's `problem`). Another role (not `learner`) writes only that it failed for good, and why. A
+    crash writes nothing here: the pod's terminationMessagePolicy then falls back to the log's
+    tail, which names the error."""
     path = os.environ.get(prog.ENV_TERMINATION_LOG)
-    if not path or (failed is None and code not in (0, preemption.EXIT_PREEMPTED)):
+    if not path or (failed is None and (code not in (0, preemption.EXIT_PREEMPTED) or not learner)):
         return
     if failed is None and os.environ.get(prog.ENV_FIRST_LEARNER_POD, "0") != "0":
         return  # a learner pod past the first (--learner-pods): rank 0's pod reports the run
     try:
-        status = json.loads((exp_dir / "status.json").read_text())
+        status = json.loads((exp_dir / "status.json").read_text()) if learner else {}
     except (OSError, ValueError):
         status = {}
     phase = "Failed" if failed is not None else "Succeeded" if code == 0 else "Preempted"
@@ -162,8 +165,8 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
             assert failed is not None
             logging.getLogger(__name__).error("%s", failed)
             code = failed.code
-        if role == "learner" and rank_from_environ() is None:  # the learner, or its ranks' agent
-            write_termination_message(ctx.exp_dir, code, failed)
+        if rank_from_environ() is None:  # not a learner rank: its ranks' agent reports for it
+            write_termination_message(ctx.exp_dir, code, failed, learner=role == "learner")
     finally:
         if watch is not None:
             watch.stop()

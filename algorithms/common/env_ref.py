@@ -7,7 +7,9 @@
 
 with keyword arguments (`env_kwargs`) passed to the environment's constructor. Everything that can
 go wrong is raised as one ValueError naming the module, the id and the cause, so `surreal create`
-refuses before anything exists. Components resolve the same string, so every one of them builds
+refuses before anything exists: whatever the user's code raises (`users_code`), SystemExit included
+(a module that calls sys.exit or runs argparse when imported), is named as theirs; only a Ctrl-C
+interrupts. Components resolve the same string, so every one of them builds
 the same environment; they find the user's module on the import path the launcher gives them
 (`SURREAL_IMPORT_PATH` locally, the image on Kubernetes). What the algorithms need to know about
 the environment before they build their own (its spaces, Atari or images) is a `ResolvedEnv`,
@@ -18,10 +20,12 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import math
 import os
+import reprlib
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +139,9 @@ class ResolvedEnv:
                 f"action_low and action_high must each hold action_dim ({self.action_dim}) bounds "
                 "for continuous actions"
             )
+        if not all(math.isfinite(lo) and math.isfinite(hi) for lo, hi in zip(low, high, strict=True)):
+            raise ValueError("action_low and action_high must be finite for every action (the "
+                             "policy's actions are clipped to a Box's bounds)")  # fmt: skip
         if not all(lo <= hi for lo, hi in zip(low, high, strict=True)):
             raise ValueError("action_low must be <= action_high for every action")
 
@@ -166,13 +173,8 @@ def resolve(env: EnvRef | str) -> str | gym.envs.registration.EnvSpec:
         return name
     if not module or not target:
         raise ValueError(f"environment {name!r}: expected MODULE:ENV_ID or MODULE:CLASS")
-    try:
+    with users_code(as_env_ref(env), f"cannot import module {module!r}"):
         mod = importlib.import_module(module)
-    except Exception as exc:  # the user's module may raise anything while importing
-        raise ValueError(
-            f"environment {name!r}: cannot import module {module!r}: {type(exc).__name__}: {exc} "
-            "(is it on PYTHONPATH or in the current directory?)"
-        ) from None
     if target in gym.registry:
         return target
     entry = getattr(mod, target, None)
@@ -204,17 +206,46 @@ def entry_point(resolved: str | gym.envs.registration.EnvSpec) -> str:
     return ep if isinstance(ep, str) else f"{getattr(ep, '__module__', '')}:{getattr(ep, '__name__', '')}"
 
 
+def raised(exc: BaseException) -> str:
+    """What the user's code raised, in one line of bounded length: "ValueError: boom", "SystemExit: 2"."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
+
+
+def ours(exc: BaseException) -> bool:
+    """Whether `exc`, raised while the user's code ran, is not theirs: a Ctrl-C, or the SystemExit of
+    a stop a component was asked for (its SIGTERM handler: preemption.py)."""
+    from surreal.algorithms.common import preemption  # here: preemption imports run, which imports this
+
+    return isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemExit) and preemption.requested())
+
+
+def their_error(env: EnvRef, doing: str, exc: BaseException, error: Any = ValueError) -> BaseException:
+    """`exc`, raised by the user's code while `doing`, as one `error` naming the environment (`exc`
+    itself where it is `ours`). A missing module gets a hint where to put it."""
+    if ours(exc):
+        return exc
+    hint = (
+        " (is it on PYTHONPATH or in the current directory?)" if isinstance(exc, ModuleNotFoundError) else ""
+    )
+    return error(f"environment {env.name!r}: {doing}: {raised(exc)}{hint}")  # type: ignore[no-any-return]
+
+
 @contextmanager
-def construction_errors(env: EnvRef) -> Iterator[None]:
-    """Whatever building `env` raises (a user's constructor may raise anything, ALE refuses unknown
-    kwargs) as one ValueError naming the environment and its kwargs."""
+def users_code(env: EnvRef, doing: str) -> Iterator[None]:
+    """Run the user's code (their module's import, constructor, reset, step, close): whatever it
+    raises, any BaseException but `ours`, is one ValueError naming the environment (their_error)."""
     try:
         yield
-    except Exception as exc:
-        given = f" with env_kwargs {dict(env.kwargs)}" if env.kwargs else ""
-        raise ValueError(
-            f"environment {env.name!r}: cannot be made{given}: {type(exc).__name__}: {exc}"
-        ) from None
+    except BaseException as exc:
+        raise their_error(env, doing, exc) from None
+
+
+def construction_errors(env: EnvRef) -> AbstractContextManager[None]:
+    """Whatever building `env` raises (a user's constructor may raise anything, ALE refuses unknown
+    kwargs) as one ValueError naming the environment and its kwargs."""
+    given = f" with env_kwargs {reprlib.repr(dict(env.kwargs))}" if env.kwargs else ""  # bounded
+    return users_code(env, f"cannot be made{given}")
 
 
 def make_raw(resolved: str | gym.envs.registration.EnvSpec, env: EnvRef) -> gym.Env:

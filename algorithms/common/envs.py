@@ -2,6 +2,12 @@
 
 `EnvBatch` is the actors' hot path: one Python loop over the envs per step, numpy buffers,
 and the rare episode-end bookkeeping kept out of the common case.
+
+An environment is the user's code. `surreal create` builds one (`resolve_env`) and checks it against
+everything a component will rely on: its spaces, and what a reset and one step give, put into a batch
+row as EnvBatch puts them. In a component, whatever the user's environment raises, and an actor's
+environments that give nothing but non-finite data (BROKEN_STEPS), fail its role for good with a
+reason naming the environment (EnvFailed): retrying would run the same code again.
 """
 
 from __future__ import annotations
@@ -10,7 +16,8 @@ import logging
 import os
 import sys
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from contextlib import redirect_stderr, redirect_stdout
+from typing import Any, NamedTuple, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -24,12 +31,30 @@ from surreal.algorithms.common.env_ref import (
     construction_errors,
     entry_point,
     make_raw,
+    raised,
     resolve,
+    their_error,
+    users_code,
 )
 from surreal.algorithms.common.obs_leaves import UNSUPPORTED, ObsLeaf, describe, image_layout, select
+from surreal.algorithms.common.run import EXIT_ENV_FAILED, RoleFailed
 from surreal.protocol.ratelimit import RejectionLog
 
 log = logging.getLogger(__name__)
+
+# An actor whose environments gave nothing but non-finite observations or rewards this long fails
+# for good (EnvFailed): an EnvBatch every one of whose environments broke at each of this many steps
+# in a row, or an ES worker that dropped this many pairs in a row (each at least one step) and
+# finished none. Counted in steps, not seconds: as deterministic as the environment.
+BROKEN_STEPS = 1000
+
+
+class EnvFailed(RoleFailed):
+    """The user's environment failed in a component: it raised, or gave nothing but non-finite data
+    (BROKEN_STEPS). Its role fails for good (EXIT_ENV_FAILED), with this message as the reason."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_ENV_FAILED, message)
 
 
 def check_env_id(env: EnvRef | str) -> None:
@@ -92,8 +117,14 @@ def _make_resolved(
     if "render_mode" in ref.kwargs:
         _headless_mujoco_gl()
     made = make_raw(resolved, ref)
-    # Seeding via reset makes every later reset() draw from this seeded generator.
-    made.reset(seed=seed)
+    with users_code(ref, "reset failed"):
+        # Seeding via reset makes every later reset() draw from this seeded generator.
+        made.reset(seed=seed)
+    for attr in ("observation_space", "action_space"):
+        space = getattr(made, attr, None)
+        if not isinstance(space, gym.spaces.Space):
+            got = "missing" if space is None else f"a {type(space).__name__}"
+            raise ValueError(f"environment {ref.name!r}: its {attr} is {got}, not a gymnasium space")
     made.action_space.seed(seed)
     return made
 
@@ -234,24 +265,67 @@ def spaces_for(env: EnvRef | str) -> EnvSpaces:
 def _throwaway_spaces(ref: EnvRef, resolved: str | gym.envs.registration.EnvSpec) -> EnvSpaces:
     made = _make_resolved(ref, resolved, 0)
     try:
-        spaces = _SPACES[_key(ref)] = env_spaces(made)
+        spaces = _SPACES[_key(ref)] = _probe(ref, made)
     finally:
-        made.close()
+        with users_code(ref, "close failed"):
+            made.close()
+    return spaces
+
+
+def _probe(ref: EnvRef, env: gym.Env) -> EnvSpaces:
+    """`env_spaces(env)`, checked against what `env` gives: the observation of a reset and of one
+    step with a sampled action each go into a batch row as EnvBatch puts them (every leaf a policy
+    may take), finite where the batch checks, and the reward is a finite number. ValueError naming
+    the environment, what it gave and what its space says."""
+    spaces = env_spaces(env)
+    sp = spaces._replace(obs_leaves=tuple(leaf for leaf in spaces.obs_leaves if leaf.kind != UNSUPPORTED))
+    layout, space = obs_layout(env.observation_space), repr(env.observation_space)[:200]
+    reward: SupportsFloat = 0.0
+    for doing in ("reset", "step"):
+        with users_code(ref, f"{doing} failed"):
+            if doing == "reset":
+                obs = env.reset(seed=0)[0]
+            else:
+                obs, reward = env.step(env.action_space.sample())[:2]
+        row = _new_obs(sp, 1)
+        try:
+            if sp.structured:
+                obs_leaves.put(sp.obs_leaves, row, 0, obs)  # type: ignore[arg-type]
+            else:
+                row[0] = shaped_obs(layout, obs)  # type: ignore[index]
+        except Exception as exc:  # noqa: BLE001 - whatever numpy says of what the environment gave
+            given = (
+                f"an array of shape {obs.shape} ({obs.dtype})"
+                if isinstance(obs, np.ndarray)
+                else f"a {type(obs).__name__}"
+            )
+            raise ValueError(f"environment {ref.name!r}: {doing} gave {given}, which its observation space "
+                             f"{space} does not describe ({raised(exc)})") from None  # fmt: skip
+        try:
+            finite = bool(_finite_rows(sp, row, 1).all() and np.isfinite(np.float32(reward)))
+        except (TypeError, ValueError):  # a reward that is not one number
+            finite = False
+        if not finite:
+            raise ValueError(f"environment {ref.name!r}: {doing} gave a non-finite observation or a reward "
+                             f"that is not a finite number; its observation space is {space}")  # fmt: skip
     return spaces
 
 
 def resolve_env(env: EnvRef | str) -> ResolvedEnv:
-    """Resolve `env` and describe one throwaway instance of it (made once per process): what
-    `surreal create` writes into the spec file. Raises ValueError naming the environment when
-    the reference does not resolve, the constructor fails or the spaces are not supported."""
+    """Resolve `env` and describe one throwaway instance of it (made once per process), checked as
+    every component will check it (_probe, ResolvedEnv.validate): what `surreal create` writes into
+    the spec file. Raises ValueError naming the environment when the reference does not resolve,
+    its code fails, or what it gives does not fit its spaces or they are not supported. What the
+    user's code prints meanwhile is dropped: the CLI's output is its own."""
     ref = as_env_ref(env)
-    resolved = resolve(ref)
-    spaces = _SPACES.get(_key(ref)) or _throwaway_spaces(ref, resolved)
+    with open(os.devnull, "w") as sink, redirect_stdout(sink), redirect_stderr(sink):
+        resolved = resolve(ref)
+        spaces = _SPACES.get(_key(ref)) or _throwaway_spaces(ref, resolved)
 
     def bounds(values: np.ndarray | None) -> tuple[float, ...] | None:
         return None if values is None else tuple(float(v) for v in values)
 
-    return ResolvedEnv(
+    facts = ResolvedEnv(
         env=ref.name,
         env_kwargs=dict(ref.kwargs),
         entry_point=entry_point(resolved),
@@ -265,6 +339,11 @@ def resolve_env(env: EnvRef | str) -> ResolvedEnv:
         obs_leaves=tuple(leaf.to_dict() for leaf in spaces.obs_leaves),
         act_leaves=tuple(leaf.to_dict() for leaf in spaces.act_leaves),
     )
+    try:
+        facts.validate()  # what every component checks of its spec file's `resolved` section
+    except ValueError as exc:
+        raise ValueError(f"environment {ref.name!r}: its spaces cannot be trained on: {exc}") from None
+    return facts
 
 
 def spaces_of(facts: ResolvedEnv) -> EnvSpaces:
@@ -291,6 +370,26 @@ def use_resolved(facts: ResolvedEnv) -> None:
 Obs = np.ndarray | dict[str, np.ndarray]
 
 
+def _new_obs(sp: EnvSpaces, n: int) -> Obs:
+    """Uninitialized observations of `n` envs, as a batch holds them."""
+    if sp.structured:
+        return obs_leaves.empty(sp.obs_leaves, n)
+    return np.empty((n, *sp.obs_shape), sp.obs_dtype)
+
+
+def _finite_rows(sp: EnvSpaces, obs: Obs, n: int) -> np.ndarray:
+    """[n] bool: which envs' observations are finite (images and discrete leaves always are)."""
+    if isinstance(obs, dict):
+        ok = np.ones(n, bool)
+        for leaf in sp.obs_leaves:
+            if leaf.kind == "vector":
+                ok &= np.isfinite(obs[leaf.name]).all(axis=1)
+        return ok
+    if sp.pixels:
+        return np.ones(n, bool)
+    return np.asarray(np.isfinite(obs.reshape(n, -1)).all(axis=1))
+
+
 class StepResult(NamedTuple):
     """One step of an EnvBatch. Lists are empty in the common case (no episode ended)."""
 
@@ -315,7 +414,9 @@ class EnvBatch:
     An environment whose step returns a non-finite observation or reward (a MuJoCo simulation gone
     unstable does) ends its episode there, as terminated with reward 0, and is reset: NaN never
     leaves the batch, and one broken episode does not spoil its neighbours' experience.
-    `broken_episodes` counts them; they are logged at a bounded rate.
+    `broken_episodes` counts them; they are logged at a bounded rate. A batch every one of whose
+    environments broke at each of BROKEN_STEPS steps in a row raises EnvFailed, as does any exception
+    of the environments' own.
 
     Episode returns are the sums of the rewards the batch saw, except where the environment says
     what a whole game scored (Atari's training stack: a life lost ends the agent's episode and
@@ -333,7 +434,10 @@ class EnvBatch:
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.envs = [make_env(env, seed + i, training=training) for i in range(num_envs)]
+        try:
+            self.envs = [make_env(env, seed + i, training=training) for i in range(num_envs)]
+        except ValueError as exc:  # the user's module or constructor failed (env_ref names it)
+            raise EnvFailed(str(exc)) from None
         self.num_envs = num_envs
         # Observations of several leaves (obs_leaves.py) come as leaf arrays [N, ...] by name.
         self.spaces = env_spaces(self.envs[0]).keep(obs_keys, str(env))
@@ -344,6 +448,7 @@ class EnvBatch:
         self._ep_return = np.zeros(num_envs, np.float64)
         self._ep_length = np.zeros(num_envs, np.int64)
         self.broken_episodes = 0
+        self._broken_steps = 0  # steps in a row at which every env was broken (BROKEN_STEPS)
         self._broken_log = RejectionLog(log, "environment step", interval=60.0)
         self._env_name = str(env)
 
@@ -353,28 +458,18 @@ class EnvBatch:
     def _put_leaves(self, out: Obs, i: int, o: Any) -> None:
         obs_leaves.put(self.spaces.obs_leaves, out, i, o)  # type: ignore[arg-type]
 
-    def _new_obs(self) -> Obs:
-        if self.spaces.structured:
-            return obs_leaves.empty(self.spaces.obs_leaves, self.num_envs)
-        return np.empty((self.num_envs, *self.spaces.obs_shape), self.spaces.obs_dtype)
-
-    def _finite_rows(self, obs: Obs) -> np.ndarray:
-        """[N] bool: which envs' observations are finite (images and discrete leaves always are)."""
-        if isinstance(obs, dict):
-            ok = np.ones(self.num_envs, bool)
-            for leaf in self.spaces.obs_leaves:
-                if leaf.kind == "vector":
-                    ok &= np.isfinite(obs[leaf.name]).all(axis=1)
-            return ok
-        if self.spaces.pixels:
-            return np.ones(self.num_envs, bool)
-        return np.asarray(np.isfinite(obs.reshape(self.num_envs, -1)).all(axis=1))
+    def _failed(self, doing: str, exc: BaseException) -> BaseException:
+        """What the user's environment raised while `doing`, as EnvFailed (env_ref.their_error)."""
+        return their_error(as_env_ref(self._env_name), f"{doing} failed", exc, EnvFailed)
 
     def reset(self) -> Obs:
         """Reset every env and the episode trackers; return observations [N, ...]."""
-        obs = self._new_obs()
-        for i, env in enumerate(self.envs):
-            self._put(obs, i, env.reset()[0])
+        obs = _new_obs(self.spaces, self.num_envs)
+        try:
+            for i, env in enumerate(self.envs):
+                self._put(obs, i, env.reset()[0])
+        except BaseException as exc:
+            raise self._failed("reset", exc) from None
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
         return obs
@@ -389,28 +484,33 @@ class EnvBatch:
             acts = [layout.to_env(space, row) for row in actions]
         else:
             acts = np.clip(actions, sp.action_low, sp.action_high)
-        obs = self._new_obs()
+        obs = _new_obs(sp, n)
         rewards = np.empty(n, np.float32)
         terminated = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
         ended: list[int] = []
         games: dict[int, tuple[float, int]] = {}
-        for i, env in enumerate(self.envs):
-            o, r, term, trunc, info = env.step(acts[i])
-            self._put(obs, i, o)
-            rewards[i] = r
-            if term or trunc:
-                ended.append(i)
-                terminated[i] = term
-                truncated[i] = trunc and not term
-                if self._game_scores and "episode" in info:
-                    games[i] = (float(info["episode"]["r"]), int(info["episode"]["l"]))
+        try:
+            for i, env in enumerate(self.envs):
+                o, r, term, trunc, info = env.step(acts[i])
+                self._put(obs, i, o)
+                rewards[i] = r
+                if term or trunc:
+                    ended.append(i)
+                    terminated[i] = term
+                    truncated[i] = trunc and not term
+                    if self._game_scores and "episode" in info:
+                        games[i] = (float(info["episode"]["r"]), int(info["episode"]["l"]))
+        except BaseException as exc:
+            raise self._failed("step", exc) from None
         finite = np.isfinite(rewards).all() and (
             sp.pixels
-            or (np.isfinite(obs).all() if isinstance(obs, np.ndarray) else self._finite_rows(obs).all())
+            or (np.isfinite(obs).all() if isinstance(obs, np.ndarray) else _finite_rows(sp, obs, n).all())
         )
         if not finite:
             ended = self._end_broken(obs, rewards, terminated, truncated, ended)
+        else:
+            self._broken_steps = 0
         self._ep_return += rewards
         self._ep_length += 1
         if not ended:
@@ -421,11 +521,16 @@ class EnvBatch:
         self, obs: Obs, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
         ended: list[int],
     ) -> list[int]:  # fmt: skip
-        ok = np.isfinite(rewards) & self._finite_rows(obs)
+        ok = np.isfinite(rewards) & _finite_rows(self.spaces, obs, self.num_envs)
         broken = np.flatnonzero(~ok)
         rewards[broken] = 0.0
         terminated[broken], truncated[broken] = True, False
         self.broken_episodes += len(broken)
+        self._broken_steps = self._broken_steps + 1 if len(broken) == self.num_envs else 0
+        if self._broken_steps >= BROKEN_STEPS:
+            raise EnvFailed(f"environment {self._env_name!r}: all {self.num_envs} made here "
+                            f"gave a non-finite observation or reward at each of {BROKEN_STEPS} steps in "
+                            "a row: nothing but rejected data")  # fmt: skip
         for i in broken.tolist():
             self._broken_log.note(self._env_name, "non_finite", f"environment {i} returned a non-finite "
                                   "observation or reward; its episode ends there (terminated, "
@@ -449,10 +554,13 @@ class EnvBatch:
         else:
             returns = [float(self._ep_return[i]) for i in ended]
             lengths = [int(self._ep_length[i]) for i in ended]
-        for i in ended:
-            self._put(obs, i, self.envs[i].reset()[0])
-            self._ep_return[i] = 0.0
-            self._ep_length[i] = 0
+        try:
+            for i in ended:
+                self._put(obs, i, self.envs[i].reset()[0])
+        except BaseException as exc:
+            raise self._failed("reset", exc) from None
+        self._ep_return[ended] = 0.0
+        self._ep_length[ended] = 0
         return StepResult(obs, rewards, terminated, truncated, trunc_envs, trunc_obs, returns, lengths)
 
     def close(self) -> None:

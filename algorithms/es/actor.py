@@ -6,8 +6,9 @@ state), one pair after another. All agents' environments are stepped together an
 run in one batched call. Finished pairs and the moments of the observations seen in their episodes
 go up the experience stream every `flush_interval` seconds. A pair during which an environment
 returned a non-finite observation or reward (an unstable simulation) is dropped here, counted and
-logged at a bounded rate. Workers are stateless: a restarted worker, or one whose master
-restarted, simply fetches the parameters again.
+logged at a bounded rate; BROKEN_STEPS pairs dropped in a row with none finished, or an exception of
+the environment's own, fail the worker for good (envs.EnvFailed). Workers are stateless: a restarted
+worker, or one whose master restarted, simply fetches the parameters again.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from surreal.algorithms.common.env_ref import EnvRef
-from surreal.algorithms.common.envs import env_spaces, make_env
+from surreal.algorithms.common.env_ref import EnvRef, as_env_ref, their_error
+from surreal.algorithms.common.envs import BROKEN_STEPS, EnvFailed, env_spaces, make_env
 from surreal.algorithms.common.normalization import ObsNormalizer
 from surreal.algorithms.common.reconnect import work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
@@ -55,7 +56,11 @@ class ESWorker:
     def __init__(self, cfg: ESConfig, env: EnvRef | str, ids: list[int], seed: int = 0) -> None:
         self.cfg, self.ids = cfg, ids
         n = len(ids)
-        self.envs = [make_env(env, seed + i) for i in range(2 * n)]  # agent a: slots 2a, 2a+1
+        self.env = as_env_ref(env)
+        try:
+            self.envs = [make_env(env, seed + i) for i in range(2 * n)]  # agent a: slots 2a, 2a+1
+        except ValueError as exc:  # the user's module or constructor failed (env_ref names it)
+            raise EnvFailed(str(exc)) from None
         self.spaces = env_spaces(self.envs[0])
         self.spec = PolicySpec.from_config(cfg, self.spaces)
         self.policy = BatchPolicy(self.spec, 2 * n)
@@ -76,6 +81,7 @@ class ESWorker:
         self._obs_n, self._obs_sum, self._obs_sq = 0, np.zeros(d), np.zeros(d)
         self.env_steps = 0  # steps taken by this worker (all versions)
         self.broken_pairs = 0  # pairs dropped for a non-finite observation or reward
+        self._broken_in_a_row = 0  # of them since a pair last finished (BROKEN_STEPS)
         self._broken_log = RejectionLog(log, "pair", interval=60.0)
 
     def set_params(self, params: Params) -> None:
@@ -111,8 +117,11 @@ class ESWorker:
         delta = self.cfg.sigma * perturbation(seed, self.spec.num_params)
         self.policy.set(2 * a, self._theta + delta)
         self.policy.set(2 * a + 1, self._theta - delta)
-        for i in (2 * a, 2 * a + 1):
-            self._obs[i] = np.ravel(self.envs[i].reset(seed=env_seed(seed))[0])
+        try:
+            for i in (2 * a, 2 * a + 1):
+                self._obs[i] = np.ravel(self.envs[i].reset(seed=env_seed(seed))[0])
+        except BaseException as exc:
+            raise their_error(self.env, "reset failed", exc, EnvFailed) from None
         pair_slots = slice(2 * a, 2 * a + 2)
         self._active[pair_slots] = True
         self._ret[pair_slots] = 0.0
@@ -139,9 +148,12 @@ class ESWorker:
         for k, i in enumerate(rows.tolist()):
             if not self._active[i]:  # its partner broke earlier in this step
                 continue
-            o, r, terminated, truncated, _ = self.envs[i].step(acts[k])
-            self._obs[i] = np.ravel(o)
-            self._ret[i] += r
+            try:
+                o, r, terminated, truncated, _ = self.envs[i].step(acts[k])
+                self._obs[i] = np.ravel(o)
+                self._ret[i] += r
+            except BaseException as exc:
+                raise their_error(self.env, "step failed", exc, EnvFailed) from None
             self._len[i] += 1
             if not (np.isfinite(self._obs[i]).all() and math.isfinite(float(r))):
                 self._drop_broken(i // 2)
@@ -164,6 +176,7 @@ class ESWorker:
             self._obs_sq += self._ep_sq[p] + self._ep_sq[m]
         self._tasks[a] = None
         self._startable = True
+        self._broken_in_a_row = 0
 
     def _drop_broken(self, a: int) -> None:
         """End agent `a`'s pair without a result: one of its environments went non-finite."""
@@ -171,6 +184,11 @@ class ESWorker:
         self._tasks[a] = None
         self._startable = True
         self.broken_pairs += 1
+        self._broken_in_a_row += 1
+        if self._broken_in_a_row >= BROKEN_STEPS:
+            raise EnvFailed(f"environment {self.env.name!r}: {BROKEN_STEPS} pairs in a row here were "
+                            "dropped for a non-finite observation or reward, and none finished: nothing "
+                            "but rejected data")  # fmt: skip
         self._broken_log.note(f"agent {self.ids[a]}", "non_finite", "an environment returned a "
                               "non-finite observation or reward; the pair is dropped")  # fmt: skip
 

@@ -1,7 +1,7 @@
 """A researcher's own environment through the installed command: from the module's folder (the
-working directory is carried to every component) or from PYTHONPATH, with kwargs; and a pixel
-environment that a CNN policy solves (the suite's one solve of the CNN path). Bounded by env
-steps, never by seconds."""
+working directory is carried to every component) or from PYTHONPATH, with kwargs; a pixel
+environment that a CNN policy solves (the suite's one solve of the CNN path); and environments that
+fail in a run, named as the run's problem. Bounded by env steps, never by seconds."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from cli_harness import SURREAL
 
 from surreal import load_policy
+from surreal.algorithms.common.envs import BROKEN_STEPS
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"
 # CueWorld's eval return with Tuple actions after 16k steps (random 12.5, optimal 32): 10 runs of
@@ -117,3 +118,60 @@ def test_a_dict_environment_learns_from_the_keys_it_is_given_and_its_policy_is_i
         played.stderr
     )  # the header line, then why
     assert "cannot render frames" in played.stderr and not (elsewhere / "cue.gif").exists()
+
+
+def test_an_environment_that_raises_or_gives_only_nan_in_a_run_fails_it_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    """hostile:Flaky passes create's probe (a reset and one step) and breaks from its second step on:
+    it raises, or gives NaN observations (each episode then ends at once, rejected, and after
+    BROKEN_STEPS such steps of its whole batch in a row the actor gives up). Either way the actor's
+    role fails for good (exit 73, a fatal exit): the run ends Failed at once, far from its target,
+    with the environment's own reason as its problem. Two runs side by side, each a few seconds."""
+    home = tmp_path / "home"
+    env = {**os.environ, "SURREAL_HOME": str(home), "PYTHONPATH": str(ENVS)}
+    runs = {
+        fail: subprocess.Popen(
+            [
+                str(SURREAL),
+                "create",
+                f"flaky-{fail}",
+                "--algo",
+                "ppo",
+                "--env",
+                "hostile:Flaky",
+                "--agents",
+                "1",
+                "--steps",
+                "1000000",
+                "--seed",
+                "0",
+                "--set",
+                f"env_kwargs.fail={fail}",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for fail in ("raise", "nan")
+    }
+    reasons = {
+        "raise": "environment 'hostile:Flaky': step failed: ValueError: boom at step 2",
+        "nan": f"gave a non-finite observation or reward at each of {BROKEN_STEPS} steps in a row: "
+        "nothing but rejected data",
+    }
+    for fail, proc in runs.items():
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1, err[-3000:]
+        status = json.loads(surreal("status", f"flaky-{fail}", "-o", "json", home=home, cwd=tmp_path).stdout)
+        assert status["phase"] == "Failed" and status["env_steps"] < 100_000, status
+        assert status["problem"].startswith(
+            "no actor is left to feed the learner: actor-0 failed (exit code 73: "
+        ), status
+        assert reasons[fail] in status["problem"], status
+        logs = home / "experiments" / f"flaky-{fail}" / "logs"
+        assert reasons[fail] in (logs / "actor-0.log").read_text()
+        assert "bug in surreal" not in "".join(p.read_text() for p in logs.glob("*.log"))

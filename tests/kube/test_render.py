@@ -14,7 +14,7 @@ from kube_support import KUBE_VERSIONS, make_spec
 
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
-from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
+from surreal.algorithms.common.run import EXIT_ENV_FAILED, EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
 from surreal.component import ComponentError, worker_index
 from surreal.orchestrator.kube import output as ko
 from surreal.orchestrator.kube import render as kr
@@ -193,9 +193,11 @@ def test_every_component_runs_to_completion_and_disruptions_are_not_failures(rol
     assert rules[1]["action"] == "Ignore" and rules[1]["onExitCodes"]["values"] == [EXIT_PREEMPTED]
     container = pod["containers"][0]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    # A worker whose learner is gone for good, and a learner whose ranks did not form their group
-    # or that no actor is left to feed, fail their Job instead of retrying.
+    # A worker whose learner is gone for good, a learner whose ranks did not form their group or
+    # that no actor is left to feed, and any whose environment failed, fail their Job instead of
+    # retrying.
     fatal = [EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS] if role == "learner" else [EXIT_LEARNER_GONE]
+    fatal.append(EXIT_ENV_FAILED)
     assert rules[2:] == [{"action": "FailJob", "onExitCodes": {
         "containerName": role, "operator": "In", "values": fatal}}]  # fmt: skip
     # Every component watches the Job it depends on (orchestrator/kube/watch.py).

@@ -1,13 +1,18 @@
 """A researcher's environment in the spec: env_kwargs from --set and YAML, what is refused at create
-time (one line, nothing created), and what the kube objects carry."""
+time (one line, nothing created: also whatever the user's code raises, SystemExit included), and what
+the kube objects carry."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
+import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 import yaml
+from cli_world import one_line, surreal
 from test_cli_errors import SURREAL, created, run
 
 from surreal.algorithms.common.env_ref import extend_import_path
@@ -102,3 +107,82 @@ def test_kube_objects_carry_the_env_and_its_kwargs_in_the_spec(tmp_path: Path) -
     for role, job in jobs.items():
         images = [c["image"] for c in job["spec"]["template"]["spec"]["containers"]]
         assert images == ["example.org/lab/surreal-envs:1"], (role, images)
+
+
+# tests/envs/hostile.py: environments that each break one thing surreal expects of one.
+HOSTILE_ENVS = sorted(
+    name
+    for name, value in vars(importlib.import_module("hostile")).items()
+    if isinstance(value, type) and issubclass(value, gym.Env) and value.__module__ == "hostile"
+)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "es"])
+@pytest.mark.parametrize("name", HOSTILE_ENVS)
+def test_what_create_writes_of_any_environment_is_what_every_component_loads(
+    tmp_path: Path, name: str, algo: str
+) -> None:
+    """The property: create refuses the environment in one line naming it, or the spec it writes
+    (its `resolved` section: what the probe found) loads as every component loads it."""
+    try:
+        spec = build_spec("c1", flags={"algo": algo, "env": f"hostile:{name}"})
+    except SpecError as exc:
+        assert f"hostile:{name}" in str(exc) and "\n" not in str(exc), exc
+        return
+    path = tmp_path / "spec.yaml"
+    path.write_text(spec.to_yaml())
+    assert load_spec_file(path) == spec
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        (f"hostile:{name}", f"environment 'hostile:{name}': ")
+        for name in HOSTILE_ENVS
+        if name not in ("Plain", "Float64Observations", "Flaky")
+    ]
+    + [
+        ("sys:exit", "environment 'sys:exit': cannot be made: SystemExit"),
+        (
+            "exits_at_import:Env",
+            "environment 'exits_at_import:Env': cannot import module 'exits_at_import': SystemExit: 3",
+        ),
+        (
+            "parses_argv_at_import:Env",
+            "environment 'parses_argv_at_import:Env': cannot import module "
+            "'parses_argv_at_import': SystemExit: 2",
+        ),
+    ],  # fmt: skip
+)
+def test_the_users_code_failing_at_create_is_one_line_of_theirs_exit_2_and_nothing_created(
+    tmp_path: Path,
+    surreal_home: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    env: str,
+    line: str,
+) -> None:
+    """In-process, as the installed command runs it; fd-level output: what reaches the terminal.
+    argparse prints its usage before it exits: that noise is the module's, dropped at create."""
+    (tmp_path / "exits_at_import.py").write_text("import sys\nprint('loading')\nsys.exit(3)\n")
+    (tmp_path / "parses_argv_at_import.py").write_text(
+        "import argparse\nargparse.ArgumentParser().parse_args()\n"
+    )
+    extend_import_path([str(tmp_path)])
+    argv = ["create", "c1", "--algo", "ppo", "--env", env, "--steps", "1000"]
+    monkeypatch.setattr(sys, "argv", ["surreal", *argv])  # what the module's argparse reads, as installed
+    code, out, err = surreal(capfd, *argv)
+    assert (code, out) == (2, ""), (code, out, err)
+    assert one_line(err).startswith(f"surreal: error: {line}"), err
+    assert not surreal_home.exists() or not any(surreal_home.rglob("*"))
+
+
+def test_a_ctrl_c_in_the_users_module_interrupts_create(
+    tmp_path: Path, surreal_home: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "interrupted_at_import.py").write_text("raise KeyboardInterrupt\n")
+    extend_import_path([str(tmp_path)])
+    code, _, err = surreal(
+        capfd, "create", "c1", "--algo", "ppo", "--env", "interrupted_at_import:E", "--dry-run"
+    )
+    assert (code, one_line(err)) == (130, "surreal: error: interrupted")

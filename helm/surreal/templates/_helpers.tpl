@@ -21,6 +21,8 @@ each to its Python name, so a change on one side only fails the tests.
 {{- define "surreal.exitGroupNotFormed" -}}70{{- end -}}
 {{/* EXIT_NO_ACTORS: a learner whose actors' Job failed (no actor is left: fails its Job at once). */}}
 {{- define "surreal.exitNoActors" -}}71{{- end -}}
+{{/* EXIT_ENV_FAILED: the user's environment failed in a component, as it would again (fails its Job at once). */}}
+{{- define "surreal.exitEnvFailed" -}}73{{- end -}}
 {{/* RANKS_CONTROL_PORT: where pod 0 of learner pods serves the ranks' control store. */}}
 {{- define "surreal.ranksControlPort" -}}29400{{- end -}}
 {{/* QUEUE_LABEL: Kueue's label naming the LocalQueue that admits a Job. */}}
@@ -361,20 +363,20 @@ podFailurePolicy:
         operator: In
         values: [{{ include "surreal.exitPreempted" . }}]
     {{- if ne $role "learner" }}
-    # Its learner is gone for good: retrying cannot help.
+    # Its learner is gone for good, or the user's environment failed: retrying cannot help.
     - action: FailJob
       onExitCodes:
         containerName: {{ $role }}
         operator: In
-        values: [{{ include "surreal.exitLearnerGone" . }}]
+        values: [{{ include "surreal.exitLearnerGone" . }}, {{ include "surreal.exitEnvFailed" . }}]
     {{- else }}
-    # Its ranks did not form their group (one hung before joining), or no actor is left to
-    # feed it (the actors' Job failed): retrying cannot help.
+    # Its ranks did not form their group (one hung before joining), no actor is left to feed it
+    # (the actors' Job failed), or the user's environment failed: retrying cannot help.
     - action: FailJob
       onExitCodes:
         containerName: {{ $role }}
         operator: In
-        values: [{{ include "surreal.exitGroupNotFormed" . }}, {{ include "surreal.exitNoActors" . }}]
+        values: [{{ include "surreal.exitGroupNotFormed" . }}, {{ include "surreal.exitNoActors" . }}, {{ include "surreal.exitEnvFailed" . }}]
     {{- end }}
 template:
   metadata:
