@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
+from contextlib import closing
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 
 from surreal.algorithms.common import obs_leaves
-from surreal.algorithms.common.checkpoint import LATEST, Envelope, load_checkpoint_file
+from surreal.algorithms.common.checkpoint import LATEST, Envelope, error_line, load_checkpoint_file
 from surreal.algorithms.common.env_ref import IMPORT_PATH_VAR, EnvRef, extend_import_path
 from surreal.algorithms.common.envs import make_env, obs_layout, shaped_obs, spaces_of
 from surreal.algorithms.registry import get_algorithm
@@ -35,9 +39,27 @@ from surreal.orchestrator.home import (
     load_spec,
     user_import_path,
 )
-from surreal.spec import ExperimentSpec
+from surreal.spec import MAX_SEED, ExperimentSpec
 
 CHECKPOINTS = "checkpoints"
+PATH_MAX = 4096  # Linux's: a longer name, folder or file is none of them
+
+
+class Refused(ExperimentError):
+    """A path or a value `load_policy` or `record` cannot take (exit code 2): nothing is made."""
+
+    exit_code = 2
+
+
+def _check_length(text: str) -> None:
+    """So that every path an error line names is bounded."""
+    if len(text) > PATH_MAX:
+        raise Refused(f"{text[:60]}... ({len(text):,} characters) is longer than any name or path")
+
+
+def _check_seed(seed: int) -> None:
+    if not (isinstance(seed, int | np.integer) and 0 <= seed <= MAX_SEED):
+        raise Refused(f"seed must be an integer in [0, {MAX_SEED}] (as a spec's), got {str(seed)[:40]}")
 
 
 def _experiment_dir(where: str | os.PathLike[str], home: Path | None) -> tuple[Path, Path]:
@@ -61,7 +83,21 @@ def load_policy(where: str | os.PathLike[str], *, home: Path | None = None, seed
     """The policy a run trained: `where` is an experiment's name (in `home`, default $SURREAL_HOME),
     its folder, or a checkpoint file in its `checkpoints/` folder. `seed` seeds sampling
     (`act(..., deterministic=False)`). Raises ExperimentError (a ValueError's sibling, with one
-    line that says why) when there is no such experiment, no checkpoint, or a file that is not one."""
+    line that says why) when there is no such experiment, no checkpoint, or a file that is not one;
+    Refused (one too, exit code 2 in the CLI) for a seed out of range or a path longer than any."""
+    text = os.fspath(where) if isinstance(where, str | os.PathLike) else None
+    if not isinstance(text, str):
+        raise TypeError("load_policy takes an experiment's name, its folder or a checkpoint file (a str "
+                        f"or a pathlib.Path), not {type(where).__name__[:60]}")  # fmt: skip
+    _check_length(text)
+    _check_seed(seed)
+    try:
+        return _load_policy(where, home, seed)
+    except OSError as exc:  # a name too long for the file system, a folder it may not read
+        raise ExperimentError(f"cannot read {text}: {exc.strerror or error_line(exc)}") from None
+
+
+def _load_policy(where: str | os.PathLike[str], home: Path | None, seed: int) -> TrainedPolicy:
     exp_dir, checkpoint = _experiment_dir(where, home)
     spec_path = exp_dir / SPEC_FILE
     if not spec_path.is_file():
@@ -76,9 +112,8 @@ def load_policy(where: str | os.PathLike[str], *, home: Path | None = None, seed
         raise ExperimentError(f"experiment {spec.name!r} has no checkpoint at {checkpoint} ({where_kept})")
     try:
         saved = load_checkpoint_file(checkpoint)
-    except Exception as exc:  # torch raises many kinds for a file that is not a checkpoint
-        problem = f"{type(exc).__name__}: {exc}"
-        raise ExperimentError(f"{checkpoint} is not a checkpoint surreal wrote: {problem}") from None
+    except ValueError as exc:  # one line that names the file
+        raise ExperimentError(str(exc)) from None
     return TrainedPolicy(spec, saved, checkpoint, seed)
 
 
@@ -103,16 +138,16 @@ class TrainedPolicy:
         self.spec, self.checkpoint = spec, checkpoint
         # A user's module: where the run's components imported it from, then where this shell would.
         extend_import_path([*_run_import_path(checkpoint), *user_import_path()])
-        envelope, state = Envelope.open(saved)
-        self.version = int(envelope.counters.get("version", 0))
-        self.env_steps = int(envelope.counters.get("env_steps", 0))
-        self.eval_return = envelope.eval_return  # the last evaluation the run reported
         algorithm = get_algorithm(spec.algo)
-        try:
+        try:  # a torch file of someone else's: no envelope, or other weights
+            envelope, state = Envelope.open(saved)
+            self.version = int(envelope.counters.get("version", 0))
+            self.env_steps = int(envelope.counters.get("env_steps", 0))
+            self.eval_return = envelope.eval_return  # the last evaluation the run reported
             self._act = algorithm.checkpoint_policy(spec.config, spec.resolved, state, seed)
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, TypeError, AttributeError, RuntimeError) as exc:
             what = f"a {spec.algo} policy for {spec.env}"
-            raise ExperimentError(f"{checkpoint} does not hold {what}: {exc}") from None
+            raise ExperimentError(f"{checkpoint} does not hold {what}: {error_line(exc)}") from None
         self.spaces = spaces_of(spec.resolved).keep(getattr(spec.config, "obs_keys", ()), spec.env)
         probe = self.make_env()
         try:
@@ -198,17 +233,18 @@ def _frame(env: gym.Env) -> np.ndarray:
 
 def play(
     policy: TrainedPolicy, episodes: int, *, seed: int = 0, deterministic: bool = True
-) -> Iterator[tuple[np.ndarray | None, Episode | None]]:
+) -> Generator[tuple[np.ndarray | None, Episode | None], None, None]:
     """Frames of `episodes` episodes of `policy` on its environment rendered as RGB: (frame, None)
     for each frame, then (None, the episode) at each episode's end."""
-    # pygame (gymnasium's classic-control renderer) starts SDL: no window, no sound, no banner.
+    # pygame (gymnasium's classic-control renderer) starts SDL: no window, no sound, no banner, and
+    # no signal handlers of its own (SDL's would swallow SIGINT and SIGTERM: nothing would stop it).
     for name, value in (("SDL_VIDEODRIVER", "dummy"), ("SDL_AUDIODRIVER", "dummy"),
-                        ("PYGAME_HIDE_SUPPORT_PROMPT", "1")):  # fmt: skip
+                        ("PYGAME_HIDE_SUPPORT_PROMPT", "1"), ("SDL_NO_SIGNAL_HANDLERS", "1")):  # fmt: skip
         os.environ.setdefault(name, value)
     try:
         env = policy.make_env(render_mode="rgb_array", seed=seed)
     except ValueError as exc:
-        raise ExperimentError(f"cannot make {policy.env} to render it: {exc}") from None
+        raise ExperimentError(f"cannot make {policy.env} to render it: {error_line(exc)}") from None
     try:
         for _ in range(episodes):
             obs, _info = env.reset()
@@ -232,36 +268,52 @@ def _rendered(env: gym.Env) -> np.ndarray:
         raise
     except Exception as exc:  # a renderer's missing library (pygame, an OpenGL context), as one line
         name = env.spec.id if env.spec else str(env)
-        raise ExperimentError(f"{name} cannot render frames: {type(exc).__name__}: {exc}") from None
+        raise ExperimentError(f"{name} cannot render frames: {error_line(exc)}") from None
 
 
 GIF_MAX_WIDTH = 400  # a GIF holds every frame in memory as it is written: a quick look, kept small
+# Pillow's GIF writer needs every frame at once, and about as much again while it writes them: a GIF
+# stops at this many bytes of frames (a byte a pixel; 1,872 frames of CartPole's, 37 s at 50 fps).
+GIF_MAX_BYTES = 200_000_000
+# An .mp4 streams its frames to ffmpeg (memory stays flat), but its file and its time grow: it stops
+# at a million frames (9 hours at 30 fps), in case an episode never ends.
+MP4_MAX_FRAMES = 1_000_000
 
 
 class _Gif:
-    """Frames kept as palette images (a byte a pixel, at most GIF_MAX_WIDTH wide), written at close
-    by Pillow."""
+    """Frames kept as palette images (a byte a pixel, at most GIF_MAX_WIDTH wide, GIF_MAX_BYTES in
+    all), written at close by Pillow."""
 
     def __init__(self, path: Path, fps: float) -> None:
         self.path, self.duration = path, max(20, round(1000 / fps))  # ms; 20 ms at least
         self.frames: list[Any] = []
+        self.room = GIF_MAX_BYTES
+        self.limit = f"as many as a GIF holds ({GIF_MAX_BYTES / 1e6:g} MB of frames): write a .mp4 for more"
 
-    def add(self, frame: np.ndarray) -> None:
+    def add(self, frame: np.ndarray) -> bool:
+        """Keep `frame`; False (not kept) when the GIF is full."""
         from PIL import Image
 
         image = Image.fromarray(frame)
         if image.width > GIF_MAX_WIDTH:
             image = image.resize((GIF_MAX_WIDTH, round(image.height * GIF_MAX_WIDTH / image.width)))
+        self.room -= image.width * image.height
+        if self.room < 0:
+            return False
         self.frames.append(image.quantize(colors=256, method=Image.Quantize.FASTOCTREE))
+        return True
 
     def close(self) -> None:
         if self.frames:
             self.frames[0].save(self.path, save_all=True, append_images=self.frames[1:],
                                 duration=self.duration, loop=0)  # fmt: skip
 
+    def abort(self) -> None:
+        self.frames.clear()
+
 
 class _Mp4:
-    """H.264 through the ffmpeg binary imageio-ffmpeg ships in its wheel, written as frames come."""
+    """H.264 by the ffmpeg binary imageio-ffmpeg ships in its wheel, fed each frame as it comes."""
 
     def __init__(self, path: Path, fps: float) -> None:
         try:
@@ -271,23 +323,46 @@ class _Mp4:
                 "an .mp4 needs imageio-ffmpeg (it ships the encoder): pip install 'surreal[video]', or "
                 "write a .gif"
             ) from None
-        self._module, self.path, self.fps = imageio_ffmpeg, path, fps
-        self._writer: Any = None
+        self.ffmpeg, self.path, self.fps = imageio_ffmpeg.get_ffmpeg_exe(), path, fps
+        self.room, self.limit = MP4_MAX_FRAMES, f"as many as a .mp4 holds here ({MP4_MAX_FRAMES:,} frames)"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log = tempfile.TemporaryFile()  # ffmpeg's complaint, read if it fails
 
-    def add(self, frame: np.ndarray) -> None:
-        if self._writer is None:
+    def add(self, frame: np.ndarray) -> bool:
+        """Send `frame` to ffmpeg; False (not sent) when the video is full."""
+        self.room -= 1
+        if self.room < 0:
+            return False
+        if self._proc is None:
             h, w = frame.shape[:2]
-            # yuv420p (what players expect) needs even sizes; ffmpeg pads with the macro block size.
-            self._writer = self._module.write_frames(
-                str(self.path), (w, h), fps=self.fps, codec="libx264", pix_fmt_out="yuv420p",
-                macro_block_size=2, quality=7, ffmpeg_log_level="error",
+            # yuv420p (what players expect) needs even sizes: padded by a pixel; crf 15: good quality.
+            self._proc = subprocess.Popen(
+                [self.ffmpeg, "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{w}x{h}",
+                 "-r", str(Fraction(self.fps).limit_denominator(1001)), "-i", "-", "-an",
+                 "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-c:v", "libx264", "-pix_fmt", "yuv420p",
+                 "-crf", "15", str(self.path)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._log,
             )  # fmt: skip
-            self._writer.send(None)
-        self._writer.send(frame)
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(frame.tobytes())
+        except BrokenPipeError:
+            self.close()  # raises with ffmpeg's reason
+        return True
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        if self._proc is None:
+            return
+        self._proc.communicate()  # the end of its input: it finishes the file
+        if self._proc.returncode:
+            self._log.seek(0)
+            said = self._log.read(2000).decode(errors="replace").strip().splitlines() or ["no reason given"]
+            raise ExperimentError(f"ffmpeg could not write the video: {said[0][:200]}")
+
+    def abort(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
 
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
@@ -296,10 +371,37 @@ VIDEO_SUFFIXES = (".mp4", ".gif")
 @dataclass(frozen=True)
 class Recording:
     path: Path
-    episodes: list[Episode]
+    episodes: list[Episode]  # those that ended
+    frames: int
     size: tuple[int, int]  # (width, height) of the frames rendered
     seconds: float
     bytes: int
+    stopped: str | None = None  # why it stopped before the episodes ended (the file was full)
+
+
+def check_output(path: Path) -> None:
+    """Refuse (Refused, before anything is played) a video `record` cannot write: not a .mp4 or a
+    .gif, a folder, in no folder, or a name the file system will not take."""
+    _check_length(str(path))
+    problem = None
+    try:
+        if path.suffix.lower() not in VIDEO_SUFFIXES:
+            problem = f"{path}: write a .mp4 or a .gif"
+        elif path.is_dir():
+            problem = f"{path} is a folder: name the video in it, e.g. {path / 'agent.mp4'}"
+        elif not path.parent.is_dir():
+            problem = f"no folder {path.parent} to write {path.name} in"
+        else:
+            _partial(path).touch()
+            _partial(path).unlink()
+    except OSError as exc:
+        problem = f"cannot write {path}: {exc.strerror or error_line(exc)}"
+    if problem is not None:
+        raise Refused(problem)
+
+
+def _partial(path: Path) -> Path:
+    return path.with_name(f".{path.name}.partial{path.suffix}")
 
 
 def record(
@@ -313,35 +415,42 @@ def record(
     progress: Callable[[int, Episode], None] | None = None,
 ) -> Recording:
     """Render `episodes` episodes of `policy` into `path` (.mp4 or .gif); `progress` is called at
-    the end of each episode. Nothing is left at `path` when it fails."""
-    if path.suffix.lower() not in VIDEO_SUFFIXES:
-        raise ExperimentError(f"{path.name}: write a .mp4 or a .gif")
+    the end of each episode. A GIF stops at GIF_MAX_BYTES of frames, an .mp4 at MP4_MAX_FRAMES
+    (`stopped` says so). Nothing is left at `path` when it fails or is interrupted."""
+    check_output(path)
+    _check_seed(seed)
     if episodes < 1:
-        raise ExperimentError(f"episodes must be at least 1, got {episodes}")
-    if not path.parent.is_dir():
-        raise ExperimentError(f"no folder {path.parent} to write {path.name} in")
+        raise Refused(f"episodes must be at least 1, got {episodes}")
     metadata = policy.metadata
     if "rgb_array" not in (metadata.get("render_modes") or ()):
         raise ExperimentError(f"{policy.env} cannot render frames: its render_modes are "
                               f"{list(metadata.get('render_modes') or [])}, without 'rgb_array'")  # fmt: skip
     rate = float(fps or metadata.get("render_fps") or 30)
     started = time.monotonic()
-    partial = path.with_name(f".{path.name}.partial{path.suffix}")
+    partial = _partial(path)
     writer: _Gif | _Mp4 = _Gif(partial, rate) if path.suffix.lower() == ".gif" else _Mp4(partial, rate)
     done: list[Episode] = []
-    size = (0, 0)
+    frames, size, stopped = 0, (0, 0), None
     try:
-        for frame, episode in play(policy, episodes, seed=seed, deterministic=deterministic):
-            if frame is not None:
-                size = (frame.shape[1], frame.shape[0])
-                writer.add(frame)
-            else:
-                assert episode is not None
-                done.append(episode)
-                if progress is not None:
-                    progress(len(done), episode)
-        writer.close()
-        os.replace(partial, path)
+        with closing(play(policy, episodes, seed=seed, deterministic=deterministic)) as playing:
+            for frame, episode in playing:
+                if frame is not None:
+                    if not writer.add(frame):
+                        stopped = f"stopped at {frames:,} frames, {writer.limit}"
+                        break
+                    frames, size = frames + 1, (frame.shape[1], frame.shape[0])
+                elif episode is not None:
+                    done.append(episode)
+                    if progress is not None:
+                        progress(len(done), episode)
+        try:
+            writer.close()
+            os.replace(partial, path)
+        except OSError as exc:  # a full disk
+            raise ExperimentError(f"cannot write {path}: {exc.strerror or error_line(exc)}") from None
+    except BaseException:  # Ctrl-C, SIGTERM (the CLI's), the policy's, the renderer's or the disk's error
+        writer.abort()
+        raise
     finally:
         partial.unlink(missing_ok=True)
-    return Recording(path, done, size, time.monotonic() - started, path.stat().st_size)
+    return Recording(path, done, frames, size, time.monotonic() - started, path.stat().st_size, stopped)

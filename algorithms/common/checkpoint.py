@@ -8,6 +8,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,8 +47,28 @@ def load_checkpoint(directory: Path) -> dict[str, Any] | None:
 
 
 def load_checkpoint_file(path: Path) -> dict[str, Any]:
-    """The state saved in the checkpoint file `path` (tensors and plain values only: weights_only)."""
-    return dict(torch.load(path, map_location="cpu", weights_only=True))
+    """The state saved in the checkpoint file `path` (tensors and plain values only: weights_only).
+    A file it cannot read, or not a checkpoint, is a ValueError of one line that names it."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's notes on a stranger's pickle protocol
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or error_line(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a file that is not one
+        raise ValueError(f"{path} is not a checkpoint surreal wrote ({error_line(exc)})") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} is not a checkpoint surreal wrote (it holds a {type(saved).__name__})")
+    return saved
+
+
+def error_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception as the end of one error line: its type and the first sentence of its first
+    line, cut to `limit` characters (torch's long advice, a library's multi-line report, left out)."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0].split(". ")[0] if lines else ""
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -4,6 +4,8 @@ experiments resume from their checkpoints."""
 
 from __future__ import annotations
 
+import pickle
+import warnings
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,13 @@ from test_learner import CFG as PPO_CFG
 from test_learner import ENV as PPO_ENV
 from test_learner import fragment
 
-from surreal.algorithms.common.checkpoint import LATEST, Envelope, load_checkpoint, resumed_version
+from surreal.algorithms.common.checkpoint import (
+    LATEST,
+    Envelope,
+    load_checkpoint,
+    load_checkpoint_file,
+    resumed_version,
+)
 from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.master import ESMaster
@@ -83,3 +91,37 @@ def test_a_checkpoint_from_before_a_field_existed_resumes_with_its_default(tmp_p
     assert status["train_return"] is None and status["eval_return"] is None
     assert status["best_eval_return"] is None and 0.0 <= status["checkpoint_age_seconds"] < 60.0
     resumed.close()
+
+
+def test_a_file_that_is_not_a_checkpoint_is_a_one_line_error_naming_it(tmp_path, monkeypatch):
+    """Whatever torch raises (its advice to load with weights_only=False, a report of many lines)
+    or warns, load_checkpoint_file raises one short ValueError line that names the file."""
+    pickled = tmp_path / "pickled.pt"  # protocol 4, of a function: torch warns, then refuses
+    pickled.write_bytes(pickle.dumps(print, protocol=4))
+    torch.save(torch.zeros(2), tmp_path / "tensor.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning reaches the user either
+        with pytest.raises(ValueError) as refused:
+            load_checkpoint_file(pickled)
+    assert (
+        str(refused.value)
+        == f"{pickled} is not a checkpoint surreal wrote (UnpicklingError: Weights only load failed)"
+    )
+    with pytest.raises(
+        ValueError, match=r"tensor.pt is not a checkpoint surreal wrote \(it holds a Tensor\)$"
+    ):
+        load_checkpoint_file(tmp_path / "tensor.pt")
+    with pytest.raises(ValueError, match=r"^cannot read .*nothing.pt: No such file or directory$"):
+        load_checkpoint_file(tmp_path / "nothing.pt")
+
+    def noisy(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("x" * 10_000 + "\nsecond line\n" + "y" * 10_000)
+
+    monkeypatch.setattr(torch, "load", noisy)
+    with pytest.raises(ValueError) as refused:
+        load_checkpoint_file(pickled)
+    line = str(refused.value)
+    assert "\n" not in line and "second" not in line and len(line) < len(str(pickled)) + 260, line
+    assert line.startswith(
+        f"{pickled} is not a checkpoint surreal wrote (RuntimeError: xxx"
+    ) and line.endswith("...)")

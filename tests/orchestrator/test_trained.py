@@ -4,25 +4,36 @@ compared with what the actors and the evaluator run from the same weights."""
 
 from __future__ import annotations
 
+import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
-from PIL import Image
+import torch
+from PIL import Image, ImageSequence
 
 import surreal
 from surreal.algorithms.common import obs_leaves
+from surreal.algorithms.common.checkpoint import LATEST
 from surreal.algorithms.common.env_ref import extend_import_path
 from surreal.algorithms.common.envs import spaces_of
 from surreal.algorithms.es.evaluator import deterministic_policy
 from surreal.algorithms.es.master import ESMaster
 from surreal.algorithms.ppo.learner import PPOLearner
 from surreal.algorithms.ppo.policy import policy_from_params, policy_input
+from surreal.cli import main
+from surreal.orchestrator import trained
 from surreal.orchestrator.home import ExperimentError
-from surreal.orchestrator.trained import record
+from surreal.orchestrator.trained import Refused, record
 from surreal.spec import ExperimentSpec, build_spec
 
 SURREAL = str(Path(sys.executable).parent / "surreal")
@@ -213,17 +224,181 @@ def test_surreal_record_on_the_command_line(tmp_path: Path) -> None:
     assert len(lines) == 2, lines  # nothing from pygame or SDL
     assert proc.stdout.startswith(f"{out}: ") and " frames of 600x400, 1 episode (" in proc.stdout
     assert out.is_file()
-    for args, message in (
-        (["nope", "-o", "x.gif"], "surreal: error: no experiment named 'nope'"),
-        (
-            ["cl", "-o", str(tmp_path / "x.avi")],
-            f"surreal: error: {tmp_path / 'x.avi'}: write a .mp4 or a .gif",
-        ),
-        (
-            ["cl", "-o", str(tmp_path / "no" / "x.gif")],
-            f"surreal: error: no folder {tmp_path / 'no'} to write",
-        ),
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.gif", "experiments"]
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The installed command's entry point, run in-process: (exit code, stdout, stderr)."""
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_record_refuses_what_it_cannot_write_or_play_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each bad input: exit code 2 (1 for a file that is not a checkpoint), one short line that says
+    why and blames neither surreal nor the checkpoint for the input, and nothing made."""
+    exp_dir, _, _ = experiment(tmp_path, "bad", "ppo", "CartPole-v1")
+    monkeypatch.setenv("SURREAL_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder.gif").mkdir()
+    junk = exp_dir / "checkpoints" / "junk.pt"
+    junk.write_bytes(np.random.default_rng(0).bytes(4096))
+    long = "a" * 300
+    bad = "Invalid value for"
+    cases = [
+        ("bad -o folder.gif", 2, f"{bad} '-o' / '--output': File 'folder.gif' is a directory."),
+        (f"bad -o {tmp_path}", 2, f"{bad} '-o' / '--output': File '{tmp_path}' is a directory."),
+        ("bad -o x.gif --seed -1", 2, f"{bad} '--seed': -1 is not in the range 0<=x<=4294967295."),
+        (f"bad -o x.gif --seed {2**32}", 2, f"{bad} '--seed': 4294967296 is not in the range 0<=x<="),
+        ("bad -o x.gif --episodes 1001", 2, f"{bad} '--episodes': 1001 is not in the range 1<=x<=1000."),
+        ("bad -o x.gif --fps 0", 2, f"{bad} '--fps': 0.0 is not in the range 0<x<=1000."),
+        ("bad -o x.avi", 2, "x.avi: write a .mp4 or a .gif"),
+        ("bad -o no/x.gif", 2, "no folder no to write x.gif in"),
+        (f"bad -o {long}.gif", 2, f"cannot write {long}.gif: File name too long"),
+        (f"{'a/' * 10_000} -o x.gif", 2, f"{'a/' * 30}... (20,000 characters) is longer than any name"),
+        ("nope -o x.gif", 1, f"no experiment named 'nope' in {tmp_path / 'experiments'}"),
+        (f"{junk} -o x.gif", 1, f"{junk} is not a checkpoint surreal wrote (UnpicklingError: Weights"),
+    ]  # fmt: skip
+    before = tree(tmp_path)
+    for args, code, message in cases:
+        got, out, err = cli(capsys, "record", *args.split())
+        assert (got, out) == (code, ""), (args, err)
+        assert err.startswith(f"surreal: error: {message}") and len(err.splitlines()) == 1, (args, err)
+        assert len(err) < 500 and "weights_only" not in err and "bug in surreal" not in err, err
+    assert tree(tmp_path) == before
+
+
+def test_load_policy_says_what_it_takes(tmp_path: Path) -> None:
+    """What is not a name, a folder or a checkpoint of surreal's: one line each, the seed's range
+    checked before the checkpoint is blamed, torch's warnings and advice kept from the user."""
+    exp_dir, _, _ = experiment(tmp_path, "lp", "ppo", "CartPole-v1")
+    takes = "load_policy takes an experiment's name, its folder or a checkpoint file"
+    for where in (None, b"lp", 3):
+        with pytest.raises(
+            TypeError, match=f"^{takes} \\(a str or a pathlib.Path\\), not {type(where).__name__}$"
+        ):
+            surreal.load_policy(where, home=tmp_path)  # type: ignore[arg-type]
+    for seed in (-1, 2**32):
+        with pytest.raises(
+            Refused, match=rf"^seed must be an integer in \[0, 4294967295\] \(as a spec's\), got {seed}$"
+        ):
+            surreal.load_policy("lp", home=tmp_path, seed=seed)
+    with pytest.raises(
+        Refused, match=r"^x{60}\.\.\. \(100,000 characters\) is longer than any name or path$"
     ):
-        bad = subprocess.run([SURREAL, "record", *args], env=env, capture_output=True, text=True, timeout=120)
-        assert bad.returncode != 0 and bad.stderr.startswith(message) and len(bad.stderr.splitlines()) == 1
-    assert not (tmp_path / "x.avi").exists()
+        surreal.load_policy("x" * 100_000, home=tmp_path)
+    with pytest.raises(ExperimentError, match=r"^cannot read .*/x{300}: File name too long$"):
+        surreal.load_policy(tmp_path / ("x" * 300))
+    ckpts = exp_dir / "checkpoints"
+    torch.save({"weight": torch.zeros(2)}, ckpts / "foreign.pt")  # someone else's state_dict
+    torch.save(torch.zeros(2), ckpts / "tensor.pt")
+    (ckpts / "junk.pt").write_bytes(np.random.default_rng(0).bytes(4096))
+    for name, message in (
+        ("foreign.pt", "does not hold a ppo policy for CartPole-v1: KeyError: 'counters'"),
+        ("tensor.pt", "is not a checkpoint surreal wrote (it holds a Tensor)"),
+        ("junk.pt", "is not a checkpoint surreal wrote (UnpicklingError: Weights only load failed)"),
+    ):
+        with warnings.catch_warnings(), pytest.raises(ExperimentError) as refused:
+            warnings.simplefilter("error")
+            surreal.load_policy(ckpts / name)
+        assert str(refused.value) == f"{ckpts / name} {message}"
+    assert surreal.load_policy(ckpts / LATEST, seed=2**32 - 1).version == 0
+
+
+def test_a_recording_stops_when_its_file_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A GIF keeps its frames until it is written: it stops at GIF_MAX_BYTES of them, and says so in
+    one line pointing to .mp4; an .mp4 streams its frames, and stops at MP4_MAX_FRAMES."""
+    experiment(tmp_path, "full", "ppo", "CartPole-v1")
+    monkeypatch.setenv("SURREAL_HOME", str(tmp_path))
+    monkeypatch.setattr(trained, "GIF_MAX_BYTES", 3 * 400 * 267)  # three of CartPole's frames, scaled
+    monkeypatch.setattr(trained, "MP4_MAX_FRAMES", 5)
+    gif = tmp_path / "a.gif"
+    code, out, err = cli(capsys, "record", "full", "-o", str(gif), "--episodes", "1000")
+    assert code == 0, err
+    stopped = (
+        f"{gif}: stopped at 3 frames, as many as a GIF holds (0.3204 MB of frames): write a .mp4 for more"
+    )
+    assert err.splitlines()[1:] == [stopped]
+    assert out.startswith(f"{gif}: 3 frames of 600x400, 0 episodes (none ended), ")
+    with Image.open(gif) as image:
+        assert sum(frame.info["duration"] for frame in ImageSequence.Iterator(image)) == 3 * 20  # 50 fps
+    policy = surreal.load_policy("full", home=tmp_path)
+    mp4 = record(policy, tmp_path / "a.mp4", episodes=1000)
+    assert (mp4.frames, mp4.stopped) == (5, "stopped at 5 frames, as many as a .mp4 holds here (5 frames)")
+    assert mp4.path.read_bytes()[4:8] == b"ftyp"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gif", "a.mp4", "experiments"]
+
+
+def test_an_interrupted_recording_leaves_no_file_and_no_encoder(tmp_path: Path) -> None:
+    """Ctrl-C (or the CLI's SIGTERM) while ffmpeg writes: the encoder is killed, its file removed."""
+    experiment(tmp_path, "intr", "ppo", "CartPole-v1")
+    policy = surreal.load_policy("intr", home=tmp_path)
+    (tmp_path / "out").mkdir()
+    seen: list[Path] = []
+
+    def interrupt(done: int, _episode: object) -> None:
+        seen.extend((tmp_path / "out").iterdir())
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        record(policy, tmp_path / "out" / "a.mp4", episodes=5, progress=interrupt)
+    assert [p.name for p in seen] == [".a.mp4.partial.mp4"]  # ffmpeg was writing it
+    assert list((tmp_path / "out").iterdir()) == []
+    assert not [p for p in psutil.Process().children() if "ffmpeg" in p.name()], "ffmpeg is left running"
+
+
+@pytest.mark.parametrize(
+    ("sig", "suffix"), [(signal.SIGTERM, ".gif"), (signal.SIGINT, ".mp4")], ids=["term", "int"]
+)
+def test_surreal_record_stops_on_a_signal_within_a_second(tmp_path: Path, sig: int, suffix: str) -> None:
+    """A recording of the most episodes it takes, stopped while it writes frames: the error line
+    within a second of the signal, exit code 130, nothing left where the video would be."""
+    experiment(tmp_path, "sig", "ppo", "CartPole-v1")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"SURREAL_HOME": str(tmp_path), "PATH": str(Path(sys.executable).parent)}
+    proc = subprocess.Popen([SURREAL, "record", "sig", "-o", str(out / f"a{suffix}"), "--episodes", "1000"],
+                            env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lines: queue.Queue[tuple[float, str]] = queue.Queue()
+    assert proc.stderr is not None
+    stderr = proc.stderr
+
+    def pump() -> None:
+        for line in stderr:
+            lines.put((time.monotonic(), line))
+        lines.put((time.monotonic(), ""))  # the end
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        seen = [lines.get(timeout=120)[1]]
+        while not seen[-1].startswith("episode 2/"):  # it writes frames
+            assert seen[-1], seen  # not ended
+            seen.append(lines.get(timeout=60)[1])
+        if suffix == ".mp4":
+            assert [p.name for p in out.iterdir()] == [".a.mp4.partial.mp4"]  # ffmpeg writes it
+        signalled = time.monotonic()
+        os.kill(proc.pid, sig)
+        code = proc.wait(timeout=10)
+        exited = time.monotonic() - signalled
+    finally:
+        proc.kill()
+    reader.join(timeout=10)
+    rest = [lines.get_nowait() for _ in range(lines.qsize())]
+    errors = [(t - signalled, line) for t, line in rest if line.startswith("surreal: error:")]
+    assert code == 130 and [line for _, line in errors] == ["surreal: error: interrupted\n"], rest
+    assert errors[0][0] < 1.0 and exited < 3.0, (errors, exited)
+    assert all(line.startswith("episode ") for _, line in rest[:-2]) and rest[-1][1] == "", rest
+    assert list(out.iterdir()) == []
