@@ -15,6 +15,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from surreal.algorithms.common import bounds
 from surreal.algorithms.common.env_ref import IMPORT_PATH_VAR
 from surreal.algorithms.common.run import ENV_CONTROL, ENV_POD, ENV_PODS
 from surreal.algorithms.registry import get_algorithm
@@ -44,7 +45,7 @@ ENV_IMPORT_PATH = IMPORT_PATH_VAR  # folders a component imports a user's enviro
 
 LEARNER_PORT = 6000  # rank 0's in a pod (rank r listens on LEARNER_PORT + r); locally free ports
 # A learner's memory: one rank's, and each further rank's (its own network, optimizer and batch).
-LEARNER_MEMORY_MB = 2048
+LEARNER_MEMORY_MB = bounds.LEARNER_MEMORY_MB
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def ranks_problem(learners: int, workers: int, unit: str) -> str | None:
     if workers >= learners:
         return None
     return (f"{learners} learner ranks need an actor {unit} each, and there would be {workers} "
-            f"(every rank serves its own {unit}s)")  # fmt: skip
+            f"(every rank serves actors of its own)")  # fmt: skip
 
 
 def fragment_problem(spec: ExperimentSpec, split: Sequence[int], knob: str) -> str | None:
@@ -115,10 +116,24 @@ def fragment_problem(spec: ExperimentSpec, split: Sequence[int], knob: str) -> s
 LOCAL_KNOB = "--agents (this machine runs one actor process per core)"
 
 
+def envs_problem(spec: ExperimentSpec, split: Sequence[int], knob: str) -> str | None:
+    """Why a worker of `split`'s agents could not step its environments in a useful time (more
+    than bounds.MAX_WORKER_ENVS, one after another on one core), or None."""
+    per_agent = getattr(spec.config, "envs_per_agent", 1)
+    envs = max(split, default=0) * per_agent
+    if envs <= bounds.MAX_WORKER_ENVS:
+        return None
+    fewer = f"{spec.algo}.envs_per_agent ({per_agent}) or " if per_agent > 1 else ""
+    return (f"a worker of {max(split):,} agents would step {envs:,} environments, over the "
+            f"{bounds.MAX_WORKER_ENVS:,} one process steps in a useful time: lower "
+            f"{fewer}{knob}")  # fmt: skip
+
+
 def workers_problem(spec: ExperimentSpec, split: Sequence[int], unit: str, knob: str) -> str | None:
     """Why actor workers of `split` agents each (processes or pods: `unit`) cannot run `spec`, or
     None: what create and scale both ask, so a scale is refused exactly where a create would be."""
-    return ranks_problem(spec.learners, len(split), unit) or fragment_problem(spec, split, knob)
+    return (ranks_problem(spec.learners, len(split), unit) or envs_problem(spec, split, knob)
+            or fragment_problem(spec, split, knob))  # fmt: skip
 
 
 def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> Program:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from surreal.algorithms.common import bounds
+
 POLICIES = ("linear", "mlp")
 ACTIVATIONS = ("tanh", "relu")
 
@@ -50,30 +52,13 @@ class ESConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field."""
-        for name in ("population", "credits_per_worker", "checkpoint_every", "eval_interval",
-                     "eval_episodes"):  # fmt: skip
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"es.{name} must be an integer >= 1, got {value!r}")
-        _check(self.checkpoint_seconds > 0, "checkpoint_seconds", "must be > 0", self.checkpoint_seconds)
+        bounds.check("es", self, BOUNDS)
         _check(self.policy in POLICIES, "policy", f"must be one of {', '.join(POLICIES)}", self.policy)
         _check(
             self.activation in ACTIVATIONS,
             "activation", f"must be one of {', '.join(ACTIVATIONS)}", self.activation,
         )  # fmt: skip
-        _check(
-            self.policy == "linear" or (len(self.hidden_sizes) > 0 and min(self.hidden_sizes) >= 1),
-            "hidden_sizes", "must be a non-empty list of widths >= 1", self.hidden_sizes,
-        )  # fmt: skip
-        _check(0 < self.learning_rate <= 1, "learning_rate", "must be in (0, 1]", self.learning_rate)
-        for name in ("sigma", "obs_clip", "flush_interval", "final_eval_timeout"):
-            _check(getattr(self, name) > 0, name, "must be > 0", getattr(self, name))
-        for name in ("adam_beta1", "adam_beta2"):
-            _check(0 <= getattr(self, name) < 1, name, "must be in [0, 1)", getattr(self, name))
-        _check(self.weight_decay >= 0, "weight_decay", "must be >= 0", self.weight_decay)
-        _check(0 < self.top_fraction <= 1, "top_fraction", "must be in (0, 1]", self.top_fraction)
-        _check(self.handout_ratio >= 1, "handout_ratio", "must be >= 1", self.handout_ratio)
-        _check(self.max_staleness >= 0, "max_staleness", "must be >= 0", self.max_staleness)
+        bounds.check_widths("es", self.hidden_sizes, empty=self.policy == "linear")
 
     def pairs_per_agent(self, num_agents: int) -> int:
         """Perturbations handed to each logical agent per version: together at least
@@ -111,6 +96,21 @@ class ESConfig:
         if num_agents < 2 * per_update:
             return self.max_staleness
         return max(self.max_staleness, math.ceil(num_agents / per_update) + 1)
+
+
+HUGE = bounds.UNBOUNDED  # a setting with no natural upper bound
+# Every numeric setting's range (bounds.py): the counts and waits from what the master, a worker
+# and the evaluator can hold and finish, the coefficients from their meaning.
+BOUNDS: bounds.Bounds = {
+    "population": (1, 1_000_000), "sigma": (1e-12, 1e3), "learning_rate": (1e-12, 1.0),
+    "adam_beta1": (0.0, 1 - 1e-12), "adam_beta2": (0.0, 1 - 1e-12), "weight_decay": (0.0, HUGE),
+    "top_fraction": (1e-12, 1.0), "reward_shift": (-HUGE, HUGE),
+    # hand-outs of handout_ratio x population pairs: slack past 100x is only unused work
+    "handout_ratio": (1.0, 100.0), "max_staleness": (0, 1_000_000), "obs_clip": (1e-12, HUGE),
+    "flush_interval": (1e-3, 60.0), "credits_per_worker": (1, 64), "checkpoint_every": (1, 10**9),
+    "checkpoint_seconds": (1e-3, bounds.WEEK), "eval_interval": (1, 10**13),
+    "eval_episodes": (1, bounds.MAX_EVAL_EPISODES), "final_eval_timeout": (1e-3, bounds.WEEK),
+}  # fmt: skip
 
 
 def _check(ok: bool, name: str, rule: str, value: object) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from surreal.algorithms.common import bounds
 from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, as_env_ref
 from surreal.algorithms.common.envs import resolve_env
 from surreal.algorithms.common.obs_leaves import ObsLeaf, summary
@@ -122,3 +123,11 @@ def check_env_supported(env: EnvRef | str, *, resolved: ResolvedEnv | None = Non
             f"ES takes observations that are one Box; {env}'s are {leaves}: use --algo ppo, which "
             "encodes each of them"
         )
+
+
+def check_config(cfg: ESConfig, env: EnvRef | str, *, resolved: ResolvedEnv | None = None) -> None:
+    """Raise ValueError if the master could not hold `cfg`'s policy (its weights, gradient and
+    Adam's moments; each worker holds less)."""
+    facts = resolved or resolve_env(env)
+    hidden = cfg.hidden_sizes if cfg.policy == "mlp" else ()
+    bounds.check_learner_memory("es", bounds.mlp_parameters([facts.obs_dim, *hidden, facts.action_dim]))

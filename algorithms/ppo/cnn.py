@@ -23,11 +23,10 @@ from torch import nn
 from surreal.algorithms.common.act_leaves import ActionLayout
 from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.common.obs_leaves import image_slice
-from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.config import FEATURES, PPOConfig
 from surreal.algorithms.ppo.networks import log_prob_entropy, mlp, set_actions
 
 NATURE_MIN_SIZE = 36  # the smallest height and width the Nature trunk's strides leave a pixel of
-FEATURES = 512  # width of the trunk's output (both kinds)
 
 
 def _init(layer: nn.Conv2d | nn.Linear, gain: float, ortho: bool) -> nn.Module:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from surreal.algorithms.common import bounds
+
 ACTIVATIONS = ("tanh", "relu")
+FEATURES = 512  # width of the CNN trunk's output (cnn.py), which the MLPs take for images
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -69,43 +72,36 @@ class PPOConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field."""
-        positive = (
-            "envs_per_agent", "fragment_length", "credits_per_worker",
-            "steps_per_update", "minibatch_size", "epochs", "learner_threads",
-            "checkpoint_every", "eval_interval", "eval_episodes",
-        )  # fmt: skip
-        for name in positive:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"ppo.{name} must be an integer >= 1, got {value!r}")
-        _check(self.max_policy_lag >= 0, "max_policy_lag", "must be >= 0", self.max_policy_lag)
+        bounds.check("ppo", self, BOUNDS)
         _check(
             self.minibatch_size <= self.steps_per_update,
             "minibatch_size", "must be <= steps_per_update", self.minibatch_size,
         )  # fmt: skip
-        _check(self.checkpoint_seconds > 0, "checkpoint_seconds", "must be > 0", self.checkpoint_seconds)
-        _check(0 < self.learning_rate <= 1, "learning_rate", "must be in (0, 1]", self.learning_rate)
-        _check(self.adam_eps > 0, "adam_eps", "must be > 0", self.adam_eps)
-        _check(0 < self.gamma <= 1, "gamma", "must be in (0, 1]", self.gamma)
-        _check(0 <= self.gae_lambda <= 1, "gae_lambda", "must be in [0, 1]", self.gae_lambda)
-        _check(self.clip_coef > 0, "clip_coef", "must be > 0", self.clip_coef)
-        for name in ("ent_coef", "vf_coef"):
-            _check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
-        for name in ("max_grad_norm", "obs_clip", "reward_clip", "final_eval_timeout", "max_abs_reward",
-                     "rank_join_seconds"):  # fmt: skip
-            _check(getattr(self, name) > 0, name, "must be > 0", getattr(self, name))
-        if self.target_kl is not None:
-            _check(self.target_kl > 0, "target_kl", "must be > 0 or None", self.target_kl)
-        _check(
-            len(self.hidden_sizes) > 0 and all(h >= 1 for h in self.hidden_sizes),
-            "hidden_sizes", "must be a non-empty list of widths >= 1", self.hidden_sizes,
-        )  # fmt: skip
+        bounds.check_widths("ppo", self.hidden_sizes)
         _check(
             self.activation in ACTIVATIONS,
             "activation", f"must be one of {', '.join(ACTIVATIONS)}", self.activation,
         )  # fmt: skip
         _check(bool(DEVICE_RE.fullmatch(self.device)), "device", "must be auto, cpu, cuda or cuda:N",
                self.device)  # fmt: skip
+
+
+TINY, HUGE = 1e-12, bounds.UNBOUNDED  # "> 0", and no natural upper bound
+# Every numeric setting's range (bounds.py): the counts and waits from what a worker, an evaluator
+# and a learner can hold and finish, the coefficients from their meaning.
+BOUNDS: bounds.Bounds = {
+    "envs_per_agent": (1, bounds.MAX_WORKER_ENVS), "fragment_length": (1, 100_000),
+    "credits_per_worker": (1, 64), "max_policy_lag": (0, 1_000_000),
+    "steps_per_update": (1, 10_000_000), "minibatch_size": (1, 10_000_000), "epochs": (1, 1000),
+    "learning_rate": (TINY, 1.0), "adam_eps": (TINY, 1.0), "gamma": (TINY, 1.0), "gae_lambda": (0.0, 1.0),
+    "clip_coef": (TINY, HUGE), "ent_coef": (0.0, HUGE), "vf_coef": (0.0, HUGE),
+    "max_grad_norm": (TINY, HUGE), "target_kl": (TINY, HUGE), "learner_threads": (1, 1024),
+    "obs_clip": (TINY, HUGE), "reward_clip": (TINY, HUGE), "max_abs_reward": (TINY, 1e30),
+    "log_std_init": (-20.0, 20.0), "checkpoint_every": (1, 10**9),
+    "checkpoint_seconds": (1e-3, bounds.WEEK), "eval_interval": (1, 10**13),
+    "eval_episodes": (1, bounds.MAX_EVAL_EPISODES), "final_eval_timeout": (1e-3, bounds.WEEK),
+    "rank_join_seconds": (1e-3, bounds.WEEK),
+}  # fmt: skip
 
 
 def _check(ok: bool, name: str, rule: str, value: object) -> None:

@@ -22,9 +22,10 @@ import dataclasses
 
 import numpy as np
 
+from surreal.algorithms.common import bounds
 from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, as_env_ref
 from surreal.algorithms.common.envs import resolve_env, spaces_of
-from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.ppo.config import FEATURES, PPOConfig
 from surreal.algorithms.ppo.scaling import REFERENCE_AGENTS, scale, scale_steps
 
 # rl-zoo's CartPole hyperparameters (8 envs x 32 steps, 20 epochs on one 256-sample minibatch,
@@ -190,7 +191,12 @@ def check_config(cfg: PPOConfig, env: EnvRef | str, *, resolved: ResolvedEnv | N
     if cfg.norm_obs and facts.pixels:
         raise ValueError(f"ppo.norm_obs must be false for image observations ({env}): the CNN "
                          "scales its uint8 input itself")  # fmt: skip
-    spaces_of(facts).keep(cfg.obs_keys, str(env))  # what the policy observes: every leaf encodable
+    spaces = spaces_of(facts).keep(cfg.obs_keys, str(env))  # what the policy observes: every leaf encodable
+    # The policy and value MLPs (on the CNN's features for images), and the update's batch.
+    width = spaces.obs_dim if not spaces.has_image else FEATURES
+    params = sum(bounds.mlp_parameters([width, *cfg.hidden_sizes, out]) for out in (spaces.head_dim, 1))
+    row = spaces.obs_dim * (1 if spaces.has_image else 4) + 4 * spaces.action_dim + 32
+    bounds.check_learner_memory("ppo", params, cfg.steps_per_update * row)
 
 
 def fragment_bytes(cfg: PPOConfig, resolved: ResolvedEnv, agents_in_worker: int) -> int:

@@ -38,6 +38,7 @@ from surreal.orchestrator.program import (
     ENV_FIRST_LEARNER_POD,
     LEARNER_PORT,
     Target,
+    envs_problem,
     fragment_problem,
     learner_ports,
     make_program,
@@ -256,7 +257,8 @@ def kube_program(spec: ExperimentSpec) -> Program:
     problem = ranks_problem(spec.learners, len(split), "pod")
     if problem is not None:
         raise RenderError(f"{problem}: raise --agents or lower agents_per_pod ({spec.agents_per_pod})")
-    problem = fragment_problem(spec, split, f"agents_per_pod ({spec.agents_per_pod})")
+    knob = f"agents_per_pod ({spec.agents_per_pod})"
+    problem = envs_problem(spec, split, knob) or fragment_problem(spec, split, knob)
     if problem is not None:
         raise RenderError(problem)
     return make_program(kube_spec(spec), kube_target(spec), split)

@@ -35,13 +35,16 @@ def test_a_minigrid_environment_gets_the_minigrid_preset_by_its_entry_point():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"epochs": 0}, "ppo.epochs must be an integer >= 1, got 0"),
+        ({"epochs": 0}, "ppo.epochs must be an integer from 1 to 1,000, got 0"),
         ({"minibatch_size": 4096, "steps_per_update": 2048}, "ppo.minibatch_size must be <="),
-        ({"gamma": 1.5}, r"ppo.gamma must be in \(0, 1\]"),
+        ({"gamma": 1.5}, "ppo.gamma must be > 0 and <= 1, got 1.5"),
         ({"activation": "gelu"}, "ppo.activation must be one of tanh, relu, got 'gelu'"),
-        ({"target_kl": 0.0}, "ppo.target_kl must be > 0 or None"),
-        ({"hidden_sizes": ()}, "ppo.hidden_sizes must be a non-empty list"),
+        ({"target_kl": 0.0}, "ppo.target_kl must be > 0, got 0.0"),
+        ({"hidden_sizes": ()}, "ppo.hidden_sizes must be 1 to 64 widths"),
         ({"fragment_length": True}, "ppo.fragment_length must be an integer"),
+        ({"eval_episodes": 10**8}, "ppo.eval_episodes must be an integer from 1 to 1,000, got 100,000,000"),
+        ({"hidden_sizes": (10**5, 10**5)}, "ppo.hidden_sizes must be 1 to 64 widths from 1 to 65,536"),
+        ({"final_eval_timeout": 1e9}, "ppo.final_eval_timeout must be >= 0.001 and <= 604800, got 1"),
     ],
 )
 def test_validate_names_the_bad_field(change, message):

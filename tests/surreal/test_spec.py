@@ -53,7 +53,7 @@ def test_round_trip_through_the_spec_file(tmp_path: Path) -> None:
         ({"flags": {"algo": "ppo", "agents": 0}}, "agents must be a positive integer, got 0"),
         ({"flags": {"algo": "ppo", "agents": -3}}, "agents must be a positive integer, got -3"),
         ({"flags": {"algo": "ppo", "steps": 0}}, "steps must be an integer from 1 to"),
-        ({"overrides": {"epochs": "0"}}, "ppo.epochs must be an integer >= 1"),
+        ({"overrides": {"epochs": "0"}}, "ppo.epochs must be an integer from 1 to 1,000"),
         ({"name": "Exp_1"}, "invalid experiment name 'Exp_1'"),
         ({"name": "-exp"}, "invalid experiment name '-exp'"),
         ({"name": "a" * 41}, "longer than 40 characters"),

@@ -42,11 +42,11 @@ def test_overrides_reach_the_config():
         ("bogus", "1", "unknown setting 'bogus'"),
         ("sigma", "abc", "es.sigma: expected a number"),
         ("population", "2.5", "es.population: expected an integer"),
-        ("population", "0", "es.population must be an integer >= 1"),
+        ("population", "0", "es.population must be an integer from 1 to 1,000,000"),
         ("policy", "cnn", "es.policy must be one of linear, mlp"),
-        ("top_fraction", "1.5", "es.top_fraction must be in (0, 1]"),
+        ("top_fraction", "1.5", "es.top_fraction must be > 0 and <= 1"),
         ("handout_ratio", "0.5", "es.handout_ratio must be >= 1"),
-        ("max_staleness", "-1", "es.max_staleness must be >= 0"),
+        ("max_staleness", "-1", "es.max_staleness must be an integer from 0 to 1,000,000"),
     ],
 )
 def test_bad_settings_name_the_problem(key, value, message):
