@@ -138,16 +138,23 @@ def user_import_path() -> tuple[str, ...]:
     return tuple(dict.fromkeys(paths))
 
 
+def refuse_existing(home: Path, name: str) -> Path:
+    """The folder a new experiment `name` gets, or CreateRefused when one is there: what create
+    refuses, its dry run refuses too."""
+    final = experiment_dir(home, name)
+    if os.path.lexists(final):  # a symbolic link by that name too: never replaced, never followed
+        raise CreateRefused(
+            f"experiment {name!r} already exists in {experiments_root(home)} "
+            f"(`surreal delete {name}` removes it)"
+        )
+    return final
+
+
 def create_dir(spec: ExperimentSpec, home: Path, write: Callable[[Path], None]) -> Path:
     """`HOME/experiments/NAME/` with spec.yaml and what `write` puts in it, made under a temporary
     name and renamed into place: a failed create leaves nothing, and of two concurrent creates of
     one name exactly one wins."""
-    final = experiment_dir(home, spec.name)
-    if os.path.lexists(final):  # a symbolic link by that name too: never replaced, never followed
-        raise CreateRefused(
-            f"experiment {spec.name!r} already exists in {experiments_root(home)} "
-            f"(`surreal delete {spec.name}` removes it)"
-        )
+    final = refuse_existing(home, spec.name)
     experiments_root(home).mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=experiments_root(home)))
     try:

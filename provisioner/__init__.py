@@ -27,7 +27,6 @@ from surreal.provisioner.pools import (
     Taint,
     build_cluster,
     default_pools,
-    load_pools,
     pools_from_data,
     pools_to_data,
 )
@@ -37,5 +36,5 @@ __all__ = [
     "GPU_RESOURCE", "GPU_TAINT", "INSTALL", "LOCAL_PROVIDERS", "POOL_LABEL", "PROVIDERS", "ROLES",
     "ClusterPlan", "CommandFailedError", "NodePool", "Placement", "Plan", "ProvisionError", "Taint",
     "ToolNotFoundError", "apply", "build_cluster", "default_pools", "effective_taints", "format_plan",
-    "load_pools", "placement_for", "plan", "pools_from_data", "pools_to_data", "write_files",
+    "placement_for", "plan", "pools_from_data", "pools_to_data", "write_files",
 ]  # fmt: skip

@@ -10,10 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 PROVIDERS = ("kind", "minikube", "gke", "eks", "aks")
 LOCAL_PROVIDERS = frozenset({"kind", "minikube"})
@@ -28,6 +25,16 @@ _POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 # GKE cluster names: a DNS label of at most 40 characters starting with a letter; it also
 # satisfies kind (`^[a-z0-9.-]+$`), EKS and AKS.
 _CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+# What each provider names its places and containers (us-central1, us-central1-a, eu-west-2,
+# eastus; a GCP project id; an Azure resource group): anything else is not one, whatever it holds.
+_LOCATION_NAMES = {
+    "region": re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"),
+    "zone": re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"),
+    "project": re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"),
+    "resource_group": re.compile(r"^[-\w.()]{0,89}[-\w()]$"),
+}
+_EXAMPLES = {"region": "us-west-2", "zone": "us-central1-a", "project": "my-project-123",
+             "resource_group": "rl-rg"}  # fmt: skip
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
@@ -172,6 +179,12 @@ class ClusterPlan:
 
     def _check_location(self) -> None:
         where = f"provider {self.provider}"
+        for key, pattern in _LOCATION_NAMES.items():
+            value = getattr(self, key)
+            bad = not isinstance(value, str) or len(value) > 90 or not pattern.match(value)
+            if value is not None and bad:
+                raise ValueError(f"{key} {str(value)[:64]!r} is not a {key.replace('_', ' ')} name (such as "
+                                 f"{_EXAMPLES[key]})")  # fmt: skip
         if self.provider in LOCAL_PROVIDERS and (self.region or self.zone):
             raise ValueError(f"region/zone: {where} runs on this machine and takes neither")
         if self.provider == "gke" and bool(self.region) == bool(self.zone):
@@ -292,17 +305,6 @@ def _taint_from_mapping(item: object, index: int) -> Taint:
     return Taint(key=item["key"], value=item.get("value", ""), effect=item.get("effect", "NoSchedule"))
 
 
-def load_pools(path: Path) -> tuple[NodePool, ...]:
-    """Pools from a YAML file (see `pools_from_data` for the shape)."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read the pools file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({exc})") from None
-    return pools_from_data(data, source=str(path))
-
-
 def pools_to_data(pools: Sequence[NodePool]) -> dict[str, list[dict[str, Any]]]:
     """The inverse of `pools_from_data`, for printing a plan or writing a starting pools file."""
     return {"pools": [
@@ -327,18 +329,18 @@ def build_cluster(
     provider: str,
     *,
     name: str = "surreal",
-    pools_file: Path | None = None,
+    pools: tuple[NodePool, ...] | None = None,
     region: str | None = None,
     zone: str | None = None,
     project: str | None = None,
     resource_group: str | None = None,
 ) -> ClusterPlan:
-    """The cluster plan `surreal provision` builds from its flags: pools from `pools_file` or the
+    """The cluster plan `surreal provision` builds from its flags: `pools` (a pools file's) or the
     provider's defaults, and the provider's default location when neither region nor zone is set.
     Raises ValueError naming the bad flag or field."""
     if provider not in PROVIDERS:
         raise ValueError(f"provider {provider!r} is not one of {', '.join(PROVIDERS)}")
-    pools = load_pools(pools_file) if pools_file is not None else default_pools(provider)
+    pools = pools if pools is not None else default_pools(provider)
     if region is None and zone is None and provider in DEFAULT_LOCATION:
         key, value = DEFAULT_LOCATION[provider]
         region, zone = (value, None) if key == "region" else (None, value)

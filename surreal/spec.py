@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
+import reprlib
+import stat
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -27,7 +30,8 @@ import yaml
 
 from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv
 from surreal.algorithms.common.scale import MAX_SCALE_AGENTS
-from surreal.algorithms.registry import get_algorithm
+from surreal.algorithms.registry import ALGORITHMS, get_algorithm
+from surreal.provisioner import NodePool, pools_from_data
 
 # Experiment names become Kubernetes object names with suffixes such as "-evaluator" and a StatefulSet
 # pod ordinal, so they are DNS-1123 labels kept short enough for every derived name to stay within 63.
@@ -47,6 +51,15 @@ MAX_STEPS = 10**13  # about 300 years at a million steps a second
 MAX_GPU = MAX_LEARNERS  # a GPU per learner rank at most
 # Every integer a spec holds is stored by numpy, torch or the protocol as a signed 64-bit number.
 MAX_INT = 2**63 - 1
+# A container image reference as registries parse it (the distribution project's grammar): an
+# optional registry host[:port], lower-case path components, an optional :tag and @digest.
+_HOST = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_RE = re.compile(
+    rf"^(?:{_HOST}(?:\.{_HOST})*(?::[0-9]+)?/)?{_PATH}(?:/{_PATH})*(?::[\w][\w.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+MAX_IMAGE_LENGTH = 255 + 1 + 128 + 1 + 71 + 64  # name, :tag, @sha512:digest
 NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # a DNS-1123 label, at most 63 long
 TOP_LEVEL_KEYS = (
     "algo",
@@ -66,6 +79,8 @@ TOP_LEVEL_KEYS = (
 )
 ENV_KWARGS = "env_kwargs"
 RESOLVED = "resolved"  # the spec file's section of ExperimentSpec.resolved
+# What a spec file holds besides settings: a --config that is one (a dry run's) has them too.
+DERIVED_KEYS = ("name", RESOLVED)
 
 
 class SpecError(ValueError):
@@ -156,32 +171,49 @@ def validate_name(name: str) -> None:
     if not isinstance(name, str) or not name:
         raise SpecError("an experiment name is required (a DNS-1123 label such as exp1)")
     if len(name) > MAX_NAME_LENGTH:
-        raise SpecError(
-            f"invalid experiment name {name[:60]!r}{'...' if len(name) > 60 else ''}: longer than "
-            f"{MAX_NAME_LENGTH} characters"
-        )
+        raise SpecError(f"invalid experiment name {short(name)}: longer than {MAX_NAME_LENGTH} characters")
     if not NAME_RE.fullmatch(name):
         raise SpecError(
-            f"invalid experiment name {name!r}: use lower-case letters, digits and '-', "
+            f"invalid experiment name {short(name)}: use lower-case letters, digits and '-', "
             "starting with a letter and ending with a letter or digit (a DNS-1123 label)"
         )
 
 
-# A spec or config file is a few KiB; one far larger is not one (and is not read whole).
-MAX_YAML_BYTES = 1 << 20
+# A spec or config file is a few KiB; one far larger is not one (and is not read whole): at 256 KiB
+# the worst file (a flat list of 130,000 numbers) parses in about a second with libyaml.
+MAX_YAML_BYTES = 256 << 10
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, 10x faster, where PyYAML has it
+# What a config may expand to: YAML aliases let a 1 KiB file name a value of billions of items
+# (the "billion laughs"), which loads in milliseconds, as shared references, and hangs whatever
+# walks or prints it. A spec is a few dozen values; an environment's kwargs may hold a map or a
+# layout of thousands.
+MAX_YAML_VALUES = 100_000
+# What `surreal create --dry-run -o yaml|json` prints is a valid --config: the spec itself (local,
+# containers), or the Kubernetes objects (kube), whose spec is the one in their spec ConfigMap.
+SPEC_LABEL, SPEC_DATA_KEY = ("surreal.io/component", "spec"), "spec.yaml"
 
 
 def load_yaml_file(path: Path, what: str = "config file") -> dict[str, Any]:
-    """The mapping in YAML file `path`, or one SpecError naming `what` and the path: unreadable,
-    not UTF-8 text (a binary file), malformed YAML, too large, or not a mapping."""
+    """The mapping in YAML file `path`, or one SpecError naming `what` and the path: not a regular
+    file (a FIFO or a device is refused unread, never waited on), unreadable, not UTF-8 text (a
+    binary file), malformed YAML, too large, or not a mapping. A dry run's Kubernetes objects
+    give the spec their ConfigMap holds."""
     where = f"{what} {str(path)!r}"
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise SpecError(f"cannot read {where}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SpecError(f"{where} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
             raw = f.read(MAX_YAML_BYTES + 1)
     except OSError as exc:
         raise SpecError(f"cannot read {where}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if len(raw) > MAX_YAML_BYTES:
-        raise SpecError(f"{where} is larger than {MAX_YAML_BYTES >> 20} MiB: not a spec")
+        raise SpecError(f"{where} is larger than {MAX_YAML_BYTES >> 10} KiB: not a spec")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -189,21 +221,73 @@ def load_yaml_file(path: Path, what: str = "config file") -> dict[str, Any]:
     return parse_yaml(text, where)
 
 
-def parse_yaml(text: str, where: str) -> dict[str, Any]:
-    """The mapping in YAML `text`, or one SpecError naming `where` it came from."""
+def load_pools_file(path: Path) -> tuple[NodePool, ...]:
+    """The node pools of a `--pools` file (provisioner.pools_from_data), read as a config file is."""
     try:
-        data = yaml.safe_load(text)
+        return pools_from_data(load_yaml_file(path, "pools file"), source=str(path))
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def parse_yaml(text: str, where: str) -> dict[str, Any]:
+    """The mapping in YAML `text` (or the spec of the Kubernetes objects in it), or one SpecError
+    naming `where` it came from: malformed, nested too deeply, expanding to more than
+    MAX_YAML_VALUES values, or not a mapping."""
+    try:
+        docs = [d for d in yaml.load_all(text, Loader=LOADER) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise SpecError(f"malformed YAML in {where}{at}") from None
     except RecursionError:  # a hostile file of deeply nested brackets
         raise SpecError(f"{where} nests too deeply to be a spec") from None
-    if data is None:
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.int_info)
+        raise SpecError(f"malformed YAML in {where}: {short(str(exc))}") from None
+    check_size(docs, where)
+    if not docs:
         return {}
-    if not isinstance(data, dict):
+    if not all(isinstance(d, dict) for d in docs):
         raise SpecError(f"{where} must hold a mapping of keys to values")
-    return data
+    if len(docs) == 1 and not _objects(docs[0]):
+        return docs[0]
+    return _objects_spec([o for d in docs for o in _objects(d) or [d]], where)
+
+
+def _objects(data: dict[str, Any]) -> list[Any]:
+    """The Kubernetes objects `data` is (one, or a List's items), or [] when it is none."""
+    if data.get("kind") == "List" and isinstance(data.get("items"), list):
+        return list(data["items"])
+    return [data] if "apiVersion" in data and "kind" in data else []
+
+
+def _objects_spec(objects: list[Any], where: str) -> dict[str, Any]:
+    """The spec an experiment's Kubernetes objects hold: their spec ConfigMap's."""
+    for item in objects:
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        data = item.get("data") if isinstance(item, dict) and item.get("kind") == "ConfigMap" else None
+        text = data.get(SPEC_DATA_KEY) if isinstance(data, dict) else None
+        if isinstance(labels, dict) and labels.get(SPEC_LABEL[0]) == SPEC_LABEL[1] and isinstance(text, str):
+            return parse_yaml(text, f"the spec ConfigMap in {where}")
+    raise SpecError(f"{where} holds no experiment spec: neither a spec's keys nor the spec ConfigMap "
+                    "of the objects `surreal create --backend kube --dry-run` prints")  # fmt: skip
+
+
+def check_size(value: Any, where: str) -> None:
+    """Refuse a value that expands to more than MAX_YAML_VALUES values, counting every place an
+    alias repeats (and so stopping on one that contains itself), before anything walks it whole."""
+    seen, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        seen += 1
+        if seen > MAX_YAML_VALUES:
+            raise SpecError(f"{where} expands to more than {MAX_YAML_VALUES:,} values (YAML aliases "
+                            "repeated?): not a spec")  # fmt: skip
+        if isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list | tuple):
+            todo.extend(item)
 
 
 def parse_set(items: Iterable[str]) -> dict[str, str]:
@@ -211,7 +295,7 @@ def parse_set(items: Iterable[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise SpecError(f"--set {item!r}: expected KEY=VALUE")
+            raise SpecError(f"--set {short(item)}: expected KEY=VALUE")
         out[key.strip()] = value
     return out
 
@@ -259,22 +343,18 @@ def _build_spec(
     top: dict[str, Any] = {}
     algo_section: dict[str, Any] = {}
     for key, value in file_data.items():
-        if key in NOT_EMPTY and isinstance(value, str) and not value.strip():
+        if key in NOT_EMPTY and key != "image" and isinstance(value, str) and not value.strip():
             raise SpecError(
                 f"{key} is empty in config file {str(config_file)!r}: give a value or leave it out"
             )
         if key in TOP_LEVEL_KEYS:
             top[key] = value
-        elif key == RESOLVED:
-            raise SpecError(
-                f"{RESOLVED!r} in config file {str(config_file)!r}: it is what `surreal create` finds "
-                "by resolving the environment, not a setting"
-            )
-        elif isinstance(value, dict):
-            algo_section_name = key
-            algo_section.update({f"{algo_section_name}.{k}": v for k, v in value.items()})
+        elif key in DERIVED_KEYS:  # a spec a dry run printed: NAME names it, create resolves again
+            continue
+        elif isinstance(value, dict) or (value is None and key in ALGORITHMS):
+            algo_section.update({f"{key}.{k}": v for k, v in (value or {}).items()})
         else:
-            raise SpecError(f"unknown key {key!r} in config file {str(config_file)!r}")
+            raise SpecError(f"unknown key {short(key)} in config file {str(config_file)!r}")
     top.update({k: v for k, v in flags.items() if v is not None})
 
     overrides = dict(overrides or {})
@@ -284,14 +364,14 @@ def _build_spec(
         elif key.startswith(f"{ENV_KWARGS}."):
             top[ENV_KWARGS] = {**_env_kwargs(top.get(ENV_KWARGS)), **_env_kwarg(key, overrides.pop(key))}
 
-    algo_name = str(top.get("algo") or "")
+    algo_name = _coerce("algo", str, top.get("algo") or "")
     if not algo_name:
         raise SpecError("no algorithm given: use --algo (ppo or es)")
     try:
         algorithm = get_algorithm(algo_name)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
-    env_id = str(top.get("env") or _default_env(algo_name))
+    env_id = _coerce("env", str, top.get("env") or _default_env(algo_name))
     # Presets and the default step budget follow the number of agents (docs/algorithms/<algo>.md).
     agents = _coerce("agents", int, top.get("agents", ExperimentSpec.agents))
     if agents < 1:
@@ -313,7 +393,7 @@ def _build_spec(
     for key, value in algo_section.items():
         section, _, sub = key.partition(".")
         if section != algo_name:
-            raise SpecError(f"config file section {section!r} does not match algorithm {algo_name!r}")
+            raise SpecError(f"config file section {short(section)} does not match algorithm {algo_name!r}")
         algo_values[sub] = value
     for key, value in overrides.items():
         sub = key[len(algo_name) + 1 :] if key.startswith(f"{algo_name}.") else key
@@ -348,7 +428,10 @@ def _env_kwargs(value: Any) -> dict[str, Any]:
     if isinstance(value, str) and not value.strip():
         return {}
     if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
-        raise SpecError(f"env_kwargs must be a mapping of keyword names to values, got {value!r}")
+        raise SpecError(f"env_kwargs must be a mapping of keyword names to values, got {short(value)}")
+    if value.get("render_mode") not in (None, "rgb_array"):  # a window (or sound) in every component
+        raise SpecError(f"env_kwargs.render_mode {short(value['render_mode'])}: components run without a "
+                        "display; leave it out (surreal record renders rgb_array frames itself)")  # fmt: skip
     return dict(value)
 
 
@@ -357,13 +440,14 @@ def _env_kwarg(key: str, text: Any) -> dict[str, Any]:
     [1, 2] -> list, anything else a string)."""
     name = key.partition(".")[2]
     if not name.isidentifier():
-        raise SpecError(f"--set {key}: {name!r} is not a keyword argument name")
+        raise SpecError(f"--set {key}: {short(name)} is not a keyword argument name")
     if not isinstance(text, str):
         return {name: text}
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
+        value = yaml.load(text, Loader=LOADER) if text.strip() else ""
+    except (yaml.YAMLError, ValueError, RecursionError):
         value = text
+    check_size(value, f"--set {key}")
     return {name: value}
 
 
@@ -377,7 +461,7 @@ def _apply(config: Any, values: Mapping[str, Any], prefix: str) -> Any:
     for key, value in values.items():
         if key not in known:
             raise SpecError(
-                f"unknown setting {key!r} (not an experiment key nor a field of the {prefix} config; "
+                f"unknown setting {short(key)} (not an experiment key nor a field of the {prefix} config; "
                 f"see `surreal create --help` and docs/algorithms/{prefix}.md)"
             )
         changes[key] = _coerce(f"{prefix}.{key}", _field_type(type(config), key), value)
@@ -413,7 +497,7 @@ def _coerce(key: str, target: Any, value: Any) -> Any:
         elif isinstance(value, list | tuple):
             parts = list(value)
         else:
-            raise SpecError(f"{key}: expected a list, got {value!r}")
+            raise SpecError(f"{key}: expected a list, got {short(value)}")
         return tuple(_coerce(key, item_type, p) for p in parts)
     try:
         if target is bool:
@@ -423,14 +507,14 @@ def _coerce(key: str, target: Any, value: Any) -> Any:
                 raise ValueError
             whole = int(str(value).replace("_", "")) if isinstance(value, str) else int(value)
             if abs(whole) > MAX_INT:
-                raise SpecError(f"{key}: {_short(value)} does not fit a 64-bit integer")
+                raise SpecError(f"{key}: {short(value)} does not fit a 64-bit integer")
             return whole
         if target is float:
             if isinstance(value, bool):
                 raise ValueError
             number = float(value)
             if not math.isfinite(number):
-                raise SpecError(f"{key}: expected a finite number, got {_short(value)}")
+                raise SpecError(f"{key}: expected a finite number, got {short(value)}")
             return number
         if target is str:
             if not isinstance(value, str | int | float):
@@ -440,14 +524,24 @@ def _coerce(key: str, target: Any, value: Any) -> Any:
         raise
     except (ValueError, TypeError, OverflowError):  # TypeError: a list or mapping for a scalar
         names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-        raise SpecError(f"{key}: expected {names.get(target, target)}, got {_short(value)}") from None
+        raise SpecError(f"{key}: expected {names.get(target, target)}, got {short(value)}") from None
     return value
 
 
-def _short(value: Any) -> str:
-    """A value for an error line: its repr, cut to a readable length."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 50, 50, 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 5
+MAX_SHORT = 80
+
+
+def short(value: Any) -> str:
+    """A value for an error line: its repr, cut to a readable length without ever formatting the
+    whole value (a list of millions, a string of megabytes, an integer of thousands of digits)."""
+    try:
+        text = _REPR.repr(value)
+    except ValueError:  # an int too long to print (sys.int_info.str_digits_check_threshold)
+        text = f"<an integer of about {int(value.bit_length() * 0.30103):,} digits>"
+    return text if len(text) <= MAX_SHORT else f"{text[: MAX_SHORT - 3]}..."
 
 
 def _to_bool(value: Any) -> bool:
@@ -464,7 +558,7 @@ def _to_bool(value: Any) -> bool:
 def check_agents(agents: int, what: str = "agents") -> None:
     """The agent counts an experiment may have: the same bound at create and at scale."""
     if isinstance(agents, bool) or not isinstance(agents, int) or not 1 <= agents <= MAX_AGENTS:
-        raise SpecError(f"{what} must be an integer from 1 to {MAX_AGENTS:,}, got {_short(agents)}")
+        raise SpecError(f"{what} must be an integer from 1 to {MAX_AGENTS:,}, got {short(agents)}")
 
 
 def _check_range(name: str, value: int, low: int, high: int) -> None:
@@ -493,19 +587,20 @@ def _validate(spec: ExperimentSpec) -> None:
                         "evenly over the learner pods (learner_pods must divide learners)")  # fmt: skip
     _check_range("seed", spec.seed, 0, MAX_SEED)
     if spec.backend not in BACKENDS:
-        raise SpecError(f"unknown backend {spec.backend!r} (known: {', '.join(BACKENDS)})")
+        raise SpecError(f"unknown backend {short(spec.backend)} (known: {', '.join(BACKENDS)})")
     check_agents(spec.agents_per_pod, "agents_per_pod")
     _check_range("gpu", spec.gpu, 0, MAX_GPU)
     if len(spec.namespace) > 63 or not NAMESPACE_RE.fullmatch(spec.namespace):
         raise SpecError(
-            f"invalid namespace {_short(spec.namespace)}: a DNS-1123 label of at most 63 characters "
+            f"invalid namespace {short(spec.namespace)}: a DNS-1123 label of at most 63 characters "
             "(lower-case letters, digits and '-', starting and ending with one of the first two)"
         )
-    if spec.image != spec.image.strip() or any(c.isspace() for c in spec.image):
-        raise SpecError(f"invalid image {_short(spec.image)}: an image reference has no spaces")
+    if spec.image and (len(spec.image) > MAX_IMAGE_LENGTH or not IMAGE_RE.fullmatch(spec.image)):
+        raise SpecError(f"invalid image {short(spec.image)}: an image reference is [HOST[:PORT]/]PATH[:TAG]"
+                        "[@DIGEST], its path in lower-case letters, digits and separators")  # fmt: skip
     if spec.queue and (len(spec.queue) > 63 or not NAME_RE.fullmatch(spec.queue)):
         raise SpecError(
-            f"invalid queue {spec.queue!r}: a Kueue LocalQueue's name, a DNS-1123 label of at most 63 "
+            f"invalid queue {short(spec.queue)}: a Kueue LocalQueue's name, a DNS-1123 label of at most 63 "
             "characters (lower-case letters, digits and '-')"
         )
     if spec.learner_pods > 1 and spec.backend == "local":
@@ -513,17 +608,17 @@ def _validate(spec: ExperimentSpec) -> None:
                         "cluster's (--backend containers or kube); locally every rank runs on this "
                         "machine")  # fmt: skip
     if spec.queue and spec.backend == "local":
-        raise SpecError(f"queue {spec.queue!r}: queues admit an experiment as one unit of pods (--backend "
-                        "kube: Kueue; containers: a stand-in that admits at once); the local backend "
-                        "runs processes")  # fmt: skip
+        raise SpecError(f"queue {short(spec.queue)}: queues admit an experiment as one unit of pods "
+                        "(--backend kube: Kueue; containers: a stand-in that admits at once); the local "
+                        "backend runs processes")  # fmt: skip
 
 
 def _check_resolved_matches(resolved: ResolvedEnv, env: EnvRef) -> None:
     if resolved.env != env.name or resolved.env_kwargs != dict(env.kwargs):
-        found = f"{resolved.env!r}" + (
-            f" with env_kwargs {resolved.env_kwargs}" if resolved.env_kwargs else ""
+        found = f"{short(resolved.env)}" + (
+            f" with env_kwargs {short(resolved.env_kwargs)}" if resolved.env_kwargs else ""
         )
-        named = f"{env.name!r}" + (f" with env_kwargs {dict(env.kwargs)}" if env.kwargs else "")
+        named = f"{short(env.name)}" + (f" with env_kwargs {short(dict(env.kwargs))}" if env.kwargs else "")
         raise ValueError(
             f"{RESOLVED}: found for environment {found}, but the spec names {named} (remove the "
             f"{RESOLVED!r} section to have it resolved again)"
@@ -533,12 +628,12 @@ def _check_resolved_matches(resolved: ResolvedEnv, env: EnvRef) -> None:
 def _resolved_section(value: Any) -> ResolvedEnv:
     """A spec file's `resolved` section as a validated ResolvedEnv, or SpecError naming the key."""
     if not isinstance(value, dict):
-        raise SpecError(f"{RESOLVED} must be a mapping (what `surreal create` wrote), got {value!r}")
+        raise SpecError(f"{RESOLVED} must be a mapping (what `surreal create` wrote), got {short(value)}")
     fields = dataclasses.fields(ResolvedEnv)
     names = [f.name for f in fields]
     for key in value:
         if key not in names:
-            raise SpecError(f"{RESOLVED}: unknown key {key!r} (known: {', '.join(names)})")
+            raise SpecError(f"{RESOLVED}: unknown key {short(key)} (known: {', '.join(names)})")
     for f in fields:
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if f.name not in value and required:
@@ -574,21 +669,21 @@ def spec_from_dict(data: dict[str, Any]) -> ExperimentSpec:
     data = dict(data)
     name = data.pop("name", None)
     if not isinstance(name, str):
-        raise SpecError(f"name must be the experiment name, got {name!r}")
+        raise SpecError(f"name must be the experiment name, got {short(name)}")
     algo = data.get("algo")
     if not isinstance(algo, str) or not algo:
-        raise SpecError(f"algo must name the algorithm, got {algo!r}")
+        raise SpecError(f"algo must name the algorithm, got {short(algo)}")
     try:
         get_algorithm(algo)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     section = data.pop(algo, None) or {}
     if not isinstance(section, dict):
-        raise SpecError(f"{algo} must be a mapping of {algo} settings, got {section!r}")
+        raise SpecError(f"{algo} must be a mapping of {algo} settings, got {short(section)}")
     raw_resolved = data.pop(RESOLVED, None)
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            raise SpecError(f"unknown key {key!r}")
+            raise SpecError(f"unknown key {short(key)}")
     resolved = _resolved_section(raw_resolved) if raw_resolved is not None else None
     return _build_spec(
         name,

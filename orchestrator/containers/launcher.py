@@ -93,6 +93,7 @@ class ContainersLauncher(HomeLauncher):
 
     def dry_run(self, spec: ExperimentSpec, output: str, placement: Placement) -> str:
         self.check_placement(placement)
+        home.refuse_existing(self.home, spec.name)
         if output == "helm-values":
             raise UsageError("-o helm-values needs --backend kube")
         try:

@@ -21,7 +21,7 @@ from surreal.orchestrator.launcher import (
     check_agents,
     check_port_free,
 )
-from surreal.spec import ExperimentSpec
+from surreal.spec import ExperimentSpec, load_pools_file
 
 
 class KubeLauncher(Launcher):
@@ -46,7 +46,7 @@ class KubeLauncher(Launcher):
             return None
         try:
             if placement.pools_file is not None:
-                pools = prov.load_pools(placement.pools_file)
+                pools = load_pools_file(placement.pools_file)
             else:
                 pools = prov.default_pools(placement.provider or "")
             return kube_output.placements(spec, pools, placement.provider)

@@ -28,6 +28,7 @@ class LocalLauncher(HomeLauncher):
 
     def dry_run(self, spec: ExperimentSpec, output: str, placement: Placement) -> str:
         self.check_placement(placement)
+        home.refuse_existing(self.home, spec.name)
         if output == "helm-values":
             raise UsageError("-o helm-values needs --backend kube")
         exps.checked_split(spec)  # what create would refuse, a dry run refuses

@@ -18,8 +18,14 @@ from surreal.spec import SpecError, validate_name
 T = TypeVar("T")
 
 
+MAX_ERROR = 1000  # characters of an error line: whatever it quotes, it stays one readable line
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"surreal: error: {message}", err=True)
+    line = " ".join(message.split())
+    click.echo(
+        f"surreal: error: {line if len(line) <= MAX_ERROR else line[: MAX_ERROR - 3] + '...'}", err=True
+    )
     sys.exit(code)
 
 

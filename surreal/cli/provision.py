@@ -10,6 +10,7 @@ import click
 
 from surreal import provisioner as prov
 from surreal.cli.common import fail, home_dir
+from surreal.spec import load_pools_file
 
 
 @click.group()
@@ -36,7 +37,8 @@ def _cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def _plan(provider: str, pools_file: Path | None, **location: Any) -> prov.Plan:
     try:
-        return prov.plan(prov.build_cluster(provider, pools_file=pools_file, **location))
+        pools = load_pools_file(pools_file) if pools_file is not None else None
+        return prov.plan(prov.build_cluster(provider, pools=pools, **location))
     except ValueError as exc:
         fail(str(exc), code=2)
 

@@ -20,7 +20,7 @@ from surreal import spec as spec_mod
 from surreal.algorithms.common import envs
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
-from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
+from surreal.algorithms.common.run import EXIT_ENV_FAILED, EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
 from surreal.algorithms.es import presets as es_presets
 from surreal.algorithms.ppo import presets as ppo_presets
 from surreal.orchestrator.kube import output as ko
@@ -179,7 +179,9 @@ def test_the_chart_has_the_renderers_retries_grace_period_and_exit_codes() -> No
         }
         assert codes["Ignore"] == [EXIT_PREEMPTED]
         assert codes["FailJob"] == (
-            [EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS] if role == "learner" else [EXIT_LEARNER_GONE]
+            [EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, EXIT_ENV_FAILED]
+            if role == "learner"
+            else [EXIT_LEARNER_GONE, EXIT_ENV_FAILED]
         )
         assert codes["FailJob"] == list(POLICIES[role].fatal_exits)
         if role != "learner":
@@ -374,12 +376,15 @@ def test_values_schema_bounds_are_the_specs() -> None:
     assert props["steps"]["maximum"] == spec_mod.MAX_STEPS
     assert props["gpu"]["maximum"] == spec_mod.MAX_GPU
     assert props["learners"]["maximum"] == spec_mod.MAX_LEARNERS
+    assert props["image"]["pattern"] == spec_mod.IMAGE_RE.pattern
+    assert props["image"]["maxLength"] == spec_mod.MAX_IMAGE_LENGTH
     with helm.Chart.load(CHART) as chart:
         for ok in ({"seed": spec_mod.MAX_SEED}, {"agents": spec_mod.MAX_AGENTS}, {"namespace": "team-a"},
                    {"namespace": "1team"}):  # fmt: skip
             chart.validate_schema(chart.merge_values(ok))
         for bad in ({"seed": spec_mod.MAX_SEED + 1}, {"agents": spec_mod.MAX_AGENTS + 1},
                     {"steps": spec_mod.MAX_STEPS + 1}, {"gpu": spec_mod.MAX_GPU + 1}, {"namespace": "Bad_NS"},
-                    {"namespace": "n" * 64}, {"image": ""}, {"image": "surreal: local"}):  # fmt: skip
+                    {"namespace": "n" * 64}, {"image": ""}, {"image": "surreal: local"},
+                    {"image": "Registry/UPPER:Tag"}):  # fmt: skip
             with pytest.raises(helm.HelmValuesError):
                 chart.validate_schema(chart.merge_values(bad))

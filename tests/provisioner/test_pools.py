@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,10 @@ from surreal.provisioner import (
     Taint,
     build_cluster,
     default_pools,
-    load_pools,
     pools_from_data,
     pools_to_data,
 )
+from surreal.spec import load_pools_file
 
 CPU = NodePool("cpu", "n2-standard-8", min_nodes=1, max_nodes=4)
 
@@ -100,7 +101,11 @@ def _cluster(**changes: Any) -> ClusterPlan:
         ({"provider": "aks"}, "zone: provider aks clusters are regional; give a region, not a zone"),
         ({"provider": "aks", "zone": None}, "region: provider aks needs a region"),
         ({"provider": "kind"}, "region/zone: provider kind runs on this machine"),
-        ({"project": "p", "provider": "aks", "zone": None, "region": "eastus"}, "project: only gke"),
+        ({"project": "proj-1", "provider": "aks", "zone": None, "region": "eastus"}, "project: only gke"),
+        ({"region": "us east; rm -rf /", "zone": None}, "region 'us east; rm -rf /' is not a region name"),
+        ({"zone": "US-Central1-a"}, "zone 'US-Central1-a' is not a zone name"),
+        ({"project": "p"}, "project 'p' is not a project name"),
+        ({"provider": "aks", "zone": None, "region": "eastus", "resource_group": "a b"}, "resource_group 'a"),
         ({"resource_group": "rg"}, "resource_group: only aks"),
         ({"provider": "minikube", "zone": None}, "machine_type 'n2-standard-8' must look like '4cpu-8gb'"),
     ],
@@ -167,10 +172,10 @@ pools:
 def test_load_pools_from_yaml(tmp_path: Path) -> None:
     path = tmp_path / "pools.yaml"
     path.write_text(POOLS_YAML)
-    cpu, gpu = load_pools(path)
+    cpu, gpu = load_pools_file(path)
     assert cpu == NodePool("cpu", "n2-standard-16", 2, 20, spot=True, labels={"team": "rl"})
     assert gpu == NodePool("gpu", "a2-highgpu-1g", 0, 2, "nvidia-tesla-a100", 1, taints=(GPU_TAINT,))
-    cluster = build_cluster("gke", pools_file=path)
+    cluster = build_cluster("gke", pools=load_pools_file(path))
     assert cluster.pools == (cpu, gpu)
 
 
@@ -178,7 +183,7 @@ def test_pools_round_trip_through_yaml(tmp_path: Path) -> None:
     pools = default_pools("aks")
     path = tmp_path / "pools.yaml"
     path.write_text(yaml.safe_dump(pools_to_data(pools)))
-    assert load_pools(path) == pools
+    assert load_pools_file(path) == pools
 
 
 @pytest.mark.parametrize(
@@ -217,9 +222,13 @@ def test_bad_pools_file_names_the_place(data: object, message: str) -> None:
 
 
 def test_unreadable_or_invalid_pools_file(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="cannot read the pools file"):
-        load_pools(tmp_path / "missing.yaml")
+    with pytest.raises(ValueError, match="cannot read pools file .*missing.yaml"):
+        load_pools_file(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("pools: [\n")
-    with pytest.raises(ValueError, match="not valid YAML"):
-        load_pools(bad)
+    with pytest.raises(ValueError, match="malformed YAML in pools file"):
+        load_pools_file(bad)
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # refused unread: never waited on
+    with pytest.raises(ValueError, match="pools file .*fifo.yaml' is not a regular file"):
+        load_pools_file(fifo)

@@ -49,8 +49,8 @@ HOSTILE = ["..", "../..", ".", "./alpha", "alpha/..", "alpha/../beta", "a/b", "/
 
 
 def snapshot(root: Path) -> Snapshot:
-    """Every entry under `root` (never through a symbolic link): its kind, bytes or link target,
-    and mode."""
+    """Every entry under `root` (never through a symbolic link, never reading a FIFO): its kind,
+    bytes or link target, and mode."""
     out: Snapshot = {}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         for name in dirnames + filenames:
@@ -59,8 +59,8 @@ def snapshot(root: Path) -> Snapshot:
             rel = str(path.relative_to(root))
             if stat.S_ISLNK(st.st_mode):
                 out[rel] = ("link", os.readlink(path), st.st_mode)
-            elif stat.S_ISDIR(st.st_mode):
-                out[rel] = ("dir", b"", st.st_mode)
+            elif stat.S_ISDIR(st.st_mode) or stat.S_ISFIFO(st.st_mode):  # a FIFO is never read
+                out[rel] = ("dir" if stat.S_ISDIR(st.st_mode) else "fifo", b"", st.st_mode)
             else:
                 out[rel] = ("file", path.read_bytes(), st.st_mode)
     return out

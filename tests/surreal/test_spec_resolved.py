@@ -219,11 +219,13 @@ def test_a_hand_edited_spec_file_is_one_spec_error(
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_resolved_is_not_a_setting_of_a_config_file(tmp_path: Path) -> None:
+def test_a_config_files_name_and_resolved_are_what_create_finds_again(tmp_path: Path) -> None:
+    """A spec a dry run printed is a valid --config: its `resolved` section is found again by
+    resolving the environment (never trusted from the file), and NAME names the experiment."""
     config = tmp_path / "exp.yaml"
-    config.write_text("algo: ppo\nresolved:\n  obs_dim: 4\n")
-    with pytest.raises(SpecError, match="'resolved' in config file .* not a setting"):
-        build_spec("r1", flags={}, config_file=config)
+    config.write_text("name: other\nalgo: ppo\nenv: CartPole-v1\nresolved:\n  obs_dim: 400\n")
+    spec = build_spec("r1", flags={}, config_file=config)
+    assert spec.name == "r1" and spec.resolved is not None and spec.resolved.obs_dim == 4
 
 
 def test_resolved_env_validate_accepts_what_resolve_env_finds() -> None:
