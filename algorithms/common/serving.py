@@ -191,7 +191,10 @@ class ServingLoop:
         core, server = self.core, self.server
         server.publish(params := core.params())
         while not core.done:
-            if preemption.requested():
+            # A learner rank that committed to the group's next update runs it before it stops: the
+            # others may be in its collectives already (leaving then failed them, and rank 0 saved
+            # nothing clean: seen in CI). A peer that stopped first is PeerLost, as clean.
+            if preemption.requested() and not core.holding:
                 return self._preempted()
             # A learner rank that committed to the group's next update takes nothing more until
             # the group runs it (what came now would be the next update's): its workers wait for
@@ -206,6 +209,7 @@ class ServingLoop:
                     self._known_written_at = float("-inf")  # tick() writes it within a second
                 self.take(fragment)
             if core.ready():
+                core.update()
                 while core.ready() and not preemption.requested():  # ES bursts: several updates
                     core.update()
                 server.publish(params := core.params())

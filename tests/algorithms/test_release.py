@@ -166,3 +166,40 @@ def test_at_the_end_the_workers_away_are_those_heard_from_lately_and_only_they_s
         assert serving.read_workers(tmp_path / serving.WORKERS_FILE) == {"actor-0": seen["actor-0"]}
     finally:
         loop.server.stop(grace=0)
+
+
+def test_a_rank_committed_to_the_groups_update_runs_it_before_it_stops(tmp_path, monkeypatch) -> None:
+    """SIGTERM reaches every rank at once. A rank that committed to the group's next update (the
+    others may be in its collectives already) runs it, then saves and leaves: in CI, rank 1 left
+    while rank 0 gathered for it, and rank 0 saved nothing clean (3 updates lost)."""
+    from surreal.algorithms.common import preemption
+
+    class Committed(FakeCore):
+        holding = True  # committed to the next update when SIGTERM came
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.updates: list[int] = []
+            self.saved: list[int] = []
+
+        def ready(self) -> bool:
+            return self.holding  # the others have committed too
+
+        def update(self) -> None:
+            self.updates.append(self.version)
+            self.version += 1
+            self.holding = False
+
+        def save(self, clean: bool = False) -> None:
+            self.saved.append(self.version)
+
+    monkeypatch.setattr(preemption, "_requested", preemption.threading.Event())
+    core = Committed()
+    loop = serving.ServingLoop(core, context(tmp_path), take=lambda f: None, experience_schema={},
+                               credits_per_stream=1, agents=2)  # fmt: skip
+    try:
+        preemption._requested.set()
+        assert not loop.train()  # stopped: the version it has is saved
+        assert (core.updates, core.saved) == ([0], [1])  # the committed update, then the save
+    finally:
+        loop.server.stop(grace=0)
