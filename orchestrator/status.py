@@ -63,7 +63,7 @@ def exit_code(phase: str | None) -> int:
 
 METRIC_FIELDS = (
     "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
-    "best_eval_return", "steps_per_second", "elapsed_seconds",
+    "best_eval_return", "eval_stderr", "eval_episodes", "steps_per_second", "elapsed_seconds",
 )  # fmt: skip
 
 
@@ -80,6 +80,7 @@ ES_METRICS = (
 EXTRA_METRICS = (
     "dropped_fragments", "connected_actors", "rejected_fragments", "skipped_updates",
     "wire_rejections", "checkpoint_version", "checkpoint_age_seconds", "learners", "group_restarts",
+    "waiting_for",
     *ES_METRICS,
 )  # fmt: skip
 

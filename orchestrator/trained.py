@@ -143,7 +143,9 @@ class TrainedPolicy:
             envelope, state = Envelope.open(saved)
             self.version = int(envelope.counters.get("version", 0))
             self.env_steps = int(envelope.counters.get("env_steps", 0))
-            self.eval_return = envelope.eval_return  # the last evaluation the run reported
+            # The run's last evaluation, as its status says it (the learner's last checkpoint holds it).
+            self.eval_return, self.eval_stderr = envelope.eval_return, envelope.eval_stderr
+            self.eval_episodes = envelope.eval_episodes
             self._act = algorithm.checkpoint_policy(spec.config, spec.resolved, state, seed)
         except (KeyError, ValueError, TypeError, AttributeError, RuntimeError) as exc:
             what = f"a {spec.algo} policy for {spec.env}"

@@ -93,7 +93,8 @@ def worker_index(role: str, index: int) -> int:
 # kept): enough for `kubectl get pod -o jsonpath` and `surreal status` once the pod is gone.
 FINAL_FIELDS = (
     "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
-    "best_eval_return", "elapsed_seconds", "checkpoint_version", "agents", "group_restarts",
+    "best_eval_return", "eval_stderr", "eval_episodes", "elapsed_seconds", "checkpoint_version", "agents",
+    "group_restarts",
 )  # fmt: skip
 
 

@@ -78,6 +78,10 @@ TOP_LEVEL_KEYS = (
     "env_kwargs",
 )
 ENV_KWARGS = "env_kwargs"
+# An environment registered without a time limit gets this one (gym.make's max_episode_steps, an
+# env_kwargs key; `--set max_episode_steps=N` for another): an episode that never ends (CliffWalking
+# under a deterministic policy) would hold its actor's returns and the final evaluation forever.
+MAX_EPISODE_STEPS, DEFAULT_MAX_EPISODE_STEPS = "max_episode_steps", 10_000
 RESOLVED = "resolved"  # the spec file's section of ExperimentSpec.resolved
 # What a spec file holds besides settings: a --config that is one (a dry run's) has them too.
 DERIVED_KEYS = ("name", RESOLVED)
@@ -300,6 +304,15 @@ def parse_set(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def notes(spec: ExperimentSpec) -> list[str]:
+    """What a user should know of what create chose for them (one line each)."""
+    resolved, steps = spec.resolved, spec.env_kwargs.get(MAX_EPISODE_STEPS)
+    if resolved is None or resolved.time_limit is not None or steps is None:
+        return []
+    return [f"{short(spec.env)} has no time limit of its own: its episodes end after {steps:,} steps "
+            f"(--set {MAX_EPISODE_STEPS}=N for another)"]  # fmt: skip
+
+
 def build_spec(
     name: str,
     *,
@@ -358,6 +371,8 @@ def _build_spec(
     top.update({k: v for k, v in flags.items() if v is not None})
 
     overrides = dict(overrides or {})
+    for key in [k for k in (MAX_EPISODE_STEPS,) if k in overrides]:  # gym.make's: an env_kwargs key
+        overrides[f"{ENV_KWARGS}.{key}"] = overrides.pop(key)
     for key in list(overrides):
         if key in TOP_LEVEL_KEYS:
             top[key] = overrides.pop(key)
@@ -380,6 +395,9 @@ def _build_spec(
     try:
         if resolved is None:
             resolved = algorithm.resolve_env(env)  # the one throwaway instance
+            if resolved.time_limit is None and not resolved.atari and MAX_EPISODE_STEPS not in env.kwargs:
+                env = EnvRef(env.name, {**env.kwargs, MAX_EPISODE_STEPS: DEFAULT_MAX_EPISODE_STEPS})
+                resolved = dataclasses.replace(resolved, env_kwargs=dict(env.kwargs))  # the same spaces
         else:
             _check_resolved_matches(resolved, env)
             algorithm.check_env(env, resolved)

@@ -105,6 +105,8 @@ class Envelope:
     best_eval_return: float | None = None
     clean: bool = False
     saved_at: float = dataclasses.field(default_factory=time.time)  # wall clock
+    eval_stderr: float | None = None  # the standard error of eval_return, over
+    eval_episodes: int | None = None  # this many episodes
 
     KEYS = ("counters", "train_returns", "eval", "clean", "saved_at")
 
@@ -114,7 +116,7 @@ class Envelope:
         envelope = {
             "counters": self.counters,
             "train_returns": self.train_returns,
-            "eval": [self.eval_return, self.best_eval_return],
+            "eval": [self.eval_return, self.best_eval_return, self.eval_stderr, self.eval_episodes],
             "clean": self.clean,
             "saved_at": self.saved_at,
         }
@@ -123,13 +125,15 @@ class Envelope:
     @classmethod
     def open(cls, saved: dict[str, Any]) -> tuple[Envelope, dict[str, Any]]:
         """A loaded checkpoint's envelope, and the algorithm's state (the other keys)."""
-        eval_return, best = saved.get("eval") or (None, None)
+        eval_return, best, stderr, episodes = [*(saved.get("eval") or ()), None, None, None, None][:4]
         envelope = cls(
             counters=dict(saved["counters"]),
             train_returns=list(saved.get("train_returns", [])),
             eval_return=eval_return,
             best_eval_return=best,
             clean=bool(saved.get("clean")),
+            eval_stderr=stderr,
+            eval_episodes=episodes,
         )
         if saved.get("saved_at") is not None:
             envelope.saved_at = float(saved["saved_at"])

@@ -88,6 +88,9 @@ class ResolvedEnv:
     act_leaves: tuple[dict[str, Any], ...] = ()
     """Actions that are not one Discrete from 0 or one 1-D Box: their leaves
     (act_leaves.ActLeaf.to_dict). Left out of the spec file for those."""
+    time_limit: int | None = None
+    """The env steps after which the environment's registration cuts an episode (its
+    max_episode_steps); None: it has none, and surreal gives it one (spec.MAX_EPISODE_STEPS)."""
 
     @property
     def pixels(self) -> bool:
@@ -122,6 +125,8 @@ class ResolvedEnv:
                 raise ValueError(f"image_shape {list(shape)} does not hold obs_dim {self.obs_dim} values")
         if self.action_dim < 1:
             raise ValueError(f"action_dim must be a positive integer, got {self.action_dim}")
+        if self.time_limit is not None and self.time_limit < 1:
+            raise ValueError(f"time_limit must be a positive integer or null, got {self.time_limit}")
         low, high = self.action_low, self.action_high
         if self.act_leaves:
             columns = ActionLayout([ActLeaf.from_dict(leaf) for leaf in self.act_leaves]).columns

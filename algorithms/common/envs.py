@@ -338,6 +338,9 @@ def resolve_env(env: EnvRef | str) -> ResolvedEnv:
         action_high=bounds(spaces.action_high),
         obs_leaves=tuple(leaf.to_dict() for leaf in spaces.obs_leaves),
         act_leaves=tuple(leaf.to_dict() for leaf in spaces.act_leaves),
+        time_limit=(
+            resolved if isinstance(resolved, gym.envs.registration.EnvSpec) else gym.spec(resolved)
+        ).max_episode_steps,  # fmt: skip
     )
     try:
         facts.validate()  # what every component checks of its spec file's `resolved` section

@@ -7,6 +7,7 @@ reports the result to the learner.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from surreal.algorithms.common.bounds import MAX_EVAL_EPISODES
 from surreal.algorithms.common.envs import EnvBatch, Obs
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
@@ -42,6 +44,9 @@ FAILED_POLL_SECONDS = 2.0
 # done: the learner stops serving only once the run has ended (with this evaluator's report, or,
 # when none came in time, with its own evaluation of the final version; serving.finish).
 AFTER_FINAL_SECONDS = 10.0
+# An evaluation plays at least this many env steps in all (evaluate): ten CartPole or MuJoCo
+# episodes already do; cheaper episodes are played more often, up to MAX_EVAL_EPISODES.
+EVAL_MIN_STEPS = 5_000
 
 
 def eval_seed(seed: int) -> int:
@@ -78,14 +83,24 @@ class EvalResult:
         )
 
 
-def evaluate(envs: EnvBatch, policy: Policy, on_step: Callable[[], None] | None = None) -> EvalResult:
-    """Run one episode in each env of `envs` (in lockstep, one policy call per step); `on_step`
-    is called after each step."""
+def evaluate(
+    envs: EnvBatch,
+    policy: Policy,
+    on_step: Callable[[], None] | None = None,
+    *,
+    min_steps: int = EVAL_MIN_STEPS,
+) -> EvalResult:
+    """Run `envs` (in lockstep, one policy call per step) until each has played the same number
+    of episodes: one, or as many as make `min_steps` env steps in all by the first episodes'
+    length (at most MAX_EVAL_EPISODES in all), so that a cheap stochastic task (Blackjack: a hand
+    is 1-2 steps) is not judged on a handful of episodes. Each env's first episodes count, whatever
+    they return. `on_step` is called after each step."""
     n = envs.num_envs
-    returns, lengths = np.zeros(n), np.zeros(n)
-    finished = np.zeros(n, bool)
+    returns: list[list[float]] = [[] for _ in range(n)]
+    lengths: list[list[int]] = [[] for _ in range(n)]
+    each: int | None = None  # episodes each env plays, once every env has ended its first
     obs = envs.reset()
-    while not finished.all():
+    while each is None or min(len(r) for r in returns) < each:
         if on_step is not None:
             on_step()
         res = envs.step(policy(obs))
@@ -93,9 +108,14 @@ def evaluate(envs: EnvBatch, policy: Policy, on_step: Callable[[], None] | None 
         if res.episode_returns:
             ended = np.flatnonzero(res.terminated | res.truncated)
             for i, ret, length in zip(ended, res.episode_returns, res.episode_lengths, strict=True):
-                if not finished[i]:
-                    returns[i], lengths[i], finished[i] = ret, length, True
-    return EvalResult(float(returns.mean()), float(returns.std()), float(lengths.mean()), n)
+                returns[i].append(ret)
+                lengths[i].append(length)
+            if each is None and all(returns):
+                first = float(np.mean([ls[0] for ls in lengths]))
+                each = int(min(max(1, math.ceil(min_steps / (n * first))), max(1, MAX_EVAL_EPISODES // n)))
+    got = np.array([r[:each] for r in returns], np.float64).ravel()
+    steps = np.array([ls[:each] for ls in lengths], np.float64)
+    return EvalResult(float(got.mean()), float(got.std()), float(steps.mean()), len(got))
 
 
 def should_evaluate(params: Params, last_version: int | None, last_steps: int, eval_interval: int) -> bool:

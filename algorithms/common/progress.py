@@ -38,6 +38,8 @@ class LearnerProgress:
     def _init_progress(self) -> None:
         self.eval_return: float | None = None
         self.best_eval_return: float | None = None
+        self.eval_stderr: float | None = None  # the standard error of eval_return's mean
+        self.eval_episodes: int | None = None  # the episodes it is the mean of
         self.final_evaluated = False
         self._started = time.monotonic()
         self._rate: deque[tuple[float, int]] = deque(maxlen=64)  # (time, env_steps) samples
@@ -52,13 +54,15 @@ class LearnerProgress:
         self._rate.append((time.monotonic(), self.counters.env_steps))
 
     def record_eval(self, report: EvalReport) -> None:
-        self.eval_return = report.mean_return
+        self.eval_return, self.eval_episodes = report.mean_return, report.episodes
+        self.eval_stderr = report.std_return / max(1, report.episodes - 1) ** 0.5
         best = self.best_eval_return
         self.best_eval_return = report.mean_return if best is None else max(best, report.mean_return)
         if self.done and report.policy_version == self.counters.version:
             self.final_evaluated = True
         if self._tb is not None:
-            values = {"mean_return": report.mean_return, "mean_length": report.mean_length}
+            values = {"mean_return": report.mean_return, "mean_length": report.mean_length,
+                      "stderr": self.eval_stderr, "episodes": report.episodes}  # fmt: skip
             self._tb.add("eval", values, report.env_steps)
 
     def checkpoint_due(self) -> bool:
@@ -84,7 +88,8 @@ class LearnerProgress:
         existed."""
         counters = dataclasses.replace(self.counters, elapsed_seconds=self.elapsed_seconds())
         envelope = Envelope(dataclasses.asdict(counters), list(self.train_returns), self.eval_return,
-                            self.best_eval_return, clean)  # fmt: skip
+                            self.best_eval_return, clean, eval_stderr=self.eval_stderr,
+                            eval_episodes=self.eval_episodes)  # fmt: skip
         envelope.save(state, directory)
         self._note_checkpoint(counters.version, envelope.saved_at)
         logging.getLogger(type(self).__module__).info(
@@ -104,6 +109,7 @@ class LearnerProgress:
         )
         self.train_returns.extend(envelope.train_returns)
         self.eval_return, self.best_eval_return = envelope.eval_return, envelope.best_eval_return
+        self.eval_stderr, self.eval_episodes = envelope.eval_stderr, envelope.eval_episodes
         self._note_checkpoint(int(envelope.counters["version"]), envelope.saved_at)
         logging.getLogger(type(self).__module__).info(
             "resumed from checkpoint (%s): %s", "clean" if envelope.clean else "jumped", self.counters
@@ -139,6 +145,8 @@ class LearnerProgress:
             "train_return": self.train_return(),
             "eval_return": self.eval_return,
             "best_eval_return": self.best_eval_return,
+            "eval_stderr": self.eval_stderr,
+            "eval_episodes": self.eval_episodes,
             "steps_per_second": self.steps_per_second(),
             "elapsed_seconds": self.elapsed_seconds(),
             "dropped_fragments": dropped,

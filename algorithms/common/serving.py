@@ -151,6 +151,8 @@ class ServingLoop:
         self._known_written_at = time.monotonic()
         self._scale_seen: tuple[int, int, int] | None = None  # (mtime, size, inode) last read
         self._scale_at = 0.0
+        # What the run waits for at its end, since when and how long at most (status says it).
+        self.waiting_for: tuple[str, float, float] | None = None
         # grpc threads read the snapshot; the main loop replaces it about once a second
         self.snapshot: dict[str, dict[str, Any]] = {"status": self._status(0)}
         self.server = LearnerServer(
@@ -273,6 +275,7 @@ class ServingLoop:
         the evaluator is alive (`evaluator_alive`). Keep taking fragments so that workers blocked
         on credits get to refresh parameters and see `done`."""
         deadline = time.monotonic() + timeout
+        self.waiting_for = ("the evaluator's report on the final version", time.monotonic(), timeout)
         while not self.core.final_evaluated and time.monotonic() < deadline:
             heard_at = self.server.evaluator_heard_at
             if not evaluator_alive(time.monotonic(), heard_at, self._started_at):
@@ -363,6 +366,9 @@ class ServingLoop:
     def _status(self, connected_streams: int) -> dict[str, Any]:
         status = self.core.status(connected_streams)
         status["agents"] = self.agents  # the count served now (the spec's, or the last scale's)
+        if self.waiting_for is not None and not self.core.final_evaluated:
+            what, since, most = self.waiting_for
+            status["waiting_for"] = f"{what}: {time.monotonic() - since:.0f} s so far, {most:.0f} s at most"
         return status
 
     def write_status(self) -> None:
@@ -442,6 +448,7 @@ def finish(
         finally:
             envs.close()
         core.record_eval(result.report(params.version, extras_env_steps(params.extras)))
+    core.save(clean=True)  # the final evaluation in the checkpoint too: load_policy says what status says
     loop.write_status()
     loop.release_workers(timeout=RELEASE_SECONDS)
     log.info("run complete: version %d evaluated, %d workers still connected; exiting",

@@ -28,7 +28,7 @@ from surreal.orchestrator import home
 from surreal.orchestrator.launcher import LauncherError, Placement
 from surreal.orchestrator.local import processes as local
 from surreal.orchestrator.status import METRIC_FIELDS
-from surreal.spec import SpecError, build_spec, parse_set
+from surreal.spec import SpecError, build_spec, notes, parse_set
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -110,6 +110,8 @@ def create(
         spec = build_spec(name, flags=flags, config_file=config_file, overrides=parse_set(sets))
     except SpecError as exc:
         fail(str(exc), code=2)
+    for line in notes(spec):
+        click.echo(f"surreal: note: {line}", err=True)
     launcher = launcher_for(spec.backend, spec.namespace, context)
     where = Placement(pools_file, provider)
     if dry_run:
@@ -173,7 +175,7 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
                    f"from {rank['connected_actors']} actor streams{where}")  # fmt: skip
     if st.get("group_restarts"):
         click.echo(f"{'group restarts:':<18}{st['group_restarts']} (the learner ranks, from a checkpoint)")
-    for key in ("queued", "admission", "problem"):
+    for key in ("queued", "admission", "waiting_for", "problem"):
         if st.get(key):
             click.echo(f"{key + ':':<18}{st[key]}")
     for i, line in enumerate(rejections(st)):

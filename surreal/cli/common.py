@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -110,9 +111,18 @@ def fmt(value: Any, spec: str = ".1f") -> str:
 def summary(m: dict[str, Any]) -> str:
     return (
         f"{fmt(m.get('steps_per_second'), ',.0f')} steps/s  "
-        f"train return {fmt(m.get('train_return'))}  eval return {fmt(m.get('eval_return'))}  "
+        f"train return {fmt(m.get('train_return'))}  eval return {evaluation(m)}  "
         f"version {fmt(m.get('policy_version'), 'd')}  {fmt(m.get('elapsed_seconds'), '.0f')} s"
     )
+
+
+def evaluation(m: dict[str, Any]) -> str:
+    """The last evaluation as a measurement: its mean ± its standard error (over N episodes)."""
+    if m.get("eval_return") is None or m.get("eval_stderr") is None:
+        return fmt(m.get("eval_return"))
+    se = m["eval_stderr"]
+    digits = min(4, max(1, 1 - math.floor(math.log10(se)))) if se > 0 else 1  # the error's 2 significant
+    return f"{m['eval_return']:.{digits}f} ± {se:.{digits}f} ({m.get('eval_episodes')} episodes)"
 
 
 def rejections(st: dict[str, Any]) -> list[str]:

@@ -63,10 +63,19 @@ def test_both_write_the_envelope_beside_their_own_state_and_read_it_back(tmp_pat
     core.save(clean=True)
     saved = load_checkpoint(tmp_path / "checkpoints")
     assert saved is not None and set(saved) == ENVELOPE_KEYS | own_keys
-    assert saved["clean"] is True and saved["eval"] == [-5.0, -5.0]
+    # The mean, the best, and the mean's standard error (std 10 over 10 episodes: 10 / sqrt(9)) and count
+    assert saved["clean"] is True and saved["eval"] == [-5.0, -5.0, pytest.approx(10 / 3), 10]
     envelope, state = Envelope.open(saved)
     assert set(state) == own_keys and envelope.counters == saved["counters"]
     assert (envelope.clean, envelope.eval_return, envelope.saved_at) == (True, -5.0, saved["saved_at"])
+    assert (envelope.eval_stderr, envelope.eval_episodes) == (pytest.approx(10 / 3), 10)
+    old = Envelope.open({**saved, "eval": [-5.0, -4.0]})[0]  # a checkpoint of before the standard error
+    assert (old.eval_return, old.best_eval_return, old.eval_stderr, old.eval_episodes) == (
+        -5.0,
+        -4.0,
+        None,
+        None,
+    )
     core.close()
 
 

@@ -176,7 +176,8 @@ def test_evaluate_calls_on_step_once_per_lockstep() -> None:
     envs = EnvBatch("SurrealTestCountdown-v0", 2, seed=0)
     steps = []
     try:
-        evaluator.evaluate(envs, lambda obs: np.zeros(len(obs), np.int64), on_step=lambda: steps.append(1))
+        policy = lambda obs: np.zeros(len(obs), np.int64)  # noqa: E731
+        evaluator.evaluate(envs, policy, on_step=lambda: steps.append(1), min_steps=0)
     finally:
         envs.close()
     assert len(steps) == 3  # both episodes are cut at 3 steps

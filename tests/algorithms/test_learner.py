@@ -227,9 +227,9 @@ def test_status_has_the_contract_fields():
     status = learner.status(connected_actors=3)
     assert set(status) == {
         "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
-        "best_eval_return", "steps_per_second", "elapsed_seconds", "dropped_fragments",
-        "connected_actors", "done", "rejected_fragments", "skipped_updates", "checkpoint_version",
-        "checkpoint_age_seconds", "update_seconds",
+        "best_eval_return", "eval_stderr", "eval_episodes", "steps_per_second", "elapsed_seconds",
+        "dropped_fragments", "connected_actors", "done", "rejected_fragments", "skipped_updates",
+        "checkpoint_version", "checkpoint_age_seconds", "update_seconds",
     }  # fmt: skip
     assert status["env_steps"] == 32 and status["connected_actors"] == 3
     json.dumps(status)

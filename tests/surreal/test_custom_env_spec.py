@@ -25,15 +25,16 @@ extend_import_path([str(ENVS)])
 def test_env_kwargs_from_set_are_yaml_values_over_the_files() -> None:
     spec = build_spec("c1", flags={"algo": "ppo", "env": "line_world:LineWorld-v0"},
                       overrides={"env_kwargs.size": "12", "env_kwargs.max_steps": "30"})  # fmt: skip
-    assert spec.env_kwargs == {"size": 12, "max_steps": 30}
-    assert spec.env_ref.kwargs == {"size": 12, "max_steps": 30}
+    # registered without a time limit: create gives it one (spec.DEFAULT_MAX_EPISODE_STEPS)
+    assert spec.env_kwargs == {"size": 12, "max_steps": 30, "max_episode_steps": 10_000}
+    assert spec.env_ref.kwargs == {"size": 12, "max_steps": 30, "max_episode_steps": 10_000}
 
 
 def test_env_kwargs_round_trip_through_the_spec_file(tmp_path: Path) -> None:
     config = tmp_path / "exp.yaml"
     config.write_text("algo: ppo\nenv: pixel_target:PixelTarget\nenv_kwargs:\n  size: 20\n")
     spec = build_spec("c1", flags={}, config_file=config, overrides={"env_kwargs.episode_length": "8"})
-    assert spec.env_kwargs == {"size": 20, "episode_length": 8}
+    assert spec.env_kwargs == {"size": 20, "episode_length": 8, "max_episode_steps": 10_000}
     path = tmp_path / "spec.yaml"
     path.write_text(spec.to_yaml())
     assert load_spec_file(path) == spec
@@ -89,7 +90,7 @@ def test_the_cli_finds_a_module_in_the_working_directory(tmp_path: Path) -> None
                                                                    "SURREAL_HOME": str(tmp_path)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert yaml.safe_load(result.stdout)["env_kwargs"] == {"size": 7}
+    assert yaml.safe_load(result.stdout)["env_kwargs"] == {"size": 7, "max_episode_steps": 10_000}
 
 
 def test_kube_objects_carry_the_env_and_its_kwargs_in_the_spec(tmp_path: Path) -> None:
@@ -100,7 +101,8 @@ def test_kube_objects_carry_the_env_and_its_kwargs_in_the_spec(tmp_path: Path) -
     objects = list(yaml.safe_load_all(result.stdout))
     config = next(o for o in objects if o["kind"] == "ConfigMap")
     spec = yaml.safe_load(next(iter(config["data"].values())))
-    assert (spec["env"], spec["env_kwargs"]) == ("pixel_target:PixelTarget", {"size": 20})
+    kwargs = {"size": 20, "max_episode_steps": 10_000}
+    assert (spec["env"], spec["env_kwargs"]) == ("pixel_target:PixelTarget", kwargs)
     # Every component that imports the user's module runs the user's image: each role's Job.
     jobs = {o["metadata"]["labels"]["surreal.io/component"]: o for o in objects if o["kind"] == "Job"}
     assert set(jobs) == {"learner", "actor", "evaluator"}
