@@ -7,6 +7,8 @@ import pytest
 
 TESTS = Path(__file__).parent
 CONTAINERS = TESTS / "containers"
+# cli_world (the installed command run in-process) serves the CLI tests of every layer.
+sys.path.insert(0, str(TESTS / "surreal"))
 
 
 @pytest.fixture

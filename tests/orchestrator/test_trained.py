@@ -19,6 +19,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from cli_world import surreal as cli
 from PIL import Image, ImageSequence
 
 import surreal
@@ -30,7 +31,6 @@ from surreal.algorithms.es.evaluator import deterministic_policy
 from surreal.algorithms.es.master import ESMaster
 from surreal.algorithms.ppo.learner import PPOLearner
 from surreal.algorithms.ppo.policy import policy_from_params, policy_input
-from surreal.cli import main
 from surreal.orchestrator import trained
 from surreal.orchestrator.home import ExperimentError
 from surreal.orchestrator.trained import Refused, record
@@ -225,17 +225,6 @@ def test_surreal_record_on_the_command_line(tmp_path: Path) -> None:
     assert proc.stdout.startswith(f"{out}: ") and " frames of 600x400, 1 episode (" in proc.stdout
     assert out.is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.gif", "experiments"]
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The installed command's entry point, run in-process: (exit code, stdout, stderr)."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def tree(root: Path) -> list[str]:
