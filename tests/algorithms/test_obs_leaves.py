@@ -208,11 +208,12 @@ def test_the_actor_s_log_probs_are_the_mixed_learner_s() -> None:
     fragment = actor.collect()
     opened, _ = open_fragment(decode_map(encode_map(fragment), experience_schema(spaces)), spaces, cfg)
     assert opened is not None
-    obs = torch.from_numpy(opened["obs"][:-1].reshape(-1, spaces.obs_dim))
-    actions = torch.from_numpy(fragment["actions"].reshape(-1))
+    # On the learner's device (a GPU where there is one: run there, this test found its CPU tensors)
+    obs = torch.from_numpy(opened["obs"][:-1].reshape(-1, spaces.obs_dim)).to(learner.device)
+    actions = torch.from_numpy(fragment["actions"].reshape(-1)).to(learner.device)
     with torch.no_grad():
         logp, _ = learner.net.log_prob_entropy(obs, actions)
-    np.testing.assert_allclose(logp.numpy(), fragment["logprobs"].reshape(-1), atol=1e-5)
+    np.testing.assert_allclose(logp.cpu().numpy(), fragment["logprobs"].reshape(-1), atol=1e-5)
 
 
 def test_frozen_lake_is_solved_from_its_discrete_cell() -> None:
