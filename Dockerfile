@@ -47,6 +47,9 @@ COPY orchestrator/ orchestrator/
 COPY provisioner/ provisioner/
 COPY algorithms/ algorithms/
 RUN pip install . && rm -rf /src
+# The worked example of an algorithm of one's own (`--algo examples.a2c:A2C`, docs/algorithms/writing.md).
+COPY examples/ /opt/surreal/examples/
+ENV PYTHONPATH=/opt/surreal
 
 # The uid the pods' securityContext names (runAsUser: 10001); no login, no home of its own.
 RUN (command -v useradd >/dev/null || (apt-get update && apt-get install -y --no-install-recommends passwd)) \

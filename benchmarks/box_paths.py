@@ -39,15 +39,16 @@ def measure(env: str, agents: int, fragments: int) -> dict[str, float | str]:
 
     import surreal
     from surreal.algorithms.common.envs import spaces_for
-    from surreal.algorithms.ppo.actor import PPOActor
-    from surreal.algorithms.ppo.learner import PPOLearner
+    from surreal.algorithms.onpolicy.actor import Actor
+    from surreal.algorithms.onpolicy.learner import Learner
+    from surreal.algorithms.ppo import PPO
     from surreal.algorithms.ppo.presets import preset_for
     from surreal.protocol.types import Fragment
 
     torch.set_num_threads(1)
     cfg = preset_for(env, agents)
-    learner = PPOLearner(cfg, spaces_for(env), 10**9, seed=0)
-    actor = PPOActor(cfg, env, agents * cfg.envs_per_agent, seed=1)
+    learner = Learner(PPO(), cfg, spaces_for(env), 10**9, seed=0)
+    actor = Actor(cfg, env, agents * cfg.envs_per_agent, seed=1)
     actor.set_params(learner.params())
     actor.collect()  # warm-up: first-call costs
     seconds, steps = 0.0, 0

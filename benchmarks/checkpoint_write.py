@@ -1,9 +1,9 @@
 """How long the PPO learner takes to write (and read back) its checkpoint: for a pod's grace period.
 
 For each case ENV:AGENTS the config is resolved as `surreal create` writes it and the learner
-component reads it (build_spec, the spec file, load_spec_file, use_resolved), and a PPOLearner is
+component reads it (build_spec, the spec file, load_spec_file, use_resolved), and a Learner is
 built as `run_learner` builds it, its exp_dir a fresh directory under --dir. One real update on
-real fragments (one PPOActor's, sent again until a batch is due) fills Adam's moments and the
+real fragments (one Actor's, sent again until a batch is due) fills Adam's moments and the
 normalization statistics first, unless --no-update. Then `learner.save()` (torch.save to a temp
 file, fsync, os.replace) is timed --repeats times, and `load_checkpoint` as often (page cache warm).
 
@@ -41,12 +41,13 @@ def filesystem(path: Path) -> str:
 
 
 def build_learner(env_id: str, agents: int, exp_dir: Path, overrides: dict[str, str]) -> Any:
-    """A PPOLearner with the config and spaces a learner component of `surreal create NAME --algo
+    """A Learner with the config and spaces a learner component of `surreal create NAME --algo
     ppo --env ENV --agents AGENTS [--set ...]` runs with (component.py, then run_learner)."""
     import torch
 
     from surreal.algorithms.common.envs import spaces_for, use_resolved
-    from surreal.algorithms.ppo.learner import PPOLearner
+    from surreal.algorithms.onpolicy.learner import Learner
+    from surreal.algorithms.ppo import PPO
     from surreal.spec import build_spec, load_spec_file
 
     spec_file = exp_dir / "spec.yaml"
@@ -58,18 +59,18 @@ def build_learner(env_id: str, agents: int, exp_dir: Path, overrides: dict[str, 
     cfg = spec.config
     cfg.validate()
     torch.set_num_threads(cfg.learner_threads)
-    return PPOLearner(cfg, spaces_for(spec.env_ref), spec.steps, seed=spec.seed, exp_dir=exp_dir)
+    return Learner(PPO(), cfg, spaces_for(spec.env_ref), spec.steps, seed=spec.seed, exp_dir=exp_dir)
 
 
 def one_update(learner: Any, env_id: str, agents: int) -> float:
     """Seconds of one real update (learner_update.py's way of feeding it), optimizer state filled."""
     import torch
 
-    from surreal.algorithms.ppo.actor import PPOActor
+    from surreal.algorithms.onpolicy.actor import Actor
     from surreal.protocol.types import Fragment
 
     cfg = learner.cfg
-    actor = PPOActor(cfg, env_id, cfg.envs_per_agent * min(agents, 16), seed=0)
+    actor = Actor(cfg, env_id, cfg.envs_per_agent * min(agents, 16), seed=0)
     actor.set_params(learner.params())
     fragment = actor.collect()
     actor.close()

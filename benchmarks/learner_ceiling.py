@@ -4,7 +4,7 @@ M actors are real gRPC clients (asyncio, one connection each, spread over a few 
 realistic HalfCheetah-v5 fragments as fast as the learner's credits allow; like a real actor, each
 asks for parameters (Parameters.Get) whenever its credits say a newer version is out. A fragment is
 what one actor of the default preset scaled to M agents sends (`agents_per_pod` 1 on Kubernetes:
-T steps of its envs, 128 x 1 at 64 agents and more), made by a real PPOActor once and sent again.
+T steps of its envs, 128 x 1 at 64 agents and more), made by a real Actor once and sent again.
 
 (1) protocol: the learner's server alone (decode, check against the schema, queue, credit), the
     fragments taken and dropped: the most experience the protocol can take in.
@@ -55,13 +55,14 @@ START_SECONDS = 8.0  # for the clients to connect and fetch parameters before th
 def actor_fragment(agents: int) -> dict[str, np.ndarray]:
     """One fragment of one actor of the default HalfCheetah preset scaled to `agents` agents."""
     from surreal.algorithms.common.envs import spaces_for
-    from surreal.algorithms.ppo.actor import PPOActor
-    from surreal.algorithms.ppo.learner import PPOLearner
+    from surreal.algorithms.onpolicy.actor import Actor
+    from surreal.algorithms.onpolicy.learner import Learner
+    from surreal.algorithms.ppo import PPO
     from surreal.algorithms.ppo.presets import preset_for
 
     cfg = preset_for(ENV_ID, agents)
-    actor = PPOActor(cfg, ENV_ID, cfg.envs_per_agent, seed=0)
-    actor.set_params(PPOLearner(cfg, spaces_for(ENV_ID), 10**9).params())
+    actor = Actor(cfg, ENV_ID, cfg.envs_per_agent, seed=0)
+    actor.set_params(Learner(PPO(), cfg, spaces_for(ENV_ID), 10**9).params())
     try:
         return actor.collect()
     finally:
@@ -74,7 +75,7 @@ def actor_fragment(agents: int) -> dict[str, np.ndarray]:
 def serve_sink(port: int, streams: int) -> None:
     """A LearnerServer with PPO's experience schema whose learner only takes fragments."""
     from surreal.algorithms.common.envs import spaces_for
-    from surreal.algorithms.ppo.fragment import experience_schema
+    from surreal.algorithms.onpolicy.fragment import experience_schema
     from surreal.protocol import LearnerServer, Params
 
     counts = {"fragments": 0, "env_steps": 0}

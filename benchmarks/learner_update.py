@@ -1,7 +1,7 @@
 """The PPO learner's update alone, on a device: how many env steps per second it can train on.
 
 For the HalfCheetah-v5 preset (MLPs) and the Atari preset (Nature CNN on uint8 frames), scaled to
-each agent count, the learner takes real fragments (one PPOActor's, collected once) until a batch is
+each agent count, the learner takes real fragments (one Actor's, collected once) until a batch is
 due, then runs full updates (values and GAE, the epochs, publishing the weights) back to back; the
 first ones warm up and are not timed.
 
@@ -26,15 +26,16 @@ def measure(env_id: str, agents: int, device: str, updates: int) -> dict[str, fl
     import torch
 
     from surreal.algorithms.common.envs import spaces_for
-    from surreal.algorithms.ppo.actor import PPOActor
-    from surreal.algorithms.ppo.learner import PPOLearner
+    from surreal.algorithms.onpolicy.actor import Actor
+    from surreal.algorithms.onpolicy.learner import Learner
+    from surreal.algorithms.ppo import PPO
     from surreal.algorithms.ppo.presets import preset_for
     from surreal.protocol.types import Fragment
 
     cfg = preset_for(env_id, agents)
     torch.set_num_threads(cfg.learner_threads)
-    learner = PPOLearner(dataclasses.replace(cfg, device=device), spaces_for(env_id), 10**12)
-    actor = PPOActor(cfg, env_id, cfg.envs_per_agent * min(agents, 16), seed=0)
+    learner = Learner(PPO(), dataclasses.replace(cfg, device=device), spaces_for(env_id), 10**12)
+    actor = Actor(cfg, env_id, cfg.envs_per_agent * min(agents, 16), seed=0)
     actor.set_params(learner.params())
     fragment = actor.collect()
     actor.close()

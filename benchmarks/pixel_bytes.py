@@ -1,14 +1,14 @@
 """Bytes on the wire per env step of a pixel environment's fragments: whole frame stacks against
-each new frame once (algorithms/ppo/frames.py).
+each new frame once (algorithms/onpolicy/frames.py).
 
-A real PPOActor of the environment's default preset (one worker of `--agents` agents, the preset's
+A real Actor of the environment's default preset (one worker of `--agents` agents, the preset's
 envs per agent and fragment length, a freshly initialized policy) collects `--fragments` fragments
 in a row, as it sends them. Each is encoded into the message the actor's stream sends (the
 protocol's codec, surreal.protocol.codec), once as it travels now and once with the old encoding,
 every step's whole [C, H, W] stack in `obs` [T+1, N, C, H, W] (kept here only as the comparison).
 Prints the encoded bytes per env step of both, their ratio, the key stacks per fragment (row 0 of
 each env and the resets after lost lives), the time to encode and to rebuild the stacks, and the
-create-time bound (presets.fragment_bytes) per env step.
+create-time bound (fragment.fragment_bytes) per env step.
 
     python benchmarks/pixel_bytes.py [--env ALE/Breakout-v5] [--agents 1] [--fragments 4]
 """
@@ -23,7 +23,7 @@ import numpy as np
 
 def old_encoding(sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The fragment as it travelled before frames.py: the rebuilt stacks whole in `obs`."""
-    from surreal.algorithms.ppo.frames import WIRE_TENSORS, with_stacks
+    from surreal.algorithms.onpolicy.frames import WIRE_TENSORS, with_stacks
 
     old = with_stacks(sent)
     return {"obs": old.pop("obs"), **{k: v for k, v in old.items() if k not in WIRE_TENSORS}}
@@ -46,16 +46,18 @@ def main() -> None:
     args = parser.parse_args()
 
     from surreal.algorithms.common.envs import resolve_env, spaces_for
-    from surreal.algorithms.ppo.actor import PPOActor
-    from surreal.algorithms.ppo.frames import encode_stacks
-    from surreal.algorithms.ppo.learner import PPOLearner
-    from surreal.algorithms.ppo.presets import fragment_bytes, preset_for
+    from surreal.algorithms.onpolicy.actor import Actor
+    from surreal.algorithms.onpolicy.fragment import fragment_bytes
+    from surreal.algorithms.onpolicy.frames import encode_stacks
+    from surreal.algorithms.onpolicy.learner import Learner
+    from surreal.algorithms.ppo import PPO
+    from surreal.algorithms.ppo.presets import preset_for
 
     cfg, spaces = preset_for(args.env), spaces_for(args.env)
     if not spaces.pixels:
         raise SystemExit(f"{args.env} has vector observations: they travel as they are")
-    actor = PPOActor(cfg, args.env, args.agents * cfg.envs_per_agent, seed=0)
-    actor.set_params(PPOLearner(cfg, spaces, 10**12).params())
+    actor = Actor(cfg, args.env, args.agents * cfg.envs_per_agent, seed=0)
+    actor.set_params(Learner(PPO(), cfg, spaces, 10**12).params())
     old_total = new_total = steps = keys = 0
     encode_s = rebuild_s = 0.0
     for _ in range(args.fragments):
@@ -79,7 +81,7 @@ def main() -> None:
     print(f"  whole stacks (old): {old_total / steps:10,.0f} bytes per env step")
     print(f"  new frames (new):   {new_total / steps:10,.0f} bytes per env step  "
           f"({old_total / new_total:.2f}x fewer)")  # fmt: skip
-    print(f"  create-time bound:  {bound:10,.0f} bytes per env step (presets.fragment_bytes)")
+    print(f"  create-time bound:  {bound:10,.0f} bytes per env step (fragment.fragment_bytes)")
     print(f"  per fragment: encode {encode_s / args.fragments * 1e3:.1f} ms (actor), "
           f"rebuild {rebuild_s / args.fragments * 1e3:.1f} ms (learner)")  # fmt: skip
 

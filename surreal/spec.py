@@ -96,7 +96,8 @@ class ExperimentSpec:
     name: str
     """Experiment name: a DNS-1123 label of at most 40 characters."""
     algo: str
-    """Algorithm: "ppo" (or "es")."""
+    """Algorithm: "ppo", "es", or a user's as "module:Name" (registry.get_algorithm); its
+    settings are the spec's section of that name."""
     env: str
     """Gymnasium environment: a registered id ("CartPole-v1", "ALE/Breakout-v5"), or a module of
     the user's as "module:EnvId" (the module registers EnvId on import) or "module:Class"."""
@@ -381,7 +382,7 @@ def _build_spec(
 
     algo_name = _coerce("algo", str, top.get("algo") or "")
     if not algo_name:
-        raise SpecError("no algorithm given: use --algo (ppo or es)")
+        raise SpecError("no algorithm given: use --algo (ppo, es or MODULE:NAME)")
     try:
         algorithm = get_algorithm(algo_name)
     except ValueError as exc:

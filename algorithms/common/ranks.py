@@ -3,7 +3,7 @@ share of the actors.
 
 Every rank runs the whole learner loop: its own server, its own actors (worker index % N), its own
 batch. An update is collective: the ranks combine their counters and normalization statistics, then
-average gradients minibatch by minibatch (`mean_grads`; torch.distributed, gloo on CPU), so that
+average gradients minibatch by minibatch (`sum_grads`; torch.distributed, gloo on CPU), so that
 after every update each rank holds the same weights, optimizer state and version. The group of one
 (`RankGroup()`, a single learner) runs the same update: its collectives are the identity.
 
@@ -147,7 +147,7 @@ class RankGroup:
 
     # --- collectives (every rank calls the same ones in the same order) ---
 
-    def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` summed over the ranks: the same bytes on every rank (through the CPU, for gloo;
         in place if it is there). The group of one returns `tensor` itself."""
         if self.size == 1:
@@ -157,15 +157,12 @@ class RankGroup:
             dist.all_reduce(host, op=dist.ReduceOp.SUM)
         return host.to(tensor.device)
 
-    def mean_grads(self, params: Sequence[torch.Tensor], rows: int) -> None:
-        """Make each gradient of `params` the mean over the group's minibatch, of which this rank
-        holds `rows` rows (a gradient that is None: zeros): each rank's mean gradient weighted by
-        its rows, summed, divided by the rows of all. The group of one returns at once."""
+    def sum_grads(self, params: Sequence[torch.Tensor]) -> None:
+        """Each gradient of `params` summed over the ranks (a gradient that is None: zeros), in one
+        all-reduce. The group of one returns at once."""
         if self.size == 1:
             return
-        rows_ = torch.tensor([float(rows)], dtype=torch.float64)
-        total = self.all_sum(torch.cat([flat_grads(params).cpu().double() * rows, rows_]))
-        set_flat_grads(params, (total[:-1] / total[-1]).to(params[0].device, params[0].dtype))
+        set_flat_grads(params, self.sum(flat_grads(params)))
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's `obj`, by rank."""

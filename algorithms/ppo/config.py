@@ -1,109 +1,31 @@
-"""PPO hyperparameters. Defaults are a sane CleanRL-like starting point; see presets.py."""
+"""PPO's settings beside the on-policy runtime's. Defaults are a sane CleanRL-like starting
+point; see presets.py."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from surreal.algorithms.common import bounds
-
-ACTIVATIONS = ("tanh", "relu")
-FEATURES = 512  # width of the CNN trunk's output (cnn.py), which the MLPs take for images
-DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+from surreal.algorithms.onpolicy.config import HUGE, TINY, OnPolicyConfig
 
 
 @dataclass(frozen=True)
-class PPOConfig:
-    # --- sampling (actors) ---
-    envs_per_agent: int = 4  # envs one logical agent steps; a worker batches all of its agents'
-    fragment_length: int = 128  # env steps per env in one fragment an actor sends (T)
-    credits_per_worker: int = 2  # fragments a worker may have in flight (backpressure window)
-    max_policy_lag: int = 4  # learner drops fragments more than this many versions old
-
-    # --- PPO update (learner) ---
-    steps_per_update: int = 2048  # env steps (all workers) per PPO update: the batch
+class PPOConfig(OnPolicyConfig):
     minibatch_size: int = 512  # samples per gradient step
     epochs: int = 10  # passes over the batch per update
-    learning_rate: float = 3e-4  # Adam step size at the start
-    anneal_lr: bool = True  # decay the learning rate linearly to 0 at total_steps
-    adam_eps: float = 1e-5  # Adam epsilon (CleanRL's value; torch default 1e-8)
-    gamma: float = 0.99  # discount factor
-    gae_lambda: float = 0.95  # GAE lambda
     clip_coef: float = 0.2  # PPO ratio clip (also the value clip when clip_vloss)
     clip_vloss: bool = True  # clip the value update around the batch's old values
     ent_coef: float = 0.0  # entropy bonus weight
     vf_coef: float = 0.5  # value loss weight
-    max_grad_norm: float = 0.5  # global gradient norm clip
     target_kl: float | None = None  # stop an update's epochs once approx KL exceeds this
     norm_adv: bool = True  # normalize advantages per minibatch
-    learner_threads: int = 1  # torch intra-op threads in the learner
-    device: str = "auto"  # learner device: auto (CUDA when torch sees a GPU, else CPU), cpu, cuda, cuda:N
 
-    # --- normalization ---
-    norm_obs: bool = True  # normalize observations with running statistics
-    norm_reward: bool = True  # scale rewards by the running std of discounted returns
-    obs_clip: float = 10.0  # clip normalized observations to [-obs_clip, obs_clip]
-    reward_clip: float = 10.0  # clip scaled rewards to [-reward_clip, reward_clip]
-    # Dict observations: the top-level keys the policy observes (empty: all of them). Leaves a key
-    # no network here encodes out (MiniGrid's Text `mission`: --set obs_keys=image,direction).
-    obs_keys: tuple[str, ...] = ()
-
-    # --- trust (what the learner accepts from actors; see fragment.py) ---
-    max_abs_reward: float = 1e6  # a fragment with a larger raw reward is rejected as corrupt (a
-    #   broken or unstable environment); raise it for environments whose rewards are this large
-
-    # --- networks (separate policy and value MLPs) ---
-    hidden_sizes: tuple[int, ...] = (64, 64)  # hidden layer widths of both MLPs
-    activation: str = "tanh"  # "tanh" or "relu"
-    log_std_init: float = 0.0  # initial log std of the Gaussian policy (Box actions)
-    ortho_init: bool = True  # orthogonal init (gain sqrt(2), 0.01 policy head, 1 value head)
-
-    # --- bookkeeping ---
-    checkpoint_every: int = 50  # updates between checkpoints (and one at the end, and on SIGTERM)
-    checkpoint_seconds: float = 60.0  # and at least this often: what a SIGKILL can lose at most
-    eval_interval: int = 50_000  # env steps between evaluations (the final policy always)
-    eval_episodes: int = 10  # episodes per evaluation
-    eval_deterministic: bool = True  # evaluate the policy's mode; False: its samples (an Atari
-    #   policy's argmax can stall a game for its 27k-step limit, e.g. never FIRE after a lost life)
-    final_eval_timeout: float = 600.0  # seconds the learner waits for the final evaluation
-    # --learners N: seconds the ranks have to join their group from its start (then half as long
-    # again to form it); a group that misses it fails the run, naming the ranks (ranks.JOIN_TIMEOUT)
-    rank_join_seconds: float = 60.0
+    BOUNDS = {
+        **OnPolicyConfig.BOUNDS, "minibatch_size": (1, 10_000_000), "epochs": (1, 1000),
+        "clip_coef": (TINY, HUGE), "ent_coef": (0.0, HUGE), "vf_coef": (0.0, HUGE), "target_kl": (TINY, HUGE),
+    }  # fmt: skip
 
     def validate(self) -> None:
-        """Raise ValueError naming the first invalid field."""
-        bounds.check("ppo", self, BOUNDS)
-        _check(
-            self.minibatch_size <= self.steps_per_update,
-            "minibatch_size", "must be <= steps_per_update", self.minibatch_size,
-        )  # fmt: skip
-        bounds.check_widths("ppo", self.hidden_sizes)
-        _check(
-            self.activation in ACTIVATIONS,
-            "activation", f"must be one of {', '.join(ACTIVATIONS)}", self.activation,
-        )  # fmt: skip
-        _check(bool(DEVICE_RE.fullmatch(self.device)), "device", "must be auto, cpu, cuda or cuda:N",
-               self.device)  # fmt: skip
-
-
-TINY, HUGE = 1e-12, bounds.UNBOUNDED  # "> 0", and no natural upper bound
-# Every numeric setting's range (bounds.py): the counts and waits from what a worker, an evaluator
-# and a learner can hold and finish, the coefficients from their meaning.
-BOUNDS: bounds.Bounds = {
-    "envs_per_agent": (1, bounds.MAX_WORKER_ENVS), "fragment_length": (1, 100_000),
-    "credits_per_worker": (1, 64), "max_policy_lag": (0, 1_000_000),
-    "steps_per_update": (1, 10_000_000), "minibatch_size": (1, 10_000_000), "epochs": (1, 1000),
-    "learning_rate": (TINY, 1.0), "adam_eps": (TINY, 1.0), "gamma": (TINY, 1.0), "gae_lambda": (0.0, 1.0),
-    "clip_coef": (TINY, HUGE), "ent_coef": (0.0, HUGE), "vf_coef": (0.0, HUGE),
-    "max_grad_norm": (TINY, HUGE), "target_kl": (TINY, HUGE), "learner_threads": (1, 1024),
-    "obs_clip": (TINY, HUGE), "reward_clip": (TINY, HUGE), "max_abs_reward": (TINY, 1e30),
-    "log_std_init": (-20.0, 20.0), "checkpoint_every": (1, 10**9),
-    "checkpoint_seconds": (1e-3, bounds.WEEK), "eval_interval": (1, 10**13),
-    "eval_episodes": (1, bounds.MAX_EVAL_EPISODES), "final_eval_timeout": (1e-3, bounds.WEEK),
-    "rank_join_seconds": (1e-3, bounds.WEEK),
-}  # fmt: skip
-
-
-def _check(ok: bool, name: str, rule: str, value: object) -> None:
-    if not ok:
-        raise ValueError(f"ppo.{name} {rule}, got {value!r}")
+        super().validate()
+        self.require(
+            self.minibatch_size <= self.steps_per_update, "minibatch_size", "must be <= steps_per_update"
+        )

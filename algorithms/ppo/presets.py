@@ -2,7 +2,7 @@
 
 Validated on a 2-core machine (final deterministic eval return, 10 episodes):
 - CartPole-v1, 100k steps, 2 agents: 500 for seeds 0-7 with the serial harness
-  (`python -m surreal.algorithms.ppo.serial --env CartPole-v1 --steps 100000 --seed S`), first
+  (`python -m surreal.algorithms.onpolicy.serial --env CartPole-v1 --steps 100000 --seed S`), first
   eval >= 475 at 10k-41k steps; 500 for seeds 0-1 with `surreal create NAME --algo ppo
   --env CartPole-v1 --agents 2 --steps 100000 --seed S`.
 - HalfCheetah-v5, 1M steps, 2 agents, `surreal create NAME --algo ppo --env HalfCheetah-v5
@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
-from surreal.algorithms.common import bounds
 from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, as_env_ref
-from surreal.algorithms.common.envs import resolve_env, spaces_of
-from surreal.algorithms.ppo.config import FEATURES, PPOConfig
+from surreal.algorithms.common.envs import resolve_env
+from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.scaling import REFERENCE_AGENTS, scale, scale_steps
 
 # rl-zoo's CartPole hyperparameters (8 envs x 32 steps, 20 epochs on one 256-sample minibatch,
@@ -175,55 +172,3 @@ def default_steps(
     """The step budget of a run of `agents` agents on `env_id` when none is given."""
     base, steps = _base(env_id, resolved)
     return scale_steps(steps, base, agents)
-
-
-def check_env_supported(env: EnvRef | str, *, resolved: ResolvedEnv | None = None) -> None:
-    """Raise ValueError if `env` cannot be made or has spaces PPO here cannot handle (every space
-    resolve_env accepts: a ResolvedEnv is of a supported environment)."""
-    if resolved is None:
-        resolve_env(env)
-
-
-def check_config(cfg: PPOConfig, env: EnvRef | str, *, resolved: ResolvedEnv | None = None) -> None:
-    """Raise ValueError if `cfg` cannot train on `env`: image observations are scaled to [0, 1]
-    inside the CNN, so normalizing them is refused rather than ignored."""
-    facts = resolved or resolve_env(env)
-    if cfg.norm_obs and facts.pixels:
-        raise ValueError(f"ppo.norm_obs must be false for image observations ({env}): the CNN "
-                         "scales its uint8 input itself")  # fmt: skip
-    spaces = spaces_of(facts).keep(cfg.obs_keys, str(env))  # what the policy observes: every leaf encodable
-    # The policy and value MLPs (on the CNN's features for images), and the update's batch.
-    width = spaces.obs_dim if not spaces.has_image else FEATURES
-    params = sum(bounds.mlp_parameters([width, *cfg.hidden_sizes, out]) for out in (spaces.head_dim, 1))
-    row = spaces.obs_dim * (1 if spaces.has_image else 4) + 4 * spaces.action_dim + 32
-    bounds.check_learner_memory("ppo", params, cfg.steps_per_update * row)
-
-
-def fragment_bytes(cfg: PPOConfig, resolved: ResolvedEnv, agents_in_worker: int) -> int:
-    """The size of the fragment a worker of `agents_in_worker` agents sends (fragment.py's
-    tensors), give or take its truncations and episode results beyond one per env: T+1 rows of
-    observations, then T rows of action, log-prob, reward and the two done flags, for each of its
-    envs. A row of observations is a float32 vector, or for images (frames.py) at most the new frame
-    plus a key stack's other C-1 frames and its (t, n): a bound, as every row is a key where every
-    step ends an episode or the image is not a frame stack. A frame-stacked row is most often the
-    new frame alone (Breakout's fragments are ~4x smaller: benchmarks/pixel_bytes.py), but no
-    episode length is promised, so the create-time check assumes none."""
-    n, t = agents_in_worker * cfg.envs_per_agent, cfg.fragment_length
-    pixels = resolved.image_shape is not None
-    obs = resolved.obs_dim * (1 if pixels else 4)
-    row = obs + (2 * 8 if pixels else 0)  # a key's obs_key_index entry
-    if resolved.obs_leaves:  # each leaf in its own dtype; an image leaf as frames.py sends it
-        leaves = spaces_of(resolved).keep(cfg.obs_keys).obs_leaves
-        obs = sum(leaf.width * np.dtype(leaf.dtype).itemsize for leaf in leaves)
-        row = obs + (2 * 8 if any(leaf.kind == "image" for leaf in leaves) else 0)
-    action = 8 if resolved.discrete else 4 * resolved.action_dim
-    return n * (t + 1) * row + n * t * (action + 4 + 4 + 1 + 1) + n * (obs + 8 * 3)
-
-
-def check_local(cfg: PPOConfig) -> None:
-    """Raise ValueError if this machine cannot give the learner the device `cfg` asks for (a
-    local run; a cluster's learner pod checks its own when it starts)."""
-    if cfg.device != "auto" and cfg.device != "cpu":
-        from surreal.algorithms.ppo.device import resolve_device
-
-        resolve_device(cfg.device)

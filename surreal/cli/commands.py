@@ -39,7 +39,7 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("name", type=NAME)
-@click.option("--algo", help="Algorithm: ppo or es.")
+@click.option("--algo", help="Algorithm: ppo, es, or your own as MODULE:NAME (docs/algorithms/writing.md).")
 @click.option("--env", "env_id", help="Environment id (default CartPole-v1), MODULE:ENV_ID or MODULE:CLASS.")
 @click.option("--agents", type=int, help="Logical agents (default 2).")
 @click.option("--learners", type=int, help="Learner ranks averaging gradients (default 1; PPO).")

@@ -23,11 +23,12 @@ from surreal.algorithms.common.envs import EnvBatch, resolve_env, spaces_for, sp
 from surreal.algorithms.es.networks import PolicySpec, to_actions
 from surreal.algorithms.es.presets import preset_for as es_preset
 from surreal.algorithms.es.serial import train as es_train
-from surreal.algorithms.ppo.actor import PPOActor
-from surreal.algorithms.ppo.fragment import experience_schema, open_fragment
-from surreal.algorithms.ppo.learner import PPOLearner
-from surreal.algorithms.ppo.networks import ActorCritic, log_prob_entropy
-from surreal.algorithms.ppo.policy import NumpyPolicy
+from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.fragment import experience_schema, open_fragment
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.onpolicy.networks import ActorCritic, log_prob_entropy
+from surreal.algorithms.onpolicy.policy import NumpyPolicy
+from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.protocol.codec import CodecError, decode_map, encode_map
 from surreal.protocol.types import Fragment
@@ -112,8 +113,8 @@ def test_the_policy_samples_each_column_from_its_own_distribution() -> None:
 def _setup() -> tuple:
     cfg = dataclasses.replace(preset_for(CUE), fragment_length=16)
     spaces = spaces_for(CUE)
-    learner = PPOLearner(cfg, spaces, 10**9)
-    actor = PPOActor(cfg, CUE, 4, seed=1)
+    learner = Learner(PPO(), cfg, spaces, 10**9)
+    actor = Actor(cfg, CUE, 4, seed=1)
     actor.set_params(learner.params())
     return cfg, spaces, learner, actor
 

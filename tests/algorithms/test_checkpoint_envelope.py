@@ -24,16 +24,17 @@ from surreal.algorithms.common.checkpoint import (
 from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.master import ESMaster
-from surreal.algorithms.ppo.actor import PPOActor
-from surreal.algorithms.ppo.learner import PPOLearner
+from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.ppo import PPO
 from surreal.protocol.types import EvalReport
 
 ES_CFG = ESConfig(policy="linear", population=2, handout_ratio=1.0, max_staleness=1, checkpoint_every=5)
 ENVELOPE_KEYS = {"counters", "train_returns", "eval", "clean", "saved_at"}
 
 
-def ppo(exp_dir: Path) -> PPOLearner:
-    return PPOLearner(PPO_CFG, spaces_for(PPO_ENV), 10_000, seed=1, exp_dir=exp_dir)
+def ppo(exp_dir: Path) -> Learner:
+    return Learner(PPO(), PPO_CFG, spaces_for(PPO_ENV), 10_000, seed=1, exp_dir=exp_dir)
 
 
 def es(exp_dir: Path) -> ESMaster:
@@ -42,9 +43,9 @@ def es(exp_dir: Path) -> ESMaster:
     )
 
 
-def trained_ppo(exp_dir: Path) -> PPOLearner:
+def trained_ppo(exp_dir: Path) -> Learner:
     learner = ppo(exp_dir)
-    actor = PPOActor(PPO_CFG, PPO_ENV, num_envs=2, seed=3)
+    actor = Actor(PPO_CFG, PPO_ENV, num_envs=2, seed=3)
     actor.set_params(learner.params())
     while not learner.ready():
         learner.add_fragment(fragment(actor))

@@ -7,8 +7,9 @@ import dataclasses
 import pytest
 
 from surreal.algorithms.common.envs import resolve_env
+from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.presets import MINIGRID, PRESETS, check_env_supported, preset_for
+from surreal.algorithms.ppo.presets import MINIGRID, PRESETS, preset_for
 
 
 @pytest.mark.parametrize("env_id", sorted(PRESETS))
@@ -53,7 +54,7 @@ def test_validate_names_the_bad_field(change, message):
 
 
 def test_check_env_supported():
-    check_env_supported("Pendulum-v1")
+    PPO().check_env("Pendulum-v1")
     with pytest.raises(ValueError, match="unknown environment 'Nope-v0'"):
-        check_env_supported("Nope-v0")
-    check_env_supported("Blackjack-v1")  # Tuple observations: a leaf each (test_obs_leaves.py)
+        PPO().check_env("Nope-v0")
+    PPO().check_env("Blackjack-v1")  # Tuple observations: a leaf each (test_obs_leaves.py)

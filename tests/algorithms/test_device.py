@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from surreal.algorithms.common.envs import spaces_for
-from surreal.algorithms.ppo.actor import PPOActor
-from surreal.algorithms.ppo.device import resolve_device
-from surreal.algorithms.ppo.learner import PPOLearner
+from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.device import resolve_device
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.protocol.types import Fragment
 from surreal.spec import SpecError, build_spec
@@ -65,10 +66,10 @@ def test_gpu_on_the_cluster_means_the_learner_trains_on_cuda():
     assert pinned.config.device == "cpu"  # asked for explicitly
 
 
-def _trained(device: str, exp_dir=None) -> tuple[PPOLearner, PPOActor]:
-    learner = PPOLearner(dataclasses.replace(CFG, device=device), spaces_for(ENV), 10_000, seed=4,
+def _trained(device: str, exp_dir=None) -> tuple[Learner, Actor]:
+    learner = Learner(PPO(), dataclasses.replace(CFG, device=device), spaces_for(ENV), 10_000, seed=4,
                          exp_dir=exp_dir)  # fmt: skip
-    actor = PPOActor(CFG, ENV, num_envs=2, seed=5)
+    actor = Actor(CFG, ENV, num_envs=2, seed=5)
     for _ in range(2):
         actor.set_params(learner.params())
         for _ in range(4):
@@ -89,9 +90,9 @@ def test_checkpoints_hold_cpu_tensors_whatever_the_device(tmp_path):
 def test_the_learner_trains_on_cuda_as_on_the_cpu():
     # One minibatch per epoch: the shuffle (drawn on each device's own generator) cannot matter.
     cfg = dataclasses.replace(CFG, minibatch_size=64)
-    cpu, gpu = (PPOLearner(dataclasses.replace(cfg, device=d), spaces_for(ENV), 10_000, seed=4)
+    cpu, gpu = (Learner(PPO(), dataclasses.replace(cfg, device=d), spaces_for(ENV), 10_000, seed=4)
                 for d in ("cpu", "cuda"))  # fmt: skip
-    actor = PPOActor(cfg, ENV, num_envs=2, seed=5)
+    actor = Actor(cfg, ENV, num_envs=2, seed=5)
     actor.set_params(cpu.params())
     fragments = [actor.collect() for _ in range(2)]
     for learner in (cpu, gpu):
@@ -111,7 +112,7 @@ def test_checkpoints_load_across_devices(tmp_path, saved_on, loaded_on):
     learner, actor = _trained(saved_on, tmp_path)
     learner.save()
     before = learner.params().weights
-    resumed = PPOLearner(dataclasses.replace(CFG, device=loaded_on), spaces_for(ENV), 10_000,
+    resumed = Learner(PPO(), dataclasses.replace(CFG, device=loaded_on), spaces_for(ENV), 10_000,
                          exp_dir=tmp_path)  # fmt: skip
     assert all(p.device.type == loaded_on for p in resumed.net.parameters())
     for k, w in resumed.params().weights.items():

@@ -11,9 +11,10 @@ import pytest
 from roles import free_port, read_status, run_in_thread, spawn, wait_for
 
 from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.ppo.actor import run_actor
-from surreal.algorithms.ppo.evaluator import run_evaluator
-from surreal.algorithms.ppo.learner import run_learner
+from surreal.algorithms.onpolicy.actor import run_actor
+from surreal.algorithms.onpolicy.evaluator import run_evaluator
+from surreal.algorithms.onpolicy.learner import run_learner
+from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 
 CFG = dataclasses.replace(
@@ -38,7 +39,7 @@ def context(tmp_path: Path):
 
 def test_learner_actors_and_evaluator_finish_a_run(tmp_path, context):
     total = 3072
-    learner = run_in_thread(run_learner, CFG, context(total))
+    learner = run_in_thread(run_learner, PPO(), CFG, context(total))
     actors = [run_in_thread(run_actor, CFG, context(total, i)) for i in range(2)]
     evaluator = run_in_thread(run_evaluator, CFG, context(total))
     for thread, _ in (learner, *actors, evaluator):
@@ -57,7 +58,7 @@ def test_learner_actors_and_evaluator_finish_a_run(tmp_path, context):
 
 def test_learner_without_evaluator_evaluates_the_final_policy_itself(tmp_path, context):
     ctx = dataclasses.replace(context(512), has_evaluator=False)
-    learner = run_in_thread(run_learner, CFG, ctx)
+    learner = run_in_thread(run_learner, PPO(), CFG, ctx)
     actor = run_in_thread(run_actor, CFG, context(512))
     for thread, _ in (learner, actor):
         thread.join(timeout=60)

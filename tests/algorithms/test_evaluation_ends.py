@@ -52,7 +52,7 @@ class _Progress(LearnerProgress):
     def __init__(self) -> None:
         from collections import deque
 
-        from surreal.algorithms.ppo.learner import Counters
+        from surreal.algorithms.onpolicy.learner import Counters
 
         self.counters, self.train_returns, self._tb = Counters(), deque(), None
         self._init_progress()

@@ -1,4 +1,4 @@
-"""Image observations travel as new frames (algorithms/ppo/frames.py): the learner rebuilds exactly
+"""Image observations travel as new frames (algorithms/onpolicy/frames.py): the learner rebuilds exactly
 the stacks the actor saw, refuses an encoding a hostile actor made up, and vectors travel as before."""
 
 from __future__ import annotations
@@ -9,12 +9,19 @@ import numpy as np
 import pytest
 
 from surreal.algorithms.common.envs import EnvSpaces, resolve_env, spaces_for
-from surreal.algorithms.ppo import actor as actor_module
-from surreal.algorithms.ppo.actor import PPOActor
-from surreal.algorithms.ppo.fragment import experience_schema, open_fragment
-from surreal.algorithms.ppo.frames import WIRE_TENSORS, encode_stacks, key_rows, stacks_problem, with_stacks
-from surreal.algorithms.ppo.learner import PPOLearner
-from surreal.algorithms.ppo.presets import PIXELS, fragment_bytes, preset_for
+from surreal.algorithms.onpolicy import actor as actor_module
+from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.fragment import experience_schema, fragment_bytes, open_fragment
+from surreal.algorithms.onpolicy.frames import (
+    WIRE_TENSORS,
+    encode_stacks,
+    key_rows,
+    stacks_problem,
+    with_stacks,
+)
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.ppo import PPO
+from surreal.algorithms.ppo.presets import PIXELS, preset_for
 from surreal.protocol.codec import CodecError, decode_map, encode_map
 from surreal.protocol.types import Fragment
 
@@ -63,12 +70,12 @@ def honest(obs: np.ndarray) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def breakout() -> tuple[list[np.ndarray], list[dict[str, np.ndarray]], PPOLearner]:
+def breakout() -> tuple[list[np.ndarray], list[dict[str, np.ndarray]], Learner]:
     """Two fragments of real Breakout play in a row (random play loses a life every ~20 steps),
     with the stacks the actor saw; and a learner to give them to."""
     cfg = dataclasses.replace(preset_for(BREAKOUT), **SMALL)
-    learner = PPOLearner(cfg, spaces_for(BREAKOUT), 10**6)
-    actor = PPOActor(cfg, BREAKOUT, 2, seed=1)
+    learner = Learner(PPO(), cfg, spaces_for(BREAKOUT), 10**6)
+    actor = Actor(cfg, BREAKOUT, 2, seed=1)
     actor.set_params(learner.params())
     seen: list[np.ndarray] = []
     with pytest.MonkeyPatch.context() as mp:
@@ -175,7 +182,7 @@ def _hostile() -> dict[str, dict[str, np.ndarray]]:
 
 
 def test_an_honest_synthetic_fragment_is_accepted() -> None:
-    learner = PPOLearner(PIXELS, SPACES, 10**6)
+    learner = Learner(PPO(), PIXELS, SPACES, 10**6)
     good = honest(stacked(np.random.default_rng(2), 7, 3, IMAGE, np.zeros((7, 3), bool)))
     assert stacks_problem(good, IMAGE) is None
     assert learner.add_fragment(Fragment("w0", 0, good))
@@ -183,7 +190,7 @@ def test_an_honest_synthetic_fragment_is_accepted() -> None:
 
 @pytest.mark.parametrize("case", sorted(_hostile()))
 def test_hostile_encodings_are_rejected_as_malformed_and_counted(case: str) -> None:
-    learner = PPOLearner(PIXELS, SPACES, 10**6)
+    learner = Learner(PPO(), PIXELS, SPACES, 10**6)
     tensors = _hostile()[case]
     assert stacks_problem(tensors, IMAGE) is not None
     assert not learner.add_fragment(Fragment("rogue", 0, tensors))
@@ -205,8 +212,8 @@ def test_the_schema_refuses_misshapen_wire_tensors_before_the_learner() -> None:
 def test_vector_observations_travel_as_they_are() -> None:
     cfg = dataclasses.replace(preset_for("CartPole-v1"), envs_per_agent=2, fragment_length=8)
     spaces = spaces_for("CartPole-v1")
-    actor = PPOActor(cfg, "CartPole-v1", 2, seed=0)
-    actor.set_params(PPOLearner(cfg, spaces, 10**6).params())
+    actor = Actor(cfg, "CartPole-v1", 2, seed=0)
+    actor.set_params(Learner(PPO(), cfg, spaces, 10**6).params())
     tensors = actor.collect()
     schema = experience_schema(spaces)
     assert tensors["obs"].shape == (9, 2, 4) and tensors["obs"].dtype == np.float32

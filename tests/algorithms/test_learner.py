@@ -1,4 +1,4 @@
-"""PPOActor -> PPOLearner without networking: fragments, staleness, updates, checkpoints."""
+"""Actor -> Learner without networking: fragments, staleness, updates, checkpoints."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import torch
 
 from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.run import extras_done, extras_env_steps
-from surreal.algorithms.ppo.actor import PPOActor
-from surreal.algorithms.ppo.fragment import check_fragment, experience_schema
-from surreal.algorithms.ppo.learner import PPOLearner
+from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.fragment import check_fragment, experience_schema
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.protocol.types import EvalReport, Fragment, Params
 
@@ -25,8 +26,8 @@ ENV = "Pendulum-v1"
 
 
 def make(total_steps=10_000, exp_dir=None, cfg=CFG):
-    learner = PPOLearner(cfg, spaces_for(ENV), total_steps, seed=1, exp_dir=exp_dir)
-    actor = PPOActor(cfg, ENV, num_envs=2, seed=3)
+    learner = Learner(PPO(), cfg, spaces_for(ENV), total_steps, seed=1, exp_dir=exp_dir)
+    actor = Actor(cfg, ENV, num_envs=2, seed=3)
     actor.set_params(learner.params())
     return learner, actor
 
@@ -140,10 +141,10 @@ def test_truncated_steps_bootstrap_from_trunc_obs_in_the_batch():
         "trunc_obs": np.array([[10, 0, 0]], np.float32),
     }
     data, lags = learner._prepare([(f, 0, "a"), (f, 1, "b")])
-    assert data is not None and lags == [0, 1]
+    assert lags == [0, 1]
     # step 0: 1 + .5*10 = 6 (final obs), step 1: 1 + .5*3 = 2.5 (bootstrap row)
-    np.testing.assert_allclose(data["returns"].numpy(), [6.0, 2.5, 6.0, 2.5])
-    np.testing.assert_allclose(data["values"].numpy(), [1.0, 2.0, 1.0, 2.0])
+    np.testing.assert_allclose(data.returns.numpy(), [6.0, 2.5, 6.0, 2.5])
+    np.testing.assert_allclose(data.values.numpy(), [1.0, 2.0, 1.0, 2.0])
 
 
 def test_checkpoint_resume_restores_counters_weights_and_statistics(tmp_path):
@@ -157,7 +158,7 @@ def test_checkpoint_resume_restores_counters_weights_and_statistics(tmp_path):
     learner.save()
     learner.close()
     saved = learner.params()
-    resumed = PPOLearner(CFG, spaces_for(ENV), 10_000, seed=99, exp_dir=tmp_path)
+    resumed = Learner(PPO(), CFG, spaces_for(ENV), 10_000, seed=99, exp_dir=tmp_path)
     c = resumed.counters
     assert (c.env_steps, c.updates, c.episodes) == (128, 2, learner.counters.episodes)
     # The version goes on past any the dead learner may have published (test_version_rule.py).
@@ -183,7 +184,7 @@ def test_a_clean_checkpoint_resumes_at_exactly_its_version(tmp_path):
     learner.save(clean=True)
     learner.close()
     saved = learner.params()
-    resumed = PPOLearner(CFG, spaces_for(ENV), 10_000, seed=99, exp_dir=tmp_path)
+    resumed = Learner(PPO(), CFG, spaces_for(ENV), 10_000, seed=99, exp_dir=tmp_path)
     assert (resumed.counters.version, resumed.counters.updates) == (saved.version, 3)
     assert resumed.checkpoint_version == saved.version
     for k, w in resumed.params().weights.items():
@@ -250,8 +251,8 @@ def test_final_evaluation_is_recognized_only_for_the_final_version():
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_actor_runs_discrete_and_continuous(env_id):
     cfg = dataclasses.replace(preset_for(env_id), fragment_length=8, envs_per_agent=2)
-    learner = PPOLearner(cfg, spaces_for(env_id), 1000)
-    actor = PPOActor(cfg, env_id, num_envs=2, seed=0)
+    learner = Learner(PPO(), cfg, spaces_for(env_id), 1000)
+    actor = Actor(cfg, env_id, num_envs=2, seed=0)
     actor.set_params(learner.params())
     tensors = actor.collect()
     assert check_fragment(tensors, actor.spaces, cfg) is None
@@ -260,10 +261,10 @@ def test_actor_runs_discrete_and_continuous(env_id):
 
 def test_an_actor_asks_for_parameters_only_when_its_credits_say_they_changed():
     from surreal.algorithms.common.run import progress_extras
-    from surreal.algorithms.ppo.actor import _send_until_done
+    from surreal.algorithms.onpolicy.actor import _send_until_done
 
     learner, _ = make()
-    actor = PPOActor(CFG, ENV, num_envs=2, seed=3)  # holds no parameters yet
+    actor = Actor(CFG, ENV, num_envs=2, seed=3)  # holds no parameters yet
     v0 = learner.params()
     done = Params(1, v0.weights, {**v0.extras, **progress_extras(10_000, True)})
 

@@ -1,4 +1,5 @@
-"""GAE and the PPO loss against values computed by hand."""
+"""GAE and PPO's update (its loss, the statistics it reports, its gradient) against values
+computed by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.ppo.loss import compute_gae, ppo_loss
+from surreal.algorithms.common.ranks import RankGroup
+from surreal.algorithms.onpolicy.batch import Batch
+from surreal.algorithms.onpolicy.gae import compute_gae
+from surreal.algorithms.ppo import PPO
+from surreal.algorithms.ppo.config import PPOConfig
 
 
 def gae(rewards, values, bootstrap, terminated=None, truncated=None, trunc_values=None, *,
@@ -68,58 +73,79 @@ def test_gae_columns_are_independent_envs():
     np.testing.assert_allclose(adv, [[1.5, 0.0], [1.0, 4.0]])
 
 
-def loss_inputs(**overrides):
+class Given(torch.nn.Module):
+    """A network whose new log-probabilities are a parameter and whose entropies and values are
+    given, row by row (the observations are row numbers: minibatches shuffle them)."""
+
+    def __init__(self, new_logp, entropy, new_values):
+        super().__init__()
+        self.logp = torch.nn.Parameter(new_logp.clone())
+        self.entropy, self.values = entropy, new_values
+
+    def evaluate(self, obs, actions):
+        return self.logp[obs], self.entropy[obs], self.values[obs] + 0 * self.logp.sum()
+
+
+def ppo_update(**overrides):
+    """PPO's statistics of one epoch on one minibatch of the inputs (no step: lr 0), and its net."""
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    base = dict(
-        new_logp=t([np.log(1.5), np.log(0.5)]),
-        old_logp=t([0.0, 0.0]),
-        advantages=t([1.0, -2.0]),
-        new_values=t([1.0, 3.0]),
-        old_values=t([0.0, 2.5]),
-        returns=t([2.0, 2.0]),
-        entropy=t([0.7, 0.3]),
-        clip_coef=0.2,
-        clip_vloss=False,
-        ent_coef=0.01,
-        vf_coef=0.5,
-    )
-    return {**base, **overrides}
+    given = dict(new_logp=t([np.log(1.5), np.log(0.5)]), old_logp=t([0.0, 0.0]), advantages=t([1.0, -2.0]),
+                 new_values=t([1.0, 3.0]), old_values=t([0.0, 2.5]), returns=t([2.0, 2.0]),
+                 entropy=t([0.7, 0.3]), clip_vloss=False)  # fmt: skip
+    given.update(overrides)
+    rows = len(given["new_logp"])
+    net = Given(given["new_logp"], given["entropy"], given["new_values"])
+    cfg = PPOConfig(epochs=1, minibatch_size=rows, steps_per_update=rows, norm_adv=False, clip_coef=0.2,
+                    clip_vloss=given["clip_vloss"], ent_coef=0.01, vf_coef=0.5,
+                    max_grad_norm=1e9)  # fmt: skip
+    batch = Batch(obs=torch.arange(rows), actions=torch.zeros(rows), logprobs=given["old_logp"],
+                  values=given["old_values"], advantages=given["advantages"], returns=given["returns"],
+                  group_rows=rows)  # fmt: skip
+    stats = PPO().update(net, torch.optim.SGD(net.parameters(), lr=0.0), batch, cfg, RankGroup())
+    return {k: float(v) for k, v in stats.items()}, net
 
 
 def test_ppo_loss_hand_computed():
-    loss, stats = ppo_loss(**loss_inputs())
+    stats, net = ppo_update()
     # ratios 1.5 and 0.5. Sample 0 (A=1): max(-1.5, -1.2) = -1.2 (clipped).
     # Sample 1 (A=-2): max(1.0, 1.6) = 1.6 (clipped). policy_loss = (-1.2 + 1.6) / 2 = 0.2
-    assert stats["policy_loss"].item() == pytest.approx(0.2)
+    assert stats["policy_loss"] == pytest.approx(0.2)
     # value: 0.5 * mean((1-2)^2, (3-2)^2) = 0.5
-    assert stats["value_loss"].item() == pytest.approx(0.5)
-    assert stats["entropy"].item() == pytest.approx(0.5)
-    assert loss.item() == pytest.approx(0.2 - 0.01 * 0.5 + 0.5 * 0.5)
+    assert stats["value_loss"] == pytest.approx(0.5)
+    assert stats["entropy"] == pytest.approx(0.5)
+    assert stats["grad_steps"] == 1
     # approx_kl = mean((r - 1) - log r) = ((0.5 - log 1.5) + (-0.5 - log 0.5)) / 2
     kl = ((0.5 - np.log(1.5)) + (-0.5 - np.log(0.5))) / 2
-    assert stats["approx_kl"].item() == pytest.approx(kl)
-    assert stats["clipfrac"].item() == pytest.approx(1.0)
+    assert stats["approx_kl"] == pytest.approx(kl)
+    assert stats["clipfrac"] == pytest.approx(1.0)
 
 
 def test_ppo_loss_unclipped_ratio_uses_the_plain_surrogate():
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    _, stats = ppo_loss(**loss_inputs(new_logp=t([np.log(1.1), np.log(0.95)])))
+    stats, _ = ppo_update(new_logp=t([np.log(1.1), np.log(0.95)]))
     # -1*1.1 and 2*0.95 (inside the clip range) -> (-1.1 + 1.9) / 2
-    assert stats["policy_loss"].item() == pytest.approx(0.4)
-    assert stats["clipfrac"].item() == 0.0
+    assert stats["policy_loss"] == pytest.approx(0.4)
+    assert stats["clipfrac"] == 0.0
 
 
 def test_ppo_loss_clipped_value_loss():
-    _, stats = ppo_loss(**loss_inputs(clip_vloss=True))
+    stats, _ = ppo_update(clip_vloss=True)
     # Sample 0: V=1, old 0 -> Vc = 0.2: max((1-2)^2, (0.2-2)^2) = 3.24
     # Sample 1: V=3, old 2.5 -> Vc = 2.7: max(1, 0.49) = 1. 0.5 * mean = 1.06
-    assert stats["value_loss"].item() == pytest.approx(1.06)
+    assert stats["value_loss"] == pytest.approx(1.06)
 
 
 def test_ppo_loss_gradient_flows_only_through_unclipped_terms():
-    new_logp = torch.tensor([np.log(1.5), np.log(1.1)], requires_grad=True)
-    inputs = loss_inputs(new_logp=new_logp, advantages=torch.tensor([1.0, 1.0], dtype=torch.float64))
-    loss, _ = ppo_loss(**inputs)
-    loss.backward()
+    new_logp = torch.tensor([np.log(1.5), np.log(1.1)], dtype=torch.float64)
+    _, net = ppo_update(new_logp=new_logp, advantages=torch.tensor([1.0, 1.0], dtype=torch.float64))
     # sample 0 is clipped (no gradient); sample 1: d(-A r / 2)/dlogp = -r/2 = -0.55
-    np.testing.assert_allclose(new_logp.grad.numpy(), [0.0, -0.55], rtol=1e-6)
+    np.testing.assert_allclose(net.logp.grad.numpy(), [0.0, -0.55], rtol=1e-6)
+
+
+def test_the_loss_of_a_sample_with_an_absurd_behaviour_logprob_is_finite_and_ignored():
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    stats, net = ppo_update(new_logp=t([0.0] * 4), old_logp=t([0.0, 0.0, 0.0, -1e30]),
+                            advantages=t([1.0, -1.0, 0.5, -2.0]), new_values=t([0.0] * 4),
+                            old_values=t([0.0] * 4), returns=t([0.0] * 4), entropy=t([0.0] * 4))  # fmt: skip
+    assert all(np.isfinite(v) for v in stats.values())
+    assert net.logp.grad[3] == 0 and torch.isfinite(net.logp.grad).all()

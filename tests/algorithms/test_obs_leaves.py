@@ -18,11 +18,12 @@ from surreal.algorithms.common.env_ref import EnvRef, extend_import_path
 from surreal.algorithms.common.envs import EnvBatch, resolve_env, spaces_for, spaces_of
 from surreal.algorithms.common.obs_leaves import ObsLeaf, describe, pack, select
 from surreal.algorithms.es.presets import check_env_supported as es_check
-from surreal.algorithms.ppo.actor import PPOActor
-from surreal.algorithms.ppo.fragment import experience_schema, open_fragment
-from surreal.algorithms.ppo.learner import PPOLearner
+from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.fragment import experience_schema, open_fragment
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.onpolicy.serial import train_serial
+from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
-from surreal.algorithms.ppo.serial import train_serial
 from surreal.protocol.codec import CodecError, decode_map, encode_map
 from surreal.protocol.types import Fragment
 
@@ -114,8 +115,8 @@ def test_an_env_batch_gives_each_leaf_in_its_own_dtype() -> None:
 def _cue_setup() -> tuple:
     cfg = dataclasses.replace(preset_for(CUE), obs_keys=KEYS, fragment_length=16)
     spaces = spaces_for(CUE).keep(cfg.obs_keys)
-    learner = PPOLearner(cfg, spaces, 10**9)
-    actor = PPOActor(cfg, CUE, 4, seed=1)
+    learner = Learner(PPO(), cfg, spaces, 10**9)
+    actor = Actor(cfg, CUE, 4, seed=1)
     actor.set_params(learner.params())
     return cfg, spaces, learner, actor
 
@@ -193,8 +194,8 @@ def test_the_spec_file_carries_the_leaves_and_es_refuses_them_by_name() -> None:
 def test_the_mixed_network_trains_on_cuda_and_its_actor_samples_what_the_learner_computes() -> None:
     cfg = dataclasses.replace(preset_for(CUE), obs_keys=KEYS, fragment_length=16, steps_per_update=64,
                               minibatch_size=32, device="cuda")  # fmt: skip
-    learner = PPOLearner(cfg, spaces_for(CUE).keep(KEYS), total_steps=10_000)
-    actor = PPOActor(cfg, CUE, 4, seed=0)
+    learner = Learner(PPO(), cfg, spaces_for(CUE).keep(KEYS), total_steps=10_000)
+    actor = Actor(cfg, CUE, 4, seed=0)
     actor.set_params(learner.params())
     assert learner.add_fragment(Fragment("w0", actor.version, actor.collect()))
     assert learner.update() and learner.params().version == 1

@@ -12,11 +12,12 @@ import torch
 
 from surreal.algorithms.common.env_ref import EnvRef, extend_import_path
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
-from surreal.algorithms.ppo.actor import PPOActor
-from surreal.algorithms.ppo.cnn import CNNActorCritic
-from surreal.algorithms.ppo.fragment import experience_schema
-from surreal.algorithms.ppo.learner import PPOLearner
-from surreal.algorithms.ppo.policy import NumpyPolicy
+from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.cnn import CNNActorCritic
+from surreal.algorithms.onpolicy.fragment import experience_schema
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.onpolicy.policy import NumpyPolicy
+from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import ATARI, PIXELS, preset_for
 from surreal.protocol.codec import CodecError
 from surreal.protocol.types import Fragment
@@ -92,8 +93,8 @@ def test_the_learner_trains_a_cnn_on_an_actors_uint8_fragments() -> None:
     cfg = dataclasses.replace(preset_for(PIXEL_ENV), envs_per_agent=2, fragment_length=16,
                               steps_per_update=64, minibatch_size=32)  # fmt: skip
     spaces = spaces_for(PIXEL_ENV)
-    learner = PPOLearner(cfg, spaces, total_steps=10_000)
-    actor = PPOActor(cfg, EnvRef(PIXEL_ENV), 4, seed=0)
+    learner = Learner(PPO(), cfg, spaces, total_steps=10_000)
+    actor = Actor(cfg, EnvRef(PIXEL_ENV), 4, seed=0)
     actor.set_params(learner.params())
     before = {k: v.copy() for k, v in learner.params().weights.items()}
     fragment = actor.collect()
@@ -112,11 +113,11 @@ def test_the_learner_trains_a_cnn_on_an_actors_uint8_fragments() -> None:
 def test_the_cnn_learner_trains_on_cuda_with_frames_moved_as_uint8() -> None:
     cfg = dataclasses.replace(preset_for(PIXEL_ENV), envs_per_agent=2, fragment_length=16,
                               steps_per_update=64, minibatch_size=32, device="cuda")  # fmt: skip
-    learner = PPOLearner(cfg, spaces_for(PIXEL_ENV), total_steps=10_000)
+    learner = Learner(PPO(), cfg, spaces_for(PIXEL_ENV), total_steps=10_000)
     moved: list[torch.Tensor] = []
     to_device = learner._to_device
     learner._to_device = lambda a: moved.append(to_device(a)) or moved[-1]  # type: ignore[method-assign]
-    actor = PPOActor(cfg, EnvRef(PIXEL_ENV), 4, seed=0)
+    actor = Actor(cfg, EnvRef(PIXEL_ENV), 4, seed=0)
     actor.set_params(learner.params())
     assert learner.add_fragment(Fragment("w0", actor.version, actor.collect()))
     assert learner.update() and learner.params().version == 1

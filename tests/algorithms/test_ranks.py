@@ -37,9 +37,10 @@ from surreal.algorithms.common.ranks import (
     open_store,
 )
 from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, RoleFailed
-from surreal.algorithms.ppo import learner as learner_module
-from surreal.algorithms.ppo.actor import PPOActor
-from surreal.algorithms.ppo.learner import PPOLearner
+from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.batch import Batch
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.component import EXIT_SECONDS
 from surreal.orchestrator.policy import POLICIES, Action, decide
@@ -57,12 +58,12 @@ TIMEOUT = 120.0
 
 def fragments(cfg, count: int, seed: int = 3) -> list[Fragment]:
     """`count` fragments of one actor under the initial policy, alternately from two workers."""
-    actor = PPOActor(cfg, ENV, num_envs=2, seed=seed)
-    actor.set_params(PPOLearner(cfg, spaces_for(ENV), 10_000, seed=1).params())
+    actor = Actor(cfg, ENV, num_envs=2, seed=seed)
+    actor.set_params(Learner(PPO(), cfg, spaces_for(ENV), 10_000, seed=1).params())
     return [Fragment(f"actor-{i % 2}", 0, actor.collect()) for i in range(count)]
 
 
-def state_of(learner: PPOLearner) -> dict[str, Any]:
+def state_of(learner: Learner) -> dict[str, Any]:
     return {
         "params": [p.detach().numpy().copy() for p in learner.net.parameters()],
         "obs_mean": learner.obs_rms.mean.copy(),
@@ -80,15 +81,10 @@ def _rank_main(rank: int, size: int, store_dir: str, job: dict[str, Any], out: A
     try:
         group = join_group(rank, size, open_store(f"file:{store_dir}", size, "test"))
         if job.get("poison_rank") == rank:  # this rank's loss goes non-finite
-            real = learner_module.ppo_loss
-
-            def poisoned(*args: Any) -> Any:
-                loss, stats = real(*args)
-                return loss * float("nan"), stats
-
-            learner_module.ppo_loss = poisoned
+            real = Batch.mean
+            Batch.mean = lambda self, per_row: real(self, per_row) * float("nan")  # type: ignore[method-assign]
         exp_dir = Path(job["exp_dir"]) if job.get("exp_dir") else None
-        learner = PPOLearner(job["cfg"], spaces_for(ENV), 10_000, seed=1, exp_dir=exp_dir, group=group)
+        learner = Learner(PPO(), job["cfg"], spaces_for(ENV), 10_000, seed=1, exp_dir=exp_dir, group=group)
         result: dict[str, Any] = {"restored": state_of(learner), "stats": []}
         for batch in job["batches"][rank]:
             for fragment in batch:
@@ -197,7 +193,7 @@ def test_the_group_updates_when_it_holds_a_batch_even_if_one_rank_brought_nothin
 def _late_fragment_main(rank: int, store_dir: str, cfg: Any, frags: list[Fragment], out: Any) -> None:
     try:
         group = join_group(rank, 2, open_store(f"file:{store_dir}", 2, "test"))
-        learner = PPOLearner(cfg, spaces_for(ENV), 10_000, seed=1, group=group)
+        learner = Learner(PPO(), cfg, spaces_for(ENV), 10_000, seed=1, group=group)
         assert group.store is not None
         if rank == 0:  # fills the group's batch alone
             for fragment in frags[:2]:
@@ -248,7 +244,7 @@ def test_every_rank_resumes_from_rank_0s_checkpoint(tmp_path):
     starts from the same weights, statistics and counters."""
     frags = fragments(FULL_BATCH, 4)
     exp_dir = tmp_path / "exp"
-    single = PPOLearner(FULL_BATCH, spaces_for(ENV), 10_000, seed=1, exp_dir=exp_dir)
+    single = Learner(PPO(), FULL_BATCH, spaces_for(ENV), 10_000, seed=1, exp_dir=exp_dir)
     for fragment in frags:
         single.add_fragment(fragment)
     single.update()
@@ -263,10 +259,10 @@ def test_every_rank_resumes_from_rank_0s_checkpoint(tmp_path):
 def test_the_group_of_one_has_no_store_and_identity_collectives():
     group = RankGroup()
     t = torch.arange(3.0)
-    assert group.all_sum(t) is t and group.gather("x") == ["x"] and group.broadcast(5) == 5
+    assert group.sum(t) is t and group.gather("x") == ["x"] and group.broadcast(5) == 5
     param = torch.nn.Parameter(torch.ones(3))
     param.grad = grad = torch.arange(3.0)
-    group.mean_grads([param], rows=3)  # a single learner's gradient is left as it is, not copied
+    group.sum_grads([param])  # a single learner's gradient is left as it is, not copied
     assert param.grad is grad
     group.commit(0)
     assert group.all_committed(0)
@@ -461,7 +457,7 @@ def _join_then(rank: int, store_dir: str, peer: str, out: Any) -> None:
             time.sleep(600)
         started = time.monotonic()
         try:
-            group.all_sum(torch.ones(4))
+            group.sum(torch.ones(4))
             out.put((rank, "returned"))
         except Exception as exc:  # noqa: BLE001 - reported to the test
             out.put((rank, f"raised after {time.monotonic() - started:.1f} s: {type(exc).__name__}: {exc}"))

@@ -19,8 +19,9 @@ from test_learner import ENV as PPO_ENV
 from test_learner import fragment
 
 from surreal.algorithms.common.envs import spaces_for
-from surreal.algorithms.ppo.actor import PPOActor
-from surreal.algorithms.ppo.learner import PPOLearner
+from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.ppo import PPO
 from surreal.protocol.types import Params
 
 PPO_TOTAL = PPO_CFG.steps_per_update * 7
@@ -40,14 +41,14 @@ def assert_keeps_the_rule(published: list[tuple[int, str]], later: list[Params],
         seen[p.version] = digest(p)
 
 
-def ppo_learner(exp_dir: Path, actor_seed: int) -> tuple[PPOLearner, PPOActor]:
-    learner = PPOLearner(PPO_CFG, spaces_for(PPO_ENV), PPO_TOTAL, seed=1, exp_dir=exp_dir)
-    actor = PPOActor(PPO_CFG, PPO_ENV, num_envs=2, seed=actor_seed)
+def ppo_learner(exp_dir: Path, actor_seed: int) -> tuple[Learner, Actor]:
+    learner = Learner(PPO(), PPO_CFG, spaces_for(PPO_ENV), PPO_TOTAL, seed=1, exp_dir=exp_dir)
+    actor = Actor(PPO_CFG, PPO_ENV, num_envs=2, seed=actor_seed)
     actor.set_params(learner.params())
     return learner, actor
 
 
-def ppo_update(learner: PPOLearner, actor: PPOActor) -> Params:
+def ppo_update(learner: Learner, actor: Actor) -> Params:
     while not learner.ready():
         learner.add_fragment(fragment(actor))
     learner.update()

@@ -128,7 +128,7 @@ class Observed:
 
 def resume_of_the_next_learner(run: HarnessRun, learner: containers_plan.PodRun) -> tuple:
     """(its pod, how, version, env steps, updates): the replacement of `learner`, once it has
-    restored the checkpoint on the claim (PPOLearner._restore logs how, and the counters)."""
+    restored the checkpoint on the claim (Learner._restore logs how, and the counters)."""
     found: list[Any] = []
 
     def restored() -> bool:

@@ -76,7 +76,7 @@ def rank(args: argparse.Namespace) -> int:
             while not group.all_committed(done):
                 group.keep_alive()
                 time.sleep(0.005)
-            total = group.all_sum(torch.ones(1))
+            total = group.sum(torch.ones(1))
             assert int(total.item()) == group.size, total
             done += 1
             if group.is_root:

@@ -22,7 +22,7 @@ QUICK = ("--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1"
          "--steps", str(STEPS), "--set", "eval_episodes=2",
          "--set", "epochs=2")  # fmt: skip
 SAVED = re.compile(r"checkpoint: version (\d+), (\d+) env steps, (\d+) updates.*\(clean\)")
-# What a learner logs when it restores (PPOLearner._restore): how, and the counters it resumes with.
+# What a learner logs when it restores (Learner._restore): how, and the counters it resumes with.
 RESUMED = re.compile(
     r"resumed from checkpoint \((clean|jumped)\): Counters\(version=(\d+), env_steps=(\d+), updates=(\d+)"
 )

@@ -29,8 +29,9 @@ from surreal.algorithms.common.env_ref import extend_import_path
 from surreal.algorithms.common.envs import spaces_of
 from surreal.algorithms.es.evaluator import deterministic_policy
 from surreal.algorithms.es.master import ESMaster
-from surreal.algorithms.ppo.learner import PPOLearner
-from surreal.algorithms.ppo.policy import policy_from_params, policy_input
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.onpolicy.policy import policy_from_params, policy_input
+from surreal.algorithms.ppo import PPO
 from surreal.orchestrator import trained
 from surreal.orchestrator.home import ExperimentError
 from surreal.orchestrator.trained import Refused, record
@@ -48,7 +49,7 @@ def experiment(home: Path, name: str, algo: str, env: str, **sets: str) -> tuple
     assert spec.resolved is not None
     spaces = spaces_of(spec.resolved)
     if algo == "ppo":
-        learner: Any = PPOLearner(spec.config, spaces, spec.steps, seed=3, exp_dir=exp_dir)
+        learner: Any = Learner(PPO(), spec.config, spaces, spec.steps, seed=3, exp_dir=exp_dir)
     else:
         learner = ESMaster(spec.config, spaces, spec.steps, 2, seed=3, exp_dir=exp_dir)
     assert (exp_dir / "checkpoints" / "latest.pt").is_file()
@@ -61,7 +62,7 @@ def test_a_ppo_policy_acts_as_the_evaluator_on_one_observation_or_a_batch(tmp_pa
     exp_dir, spec, learner = experiment(
         tmp_path, "pend", "ppo", "Pendulum-v1", norm_obs="true", log_std_init="1.0"
     )
-    assert isinstance(learner, PPOLearner)
+    assert isinstance(learner, Learner)
     learner.obs_rms.update(np.random.default_rng(0).normal(3.0, 2.0, (500, 3)))
     learner.save()
     policy = surreal.load_policy("pend", home=tmp_path)
@@ -124,7 +125,7 @@ def test_a_cnn_policy_takes_the_environment_s_channels_last_frames(tmp_path: Pat
     _, spec, learner = experiment(
         tmp_path, "pix", "ppo", "hwc_frames:make_frames", **{"env_kwargs.size": "12"}
     )
-    assert isinstance(learner, PPOLearner) and spec.resolved is not None
+    assert isinstance(learner, Learner) and spec.resolved is not None
     assert spec.resolved.image_shape == (3, 12, 12)
     policy = surreal.load_policy("pix", home=tmp_path)
     raw = np.random.default_rng(4).integers(0, 256, (5, 12, 12, 3), dtype=np.uint8)

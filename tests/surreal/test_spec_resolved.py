@@ -114,7 +114,7 @@ COMPONENT = textwrap.dedent(
             return 0
         return main
 
-    registry.Algorithm.role_main = role_main
+    registry.OnPolicy.role_main = role_main
     component.run_component(sys.argv[2], Path(sys.argv[1]), 0)
     print("made", len(made))
     """

@@ -1,10 +1,11 @@
-"""Serial harness: PPOActor workers -> PPOLearner in one process, no networking.
+"""Serial harness: actor workers -> the learner of an on-policy algorithm in one process, no networking.
 
 The same cores the distributed roles run, wired by direct calls, so learning tests and preset
 tuning are deterministic, debuggable and bounded by env steps:
 
-    python -m surreal.algorithms.ppo.serial --env CartPole-v1 --steps 100000 --agents 2 --seed 0
-    python -m surreal.algorithms.ppo.serial --env FrozenLake-v1 --set env_kwargs.is_slippery=false
+    python -m surreal.algorithms.onpolicy.serial --env CartPole-v1 --steps 100000 --agents 2 --seed 0
+    python -m surreal.algorithms.onpolicy.serial --env FrozenLake-v1 --set env_kwargs.is_slippery=false
+    python -m surreal.algorithms.onpolicy.serial --algo examples.a2c:A2C --env CartPole-v1
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from pathlib import Path
 import torch
 import yaml
 
-from surreal.algorithms.common.env_ref import EnvRef
+from surreal.algorithms.api import OnPolicy
+from surreal.algorithms.common.env_ref import EnvRef, extend_import_path
 from surreal.algorithms.common.envs import EnvBatch, spaces_for
 from surreal.algorithms.common.evaluator import EvalResult, eval_seed, evaluate
-from surreal.algorithms.ppo.actor import PPOActor
-from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.evaluator import eval_policy
-from surreal.algorithms.ppo.learner import PPOLearner
-from surreal.algorithms.ppo.presets import preset_for
+from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.config import OnPolicyConfig
+from surreal.algorithms.onpolicy.evaluator import eval_policy
+from surreal.algorithms.onpolicy.learner import Learner
+from surreal.algorithms.registry import get_algorithm
 from surreal.protocol.types import Fragment
 
 
@@ -42,28 +44,33 @@ class SerialResult:
 
 
 def train_serial(
-    cfg: PPOConfig,
+    cfg: OnPolicyConfig,
     env_id: EnvRef | str,
     *,
+    algo: OnPolicy | None = None,
     total_steps: int,
     seed: int = 0,
     num_agents: int = 2,
     workers: int = 1,
     threshold: float | None = None,
     exp_dir: Path | None = None,
-    on_eval: Callable[[int, EvalResult, PPOLearner], None] | None = None,
+    on_eval: Callable[[int, EvalResult, Learner], None] | None = None,
 ) -> SerialResult:
     """Train for `total_steps` env steps; evaluate every `cfg.eval_interval` steps and at the end.
 
     `num_agents` logical agents are spread over `workers` actors that take turns sending one
-    fragment each, like the distributed workers but in lockstep.
+    fragment each, like the distributed workers but in lockstep. `algo`: PPO unless given.
     """
+    algo = algo or get_algorithm("ppo")  # type: ignore[assignment]
+    assert isinstance(algo, OnPolicy)
     start = time.monotonic()
     torch.set_num_threads(cfg.learner_threads)  # one process does everything; tiny ops
-    learner = PPOLearner(cfg, spaces_for(env_id).keep(cfg.obs_keys), total_steps, seed=seed, exp_dir=exp_dir)
+    learner = Learner(
+        algo, cfg, spaces_for(env_id).keep(cfg.obs_keys), total_steps, seed=seed, exp_dir=exp_dir
+    )
     shares = [num_agents // workers + (i < num_agents % workers) for i in range(workers)]
     actors = [
-        PPOActor(cfg, env_id, share * cfg.envs_per_agent, seed=seed * 1_000_003 + 10_007 * (i + 1))
+        Actor(cfg, env_id, share * cfg.envs_per_agent, seed=seed * 1_000_003 + 10_007 * (i + 1))
         for i, share in enumerate(shares)
         if share > 0
     ]
@@ -110,13 +117,13 @@ def train_serial(
     )  # fmt: skip
 
 
-def override(cfg: PPOConfig, assignments: list[str]) -> PPOConfig:
+def override(cfg: OnPolicyConfig, assignments: list[str]) -> OnPolicyConfig:
     """Apply KEY=VALUE overrides (VALUE as a Python literal, e.g. 3e-4, (64, 64), None)."""
     changes = {}
     for item in assignments:
         key, _, value = item.partition("=")
-        if key not in {f.name for f in dataclasses.fields(PPOConfig)}:
-            raise SystemExit(f"unknown PPO config field {key!r}")
+        if key not in {f.name for f in dataclasses.fields(cfg)}:
+            raise SystemExit(f"unknown {cfg.section} config field {key!r}")
         try:
             changes[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -128,6 +135,7 @@ def override(cfg: PPOConfig, assignments: list[str]) -> PPOConfig:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--algo", default="ppo", help="ppo, or MODULE:NAME (an api.OnPolicy)")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
@@ -135,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--threshold", type=float, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a PPO config field (a Python literal), or env_kwargs.NAME=VALUE (YAML, as "
+                        help="a config field (a Python literal), or env_kwargs.NAME=VALUE (YAML, as "
                         "`surreal create` reads it)")  # fmt: skip
     args = parser.parse_args(argv)
     kwargs = {}
@@ -144,12 +152,16 @@ def main(argv: list[str] | None = None) -> int:
         kwargs[key.partition(".")[2]] = yaml.safe_load(value) if value.strip() else ""
     args.set = [a for a in args.set if not a.startswith("env_kwargs.")]
     args.env = EnvRef(args.env, kwargs) if kwargs else args.env
+    extend_import_path(["."])
     try:
-        cfg = override(preset_for(args.env), args.set)
+        algo = get_algorithm(args.algo)
+        if not isinstance(algo, OnPolicy):
+            raise ValueError(f"{args.algo} is not an on-policy algorithm")
+        cfg = override(algo.preset(args.env, args.agents), args.set)
     except ValueError as exc:  # an environment that cannot be made: one line, as the CLI says it
         raise SystemExit(f"error: {exc}") from None
 
-    def report(steps: int, result: EvalResult, learner: PPOLearner) -> None:
+    def report(steps: int, result: EvalResult, learner: Learner) -> None:
         status = learner.status()
         print(
             f"steps {steps:>9,}  eval {result.mean_return:9.4g} +- {result.std_return:7.3g}  "
@@ -159,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     result = train_serial(
-        cfg, args.env, total_steps=args.steps, seed=args.seed, num_agents=args.agents,
+        cfg, args.env, algo=algo, total_steps=args.steps, seed=args.seed, num_agents=args.agents,
         workers=args.workers, threshold=args.threshold, on_eval=report,
     )  # fmt: skip
     print(

@@ -1,4 +1,4 @@
-"""The PPO policy as actors and the evaluator run it: `ActorCritic`'s policy half, in numpy.
+"""The policy as actors and the evaluator run it: `ActorCritic`'s policy half, in numpy.
 
 The learner trains the torch `ActorCritic` and publishes its state_dict; `NumpyPolicy` reads the
 policy MLP (`policy.<i>.weight`, `policy.<i>.bias`) and `log_std` from those weights and samples
@@ -20,8 +20,8 @@ from surreal.algorithms.common import obs_leaves
 from surreal.algorithms.common.envs import EnvSpaces, Obs
 from surreal.algorithms.common.normalization import ObsNormalizer
 from surreal.algorithms.common.numpy_mlp import Layers, forward
-from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.fragment import obs_stats_dim
+from surreal.algorithms.onpolicy.config import OnPolicyConfig
+from surreal.algorithms.onpolicy.fragment import obs_stats_dim
 from surreal.protocol.types import Params
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -92,7 +92,7 @@ class NumpyPolicy:
     def _cnn_head(
         weights: Mapping[str, np.ndarray], spaces: EnvSpaces, activation: str
     ) -> Callable[[np.ndarray], np.ndarray]:
-        from surreal.algorithms.ppo.cnn import CNNHead  # torch: only actors of image environments
+        from surreal.algorithms.onpolicy.cnn import CNNHead  # torch: only actors of image environments
 
         return CNNHead(weights, spaces, activation)
 
@@ -163,7 +163,7 @@ def _sample_categorical(
 
 
 def policy_from_params(
-    cfg: PPOConfig, spaces: EnvSpaces, params: Params, rng: np.random.Generator | None = None
+    cfg: OnPolicyConfig, spaces: EnvSpaces, params: Params, rng: np.random.Generator | None = None
 ) -> tuple[NumpyPolicy, ObsNormalizer | None]:
     """The policy in `params` and the observation normalizer shipped with it (None if unused; of
     observations of several leaves, it normalizes their vector leaves side by side: policy_input)."""

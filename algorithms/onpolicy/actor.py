@@ -1,6 +1,6 @@
-"""PPO actor: steps a batch of envs with the latest policy and cuts the experience into fragments.
+"""The on-policy actor: steps a batch of envs with the latest policy and cuts the experience into fragments.
 
-`PPOActor` is the core (no networking; the serial harness and tests drive it directly);
+`Actor` is the core (no networking; the serial harness and tests drive it directly);
 `run_actor` connects it to the learner. Actors run the policy in numpy (policy.py) and never
 import torch.
 """
@@ -24,10 +24,10 @@ from surreal.algorithms.common.normalization import (
 )
 from surreal.algorithms.common.reconnect import work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
-from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.fragment import obs_stats_dim
-from surreal.algorithms.ppo.frames import encode_stacks
-from surreal.algorithms.ppo.policy import NumpyPolicy, policy_from_params
+from surreal.algorithms.onpolicy.config import OnPolicyConfig
+from surreal.algorithms.onpolicy.fragment import obs_stats_dim
+from surreal.algorithms.onpolicy.frames import encode_stacks
+from surreal.algorithms.onpolicy.policy import NumpyPolicy, policy_from_params
 from surreal.protocol.client import ExperienceStream, LearnerClient
 from surreal.protocol.types import Params
 
@@ -36,13 +36,13 @@ log = logging.getLogger(__name__)
 PROGRESS_LOG_SECONDS = 30.0  # how often an actor logs what it has sent
 
 
-class PPOActor:
+class Actor:
     """Runs the policy on a whole EnvBatch at once; emits fragments of `fragment_length` steps.
 
     `seed` seeds the envs ([seed, seed + num_envs)) and the policy's sampling.
     """
 
-    def __init__(self, cfg: PPOConfig, env: EnvRef | str, num_envs: int, seed: int) -> None:
+    def __init__(self, cfg: OnPolicyConfig, env: EnvRef | str, num_envs: int, seed: int) -> None:
         self.cfg = cfg
         self.envs = EnvBatch(env, num_envs, seed, obs_keys=cfg.obs_keys)
         self.spaces = self.envs.spaces
@@ -192,14 +192,14 @@ def actor_seed(ctx: RunContext) -> int:
     return ctx.seed * 1_000_003 + 10_007 * (ctx.index + 1)
 
 
-def run_actor(cfg: PPOConfig, ctx: RunContext) -> int:
+def run_actor(cfg: OnPolicyConfig, ctx: RunContext) -> int:
     """Collect and send fragments until the learner's parameters say the run is done (exit 0).
 
     A lost learner (restart, network) is retried with backoff (`work_connected`); the fragment
-    in flight is lost, which on-policy PPO does not miss.
+    in flight is lost, which an on-policy learner does not miss.
     """
     cfg.validate()
-    actor = PPOActor(cfg, ctx.env, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx))
+    actor = Actor(cfg, ctx.env, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx))
     client = LearnerClient(ctx.learner_for(ctx.index), ctx.token)
 
     def connected() -> None:
@@ -218,7 +218,7 @@ def run_actor(cfg: PPOConfig, ctx: RunContext) -> int:
         actor.close()
 
 
-def _send_until_done(client: LearnerClient, stream: ExperienceStream, actor: PPOActor) -> int:
+def _send_until_done(client: LearnerClient, stream: ExperienceStream, actor: Actor) -> int:
     sent, next_report = 0, time.monotonic() + PROGRESS_LOG_SECONDS
     while True:
         if time.monotonic() >= next_report:

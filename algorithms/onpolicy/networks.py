@@ -19,10 +19,10 @@ from torch.nn import functional as F
 
 from surreal.algorithms.common.act_leaves import ActionLayout
 from surreal.algorithms.common.envs import EnvSpaces
-from surreal.algorithms.ppo.config import PPOConfig
+from surreal.algorithms.onpolicy.config import OnPolicyConfig
 
 if TYPE_CHECKING:
-    from surreal.algorithms.ppo.cnn import CNNActorCritic, MixedActorCritic
+    from surreal.algorithms.onpolicy.cnn import CNNActorCritic, MixedActorCritic
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -177,12 +177,12 @@ def _leaves_log_prob_entropy(
     return logp, entropy
 
 
-def make_network(cfg: PPOConfig, spaces: EnvSpaces) -> ActorCritic | CNNActorCritic | MixedActorCritic:
+def make_network(cfg: OnPolicyConfig, spaces: EnvSpaces) -> ActorCritic | CNNActorCritic | MixedActorCritic:
     """What the learner trains: a CNN actor-critic on images, separate MLPs on vectors (and on the
     packed rows of observations of several leaves), the CNN and the MLPs on an image beside other
     leaves (cnn.MixedActorCritic)."""
     if spaces.has_image:
-        from surreal.algorithms.ppo.cnn import CNNActorCritic, MixedActorCritic
+        from surreal.algorithms.onpolicy.cnn import CNNActorCritic, MixedActorCritic
 
         if spaces.structured:
             return MixedActorCritic.from_config(cfg, spaces)
@@ -216,7 +216,7 @@ class ActorCritic(nn.Module):
         set_actions(self, spaces, log_std_init)
 
     @classmethod
-    def from_config(cls, cfg: PPOConfig, spaces: EnvSpaces) -> ActorCritic:
+    def from_config(cls, cfg: OnPolicyConfig, spaces: EnvSpaces) -> ActorCritic:
         return cls(spaces, cfg.hidden_sizes, cfg.activation, cfg.log_std_init, cfg.ortho_init)
 
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,10 +1,10 @@
-"""Which torch device the PPO learner trains on (`device`: auto, cpu, cuda or cuda:N)."""
+"""Which torch device the on-policy learner trains on (`device`: auto, cpu, cuda or cuda:N)."""
 
 from __future__ import annotations
 
 
 def resolve_device(name: str, rank: int = 0):  # -> torch.device (torch imported here, not at spec time)
-    """`name` as PPOConfig.validate() accepts it. "auto": a CUDA device when torch sees one, else
+    """`name` as OnPolicyConfig.validate() accepts it. "auto": a CUDA device when torch sees one, else
     the CPU. Of learner rank `rank`, "auto" and "cuda" mean its own GPU where there are several
     (rank modulo the devices torch sees: a pod given `--gpu N` for N ranks gives each rank one).
     "cuda" (or "cuda:N") when torch sees no such device raises ValueError saying why, instead of
@@ -19,8 +19,8 @@ def resolve_device(name: str, rank: int = 0):  # -> torch.device (torch imported
     if device.type == "cuda":
         if not torch.cuda.is_available():
             build = "built without CUDA" if torch.version.cuda is None else "no CUDA device visible"
-            raise ValueError(f"ppo.device={name} but torch {torch.__version__} sees no GPU ({build}); "
+            raise ValueError(f"device={name} but torch {torch.__version__} sees no GPU ({build}); "
                              "use device=auto or cpu, or a CUDA build of torch on a GPU machine")  # fmt: skip
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"ppo.device={name} but torch sees {torch.cuda.device_count()} CUDA devices")
+            raise ValueError(f"device={name} but torch sees {torch.cuda.device_count()} CUDA devices")
     return device

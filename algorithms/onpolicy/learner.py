@@ -1,12 +1,12 @@
-"""PPO learner core: fragments in, clipped PPO updates, parameters out.
+"""The on-policy learner: fragments in, an algorithm's updates (api.OnPolicy.update), parameters out.
 
-`PPOLearner` has no networking, so tests and the serial harness drive it directly:
-add_fragment() until ready(), update(), params(). `run_learner` serves it over the protocol.
+`Learner` has no networking, so tests and the serial harness drive it directly: add_fragment()
+until ready(), update(), params(). `run_learner` serves it over the protocol.
 
 A learner is one rank of a group (common/ranks.py); a single learner is `RankGroup()`, the group of
 one. The group enters in two places only: the intake (`SoloIntake` or `GroupIntake`: how fragments
-are counted and when a batch is due), and the reductions inside the one PPO update
-(`RankGroup.all_sum`, `RankGroup.mean_grads`: the identity in a group of one).
+are counted and when a batch is due), and the algorithm's update, through the reduce hook (the
+group: `sum`, `sum_grads`, the identity in a group of one).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import datetime
 import logging
+import math
 import time
 from collections import deque
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from surreal.algorithms.api import OnPolicy
 from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
@@ -42,19 +44,23 @@ from surreal.algorithms.common.run import (
 )
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
-from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.device import resolve_device
-from surreal.algorithms.ppo.evaluator import eval_policy
-from surreal.algorithms.ppo.fragment import REJECT_REASONS, experience_schema, obs_stats_dim, open_fragment
-from surreal.algorithms.ppo.loss import compute_gae, ppo_loss
-from surreal.algorithms.ppo.networks import make_network
+from surreal.algorithms.onpolicy.batch import TENSORS, Batch
+from surreal.algorithms.onpolicy.config import OnPolicyConfig
+from surreal.algorithms.onpolicy.device import resolve_device
+from surreal.algorithms.onpolicy.evaluator import eval_policy
+from surreal.algorithms.onpolicy.fragment import (
+    REJECT_REASONS,
+    experience_schema,
+    obs_stats_dim,
+    open_fragment,
+)
+from surreal.algorithms.onpolicy.gae import compute_gae
+from surreal.algorithms.onpolicy.networks import make_network
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Fragment, Params
 
 log = logging.getLogger(__name__)
 
-BATCH_KEYS = ("obs", "actions", "logprobs", "advantages", "returns", "values")
-LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 VALUE_CHUNK = 4096  # observations per forward pass when the learner values a batch
 
 Entry = tuple[dict[str, np.ndarray], int, str]  # a fragment kept for an update: tensors, policy lag, worker
@@ -66,7 +72,7 @@ class Counters:
 
     version: int = 0  # policy version; +1 per update
     env_steps: int = 0  # env steps received from actors (dropped fragments included)
-    updates: int = 0  # PPO updates done
+    updates: int = 0  # updates done
     episodes: int = 0  # training episodes finished
     dropped_fragments: int = 0  # fragments more than max_policy_lag versions old (or from the future)
     # fragments rejected whole, by reason (fragment.REJECT_REASONS); their steps do not count
@@ -75,12 +81,13 @@ class Counters:
     elapsed_seconds: float = 0.0  # wall time of earlier runs of this learner (before a restart)
 
 
-class PPOLearner(LearnerProgress):
+class Learner(LearnerProgress):
     recent_returns = 20  # training episodes that status's train_return averages
 
     def __init__(
         self,
-        cfg: PPOConfig,
+        algo: OnPolicy,
+        cfg: OnPolicyConfig,
         spaces: EnvSpaces,
         total_steps: int,
         *,
@@ -89,7 +96,7 @@ class PPOLearner(LearnerProgress):
         group: RankGroup | None = None,
     ) -> None:
         cfg.validate()
-        self.cfg, self.spaces, self.total_steps = cfg, spaces, total_steps
+        self.algo, self.cfg, self.spaces, self.total_steps = algo, cfg, spaces, total_steps
         # Learner ranks (ranks.py): each takes what its own actors send; the group's batch is theirs.
         self.group = group or RankGroup()
         self.update_seconds = 0.0  # in update(), since this process started (collectives included)
@@ -170,7 +177,7 @@ class PPOLearner(LearnerProgress):
     # --- update ---
 
     def update(self) -> dict[str, float]:
-        """One PPO update on the buffered fragments; bumps the version. Returns {} (and keeps the
+        """The algorithm's update on the buffered fragments; bumps the version. Returns {} (and keeps the
         weights, optimizer state and version) if no fragment was usable or the loss or a gradient
         was not finite. Of a rank: the whole group's update (every rank calls it once all have
         committed), on the union of their batches."""
@@ -182,50 +189,60 @@ class PPOLearner(LearnerProgress):
 
     def _update(self) -> dict[str, float]:
         cfg, c = self.cfg, self.counters
-        batch = self.intake.next_batch()  # of a rank: the group's counters and statistics first
-        data, lags = self._prepare(batch)
-        mine = [len(data["obs"]) if data is not None else 0, sum(lags), len(lags)]
-        rows, lag_sum, lag_count = self.group.all_sum(torch.tensor(mine, dtype=torch.float64)).tolist()
+        batch, lags = self._prepare(self.intake.next_batch())  # of a rank: the group's counters first
+        mine = [len(batch.obs), sum(lags), len(lags)]
+        rows, lag_sum, lag_count = self.group.sum(torch.tensor(mine, dtype=torch.float64)).tolist()
         if rows == 0:
             return {}
         frac = 1.0 - (c.env_steps - rows) / self.total_steps
         lr = cfg.learning_rate * min(max(frac, 0.0), 1.0) if cfg.anneal_lr else cfg.learning_rate
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        stats = self._optimize(data, int(rows))
-        if stats is None:
+        saved = self._snapshot()
+        batch = dataclasses.replace(batch, group_rows=int(rows))
+        stats = self.algo.update(self.net, self.optimizer, batch, cfg, self.group)
+        # One host read: the statistics, and whether every weight is still finite (the same on
+        # every rank: the group's statistics, the same gradients).
+        finite = torch.stack([torch.isfinite(p).all() for p in self._params]).all()
+        values = torch.stack(
+            [torch.as_tensor(v, dtype=torch.float64).to(self.device) for v in stats.values()]
+        )
+        *numbers, ok = torch.cat([values, finite.double().reshape(1)]).tolist()
+        if not (ok and all(math.isfinite(v) for v in numbers)):
+            self._rollback(saved)
             c.skipped_updates += 1
             self._skips.note("learner", "non_finite_loss", "a non-finite loss or gradient; the "
                              "update was skipped and the weights kept")  # fmt: skip
             return {}
         c.updates += 1
         c.version += 1
+        stats = dict(zip(stats, numbers, strict=True))
         stats.update(learning_rate=lr, batch_steps=rows, policy_lag=lag_sum / lag_count)
-        if data is not None:  # of this rank's share
-            stats["explained_variance"] = _explained_variance(data["values"], data["returns"])
+        if len(batch.obs):  # of this rank's share
+            stats["explained_variance"] = _explained_variance(batch.values, batch.returns)
         self._log_update(stats)
         if self.checkpoint_due():
             self.save()
         return stats
 
-    def _prepare(self, batch: list[Entry]) -> tuple[dict[str, torch.Tensor] | None, list[int]]:
+    def _prepare(self, batch: list[Entry]) -> tuple[Batch, list[int]]:
         """Values of every observation in one forward pass, then GAE per fragment, flattened; and
         the policy lags of the fragments used. A fragment whose values, advantages or returns are
-        not finite (finite inputs can still overflow) is rejected; None if none is left."""
-        if not batch:
-            return None, []
+        not finite (finite inputs can still overflow) is rejected; the batch may have no rows."""
         shape = self.spaces.obs_shape
         frags = [t for t, _, _ in batch]
         rows = [f["obs"].reshape(-1, *shape) for f in frags] + [f["trunc_obs"] for f in frags]
         # Every observation crosses to the device once (images as uint8): values are computed
         # there, and the training rows are gathered there from the same tensor.
-        obs_all = self._to_device(np.concatenate(rows))
+        obs_all = self._to_device(
+            np.concatenate(rows) if rows else np.empty((0, *shape), self.spaces.obs_dtype)
+        )
         with torch.no_grad():  # in chunks: a CNN's activations of a whole batch at once are large
             values = torch.cat([self.net.value(chunk) for chunk in obs_all.split(VALUE_CHUNK)]).cpu().numpy()
         starts = np.cumsum([0] + [len(r) for r in rows])
-        parts = np.split(values, starts[1:-1])
+        parts = np.split(values, starts[1:-1]) if rows else []
         obs_values, trunc_values = parts[: len(frags)], parts[len(frags) :]
-        out: dict[str, list[np.ndarray]] = {k: [] for k in BATCH_KEYS}
+        out: dict[str, list[np.ndarray]] = {f.name: [self._empty(f.name)] for f in TENSORS}
         lags: list[int] = []
         for i, ((f, lag, worker), v, tv) in enumerate(zip(batch, obs_values, trunc_values, strict=True)):
             t_len, n = f["rewards"].shape
@@ -238,14 +255,21 @@ class PPOLearner(LearnerProgress):
                 continue
             lags.append(lag)
             out["obs"].append(np.arange(starts[i], starts[i] + t_len * n))  # rows of obs_all
-            for key, arr in zip(BATCH_KEYS[1:], (f["actions"], f["logprobs"], adv, ret, v[:t_len]),
-                                strict=True):  # fmt: skip
+            for key, arr in (("actions", f["actions"]), ("logprobs", f["logprobs"]), ("values", v[:t_len]),
+                             ("advantages", adv), ("returns", ret)):  # fmt: skip
                 out[key].append(arr.reshape(t_len * n, *arr.shape[2:]))
-        if not lags:
-            return None, lags
-        data = {k: self._to_device(np.concatenate(v)) for k, v in out.items() if k != "obs"}
-        data["obs"] = obs_all[self._to_device(np.concatenate(out["obs"]))]
-        return data, lags
+        data = {k: self._to_device(np.concatenate(v)) for k, v in out.items()}
+        data["obs"] = obs_all[data["obs"]]
+        return Batch(**data, group_rows=len(data["obs"])), lags
+
+    def _empty(self, key: str) -> np.ndarray:
+        """No rows of `key`, in its dtype and shape: a batch's first part (a rank may have none)."""
+        if key == "obs":
+            return np.empty(0, np.int64)  # rows of obs_all
+        if key == "actions":
+            sp = self.spaces
+            return np.empty((0,), np.int64) if sp.discrete else np.empty((0, sp.action_dim), np.float32)
+        return np.empty(0, np.float32)
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         """`array` as a tensor on the learner's device: through pinned memory to a GPU."""
@@ -271,92 +295,6 @@ class PPOLearner(LearnerProgress):
             trunc_values, cfg.gamma, cfg.gae_lambda,
         )  # fmt: skip
 
-    def _optimize(self, data: dict[str, torch.Tensor] | None, rows: int) -> dict[str, float] | None:
-        """`epochs` of clipped PPO over shuffled minibatches of the group's `rows` rows, of which
-        this learner holds `data` (None: none). Every rank splits its rows into the same number of
-        minibatches, so that each gradient step is one of the group. Stats stay tensors until one
-        host read per epoch. None if a loss or gradient was not finite: the weights and optimizer
-        state are then as before (on every rank)."""
-        cfg = self.cfg
-        size = len(data["obs"]) if data is not None else 0
-        n = max(1, round(rows / cfg.minibatch_size))
-        sizes = [size // n + (i < size % n) for i in range(n)]  # this rank's rows in each (tensor_split)
-        weights = self._to_device(np.array(sizes, np.float64))
-        finite = torch.ones((), dtype=torch.bool, device=self.device)
-        epochs: list[torch.Tensor] = []  # per epoch, [n, LOSS_STATS]: each minibatch's mean stats
-        saved = self._snapshot()
-        for _ in range(cfg.epochs):
-            # One gather per tensor per epoch; the minibatches are then contiguous views.
-            perm = torch.randperm(size, device=self.device)
-            shuffled = {k: v[perm] for k, v in data.items()} if data is not None else {}
-            pieces = {k: v.tensor_split(n) for k, v in shuffled.items()}
-            adv_norm = self._advantage_norm(shuffled.get("advantages"), weights) if cfg.norm_adv else None
-            steps = []
-            for i in range(n):
-                mb = {k: v[i] for k, v in pieces.items()} if sizes[i] else None
-                stats, ok = self._step(mb, None if adv_norm is None else adv_norm[i])
-                steps.append(stats)
-                finite &= ok
-            # The group's means of each minibatch's stats (weighted by rows), and its finite flag.
-            weighted = torch.stack(steps).double() * weights[:, None]
-            summed = self.group.all_sum(
-                torch.cat([weighted.flatten(), weights, (~finite).double().reshape(1)])
-            )
-            k = n * len(LOSS_STATS)
-            means = summed[:k].view(n, len(LOSS_STATS)) / summed[k:-1, None].clamp(min=1.0)
-            epochs.append(means)
-            # One host read per epoch. After a non-finite step the rest of the epoch computes NaN;
-            # all of it is undone.
-            bad, kl = torch.stack([summed[-1], means[:, LOSS_STATS.index("approx_kl")].mean()]).tolist()
-            if bad:
-                self._rollback(saved)
-                return None
-            if cfg.target_kl is not None and kl > cfg.target_kl:
-                break
-        overall = torch.cat(epochs).mean(0).tolist()
-        return {**dict(zip(LOSS_STATS, overall, strict=True)), "grad_steps": float(n * len(epochs))}
-
-    def _advantage_norm(self, adv: torch.Tensor | None, weights: torch.Tensor) -> torch.Tensor:
-        """[n, 2]: what normalizes the advantages of each of the n minibatches over the group
-        (subtract the first, divide by the second): their mean and unbiased std (+1e-8), from the
-        ranks' counts, sums and sums of squares (float64), in one reduction for the epoch. A
-        minibatch of one row is left as it is. `adv`: this rank's shuffled advantages (None: none),
-        `weights`: its rows in each minibatch."""
-        sums = _piece_sums(adv if adv is not None else weights.new_zeros(0), len(weights))
-        count, total, sq = self.group.all_sum(torch.cat([weights[:, None], sums], 1)).unbind(1)
-        mean = total / count.clamp(min=1.0)
-        std = ((sq - count * mean * mean) / (count - 1).clamp(min=1.0)).clamp(min=0.0).sqrt()
-        several = count > 1
-        norm = torch.stack([torch.where(several, mean, 0.0), torch.where(several, std + 1e-8, 1.0)], 1)
-        return norm.to(adv.dtype if adv is not None else torch.float32)
-
-    def _step(self, mb: dict[str, torch.Tensor] | None, adv_norm: torch.Tensor | None,
-              ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """One gradient step on this rank's piece `mb` of a minibatch (None: no rows): the clipped
-        PPO loss, its gradient averaged over the group's minibatch, clipped, then Adam. Returns the
-        loss stats (zeros without rows) and whether the loss and gradient norm were finite."""
-        cfg = self.cfg
-        self.optimizer.zero_grad(set_to_none=True)
-        if mb is None:  # this rank takes the group's step with nothing of its own
-            rows, stats, finite = 0, torch.zeros(len(LOSS_STATS), device=self.device), None
-        else:
-            rows = len(mb["obs"])
-            new_logp, entropy, new_values = self.net.evaluate(mb["obs"], mb["actions"])
-            adv = mb["advantages"]
-            if adv_norm is not None:
-                adv = (adv - adv_norm[0]) / adv_norm[1]
-            loss, loss_stats = ppo_loss(
-                new_logp, mb["logprobs"], adv, new_values, mb["values"], mb["returns"], entropy,
-                cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef,
-            )  # fmt: skip
-            loss.backward()
-            stats, finite = torch.stack([loss_stats[k] for k in LOSS_STATS]), torch.isfinite(loss)
-        self.group.mean_grads(self._params, rows)  # a single learner's stay as they are
-        norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm, foreach=True)
-        self.optimizer.step()
-        ok = torch.isfinite(norm)
-        return stats, ok if finite is None else finite & ok
-
     def _snapshot(self) -> tuple[list[torch.Tensor], dict[str, Any]]:
         """Copies of the weights and the optimizer state, to undo an update that went non-finite."""
         return [p.detach().clone() for p in self._params], copy.deepcopy(self.optimizer.state_dict())
@@ -371,7 +309,7 @@ class PPOLearner(LearnerProgress):
 
     def set_agents(self, num_agents: int) -> None:
         """`surreal scale`: nothing here changes. The batch sizes and learning rate are the
-        create-time preset's (PPOConfig, chosen for the spec's agent count), and PPO's update
+        create-time preset's (chosen for the spec's agent count), and the update
         waits for `steps_per_update` env steps whoever sends them: more agents fill a batch
         sooner, fewer later. The server's stream capacity and status follow the count
         (ServingLoop)."""
@@ -444,14 +382,6 @@ class PPOLearner(LearnerProgress):
             self._tb.close()
 
 
-def _piece_sums(x: torch.Tensor, n: int) -> torch.Tensor:
-    """[n, 2] float64: the sum and the sum of squares of each of `x.tensor_split(n)`'s pieces."""
-    q, r = divmod(len(x), n)  # the first r pieces have q + 1 elements, the others q
-    x, cut = x.double(), r * (q + 1)
-    parts = (x[:cut].view(r, q + 1), x[cut:].view(n - r, q))
-    return torch.cat([torch.stack([p.sum(1), p.square().sum(1)], 1) for p in parts])
-
-
 # --- intake: fragments in, a batch out; the counters and statistics they change ---
 
 
@@ -462,7 +392,7 @@ class SoloIntake:
 
     holding = False  # a single learner never waits for peers
 
-    def __init__(self, learner: PPOLearner) -> None:
+    def __init__(self, learner: Learner) -> None:
         self.learner = learner
         self.batch: list[Entry] = []
         self.steps = 0  # env steps in `batch`
@@ -527,7 +457,7 @@ class GroupIntake:
     peer left or went silent). A fragment taken once the group's batch was full is the next
     update's, as with one learner, whose batch ends with the fragment that fills it."""
 
-    def __init__(self, learner: PPOLearner, group: RankGroup) -> None:
+    def __init__(self, learner: Learner, group: RankGroup) -> None:
         self.learner, self.group = learner, group
         self.pending = self._new_pending(streams=0)
         self.batch: list[Entry] = []
@@ -631,9 +561,9 @@ def _explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     return float(1.0 - (returns - values).var() / var) if var > 0 else float("nan")
 
 
-def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
-    """Serve experience and parameters until `total_steps` env steps are trained on and the final
-    version is evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
+def run_learner(algo: OnPolicy, cfg: OnPolicyConfig, ctx: RunContext) -> int:
+    """Serve experience and `algo`'s updates until `total_steps` env steps are trained on and the
+    final version is evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
     cfg.validate()
     join = datetime.timedelta(seconds=cfg.rank_join_seconds)
     if ctx.learners > 1 and rank_from_environ() is None:
@@ -641,7 +571,7 @@ def run_learner(cfg: PPOConfig, ctx: RunContext) -> int:
     torch.set_num_threads(cfg.learner_threads)
     spaces = spaces_for(ctx.env).keep(cfg.obs_keys)
     group = group_from_environ(ctx.learners, join)
-    learner = PPOLearner(cfg, spaces, ctx.total_steps, seed=ctx.seed, exp_dir=ctx.exp_dir, group=group)
+    learner = Learner(algo, cfg, spaces, ctx.total_steps, seed=ctx.seed, exp_dir=ctx.exp_dir, group=group)
     loop = ServingLoop(
         learner, ctx, take=learner.add_fragment,  # ignores fragments once the run is done
         experience_schema=experience_schema(spaces), credits_per_stream=cfg.credits_per_worker,

@@ -10,10 +10,11 @@ from typing import NamedTuple
 import numpy as np
 
 from surreal.algorithms.common import obs_leaves
-from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.common.env_ref import ResolvedEnv
+from surreal.algorithms.common.envs import EnvSpaces, spaces_of
 from surreal.algorithms.common.obs_leaves import ObsLeaf
-from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.frames import stacks_problem, wire_names, with_stacks
+from surreal.algorithms.onpolicy.config import OnPolicyConfig
+from surreal.algorithms.onpolicy.frames import stacks_problem, wire_names, with_stacks
 from surreal.protocol.codec import TensorSpec
 
 
@@ -108,7 +109,7 @@ class Rejection(NamedTuple):
 
 
 def open_fragment(
-    t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: PPOConfig
+    t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: OnPolicyConfig
 ) -> tuple[dict[str, np.ndarray], None] | tuple[None, Rejection]:
     """The fragment as the learner trains on it (image stacks rebuilt into `obs` [T+1, N, C, H, W]
     before anything reads them; leaves checked, then packed into `obs` [T+1, N, W] and `trunc_obs`)
@@ -128,7 +129,7 @@ def open_fragment(
 
 
 def _open_leaves(
-    t: dict[str, np.ndarray], leaves: tuple[ObsLeaf, ...], cfg: PPOConfig
+    t: dict[str, np.ndarray], leaves: tuple[ObsLeaf, ...], cfg: OnPolicyConfig
 ) -> dict[str, np.ndarray] | Rejection:
     """A fragment of observations of several leaves with its image leaf's stacks rebuilt, every
     leaf checked as what it is (obs_leaves.value_problem) and packed into the networks' rows:
@@ -158,7 +159,7 @@ def _open_leaves(
     return out
 
 
-def check_fragment(t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: PPOConfig) -> Rejection | None:
+def check_fragment(t: dict[str, np.ndarray], spaces: EnvSpaces, cfg: OnPolicyConfig) -> Rejection | None:
     """Why the learner must not train on a fragment (its image stacks rebuilt: open_fragment), or
     None. The protocol has checked each wire tensor's dtype and rank against the experience schema;
     this checks that they fit together and that every value is one an honest actor with this
@@ -213,7 +214,7 @@ def _shape_problem(t: dict[str, np.ndarray]) -> str | None:
     return None
 
 
-def _range_problem(t: dict[str, np.ndarray], cfg: PPOConfig, leaves_checked: bool = False) -> str | None:
+def _range_problem(t: dict[str, np.ndarray], cfg: OnPolicyConfig, leaves_checked: bool = False) -> str | None:
     limit = cfg.max_abs_reward
     if t["rewards"].size and np.abs(t["rewards"]).max() > limit:
         return f"a reward of {np.abs(t['rewards']).max():.3g} (max_abs_reward is {limit:g})"
@@ -229,7 +230,7 @@ def _range_problem(t: dict[str, np.ndarray], cfg: PPOConfig, leaves_checked: boo
     return None
 
 
-def _moments_problem(t: dict[str, np.ndarray], cfg: PPOConfig) -> str | None:
+def _moments_problem(t: dict[str, np.ndarray], cfg: OnPolicyConfig) -> str | None:
     """Actors send the moments of what they saw in the fragment: exactly T x N samples of each
     statistic in use, none of one that is not. Running discounted returns are bounded by
     max_abs_reward / (1 - gamma), and so are their mean and std."""
@@ -249,3 +250,24 @@ def _moments_problem(t: dict[str, np.ndarray], cfg: PPOConfig) -> str | None:
                 f"within max_abs_reward can produce"
             )
     return None
+
+
+def fragment_bytes(cfg: OnPolicyConfig, resolved: ResolvedEnv, agents_in_worker: int) -> int:
+    """The size of the fragment a worker of `agents_in_worker` agents sends (fragment.py's
+    tensors), give or take its truncations and episode results beyond one per env: T+1 rows of
+    observations, then T rows of action, log-prob, reward and the two done flags, for each of its
+    envs. A row of observations is a float32 vector, or for images (frames.py) at most the new frame
+    plus a key stack's other C-1 frames and its (t, n): a bound, as every row is a key where every
+    step ends an episode or the image is not a frame stack. A frame-stacked row is most often the
+    new frame alone (Breakout's fragments are ~4x smaller: benchmarks/pixel_bytes.py), but no
+    episode length is promised, so the create-time check assumes none."""
+    n, t = agents_in_worker * cfg.envs_per_agent, cfg.fragment_length
+    pixels = resolved.image_shape is not None
+    obs = resolved.obs_dim * (1 if pixels else 4)
+    row = obs + (2 * 8 if pixels else 0)  # a key's obs_key_index entry
+    if resolved.obs_leaves:  # each leaf in its own dtype; an image leaf as frames.py sends it
+        leaves = spaces_of(resolved).keep(cfg.obs_keys).obs_leaves
+        obs = sum(leaf.width * np.dtype(leaf.dtype).itemsize for leaf in leaves)
+        row = obs + (2 * 8 if any(leaf.kind == "image" for leaf in leaves) else 0)
+    action = 8 if resolved.discrete else 4 * resolved.action_dim
+    return n * (t + 1) * row + n * t * (action + 4 + 4 + 1 + 1) + n * (obs + 8 * 3)

@@ -23,8 +23,8 @@ from torch import nn
 from surreal.algorithms.common.act_leaves import ActionLayout
 from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.common.obs_leaves import image_slice
-from surreal.algorithms.ppo.config import FEATURES, PPOConfig
-from surreal.algorithms.ppo.networks import log_prob_entropy, mlp, set_actions
+from surreal.algorithms.onpolicy.config import FEATURES, OnPolicyConfig
+from surreal.algorithms.onpolicy.networks import log_prob_entropy, mlp, set_actions
 
 NATURE_MIN_SIZE = 36  # the smallest height and width the Nature trunk's strides leave a pixel of
 
@@ -113,7 +113,7 @@ class CNNActorCritic(TrunkActorCritic):
         set_actions(self, spaces, log_std_init)
 
     @classmethod
-    def from_config(cls, cfg: PPOConfig, spaces: EnvSpaces) -> CNNActorCritic:
+    def from_config(cls, cfg: OnPolicyConfig, spaces: EnvSpaces) -> CNNActorCritic:
         return cls(spaces, cfg.log_std_init, cfg.ortho_init)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
@@ -152,7 +152,7 @@ class MixedActorCritic(TrunkActorCritic):
         set_actions(self, spaces, log_std_init)
 
     @classmethod
-    def from_config(cls, cfg: PPOConfig, spaces: EnvSpaces) -> MixedActorCritic:
+    def from_config(cls, cfg: OnPolicyConfig, spaces: EnvSpaces) -> MixedActorCritic:
         return cls(spaces, cfg.hidden_sizes, cfg.activation, cfg.log_std_init, cfg.ortho_init)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""The PPO policy as the evaluator runs it: mode actions (or samples, `eval_deterministic=False`)
-on normalized observations."""
+"""The policy as the evaluator runs it: mode actions (or samples, `eval_deterministic=False`) on
+normalized observations."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from surreal.algorithms.common import evaluator
 from surreal.algorithms.common.envs import EnvSpaces, Obs, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.ppo.config import PPOConfig
-from surreal.algorithms.ppo.policy import policy_from_params, policy_input
+from surreal.algorithms.onpolicy.config import OnPolicyConfig
+from surreal.algorithms.onpolicy.policy import policy_from_params, policy_input
 from surreal.protocol.types import Params
 
 
-def eval_policy(cfg: PPOConfig, spaces: EnvSpaces, params: Params, seed: int = 0) -> evaluator.Policy:
+def eval_policy(cfg: OnPolicyConfig, spaces: EnvSpaces, params: Params, seed: int = 0) -> evaluator.Policy:
     """Raw observations -> the policy's mode actions (or samples), with the normalization shipped
     in params. Sampling evaluations draw from a generator seeded by `seed` and the version."""
     rng = None if cfg.eval_deterministic else np.random.default_rng([seed, params.version])
@@ -30,7 +30,7 @@ def eval_policy(cfg: PPOConfig, spaces: EnvSpaces, params: Params, seed: int = 0
 
 
 def checkpoint_policy(
-    cfg: PPOConfig, spaces: EnvSpaces, state: Mapping[str, Any], seed: int = 0
+    cfg: OnPolicyConfig, spaces: EnvSpaces, state: Mapping[str, Any], seed: int = 0
 ) -> evaluator.TrainedAct:
     """The policy a learner's checkpoint state holds (its weights and the observation statistics
     it was trained with): raw observations [N, ...] -> actions, the mode or (deterministic=False)
@@ -50,7 +50,7 @@ def checkpoint_policy(
     return act
 
 
-def run_evaluator(cfg: PPOConfig, ctx: RunContext) -> int:
+def run_evaluator(cfg: OnPolicyConfig, ctx: RunContext) -> int:
     cfg.validate()
     spaces = spaces_for(ctx.env).keep(cfg.obs_keys)
     return evaluator.run_evaluator(

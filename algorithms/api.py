@@ -1,0 +1,174 @@
+"""The algorithm API: what an algorithm gives surreal, and what surreal gives every algorithm.
+
+`Algorithm` is what the runtime asks of any algorithm: its config (a frozen dataclass) and presets,
+its checks, the programs of its roles, and the policy in a checkpoint. `OnPolicy` is the family of
+actor-critic algorithms whose actors sample from the policy network and send what they saw: an
+algorithm of it writes only its config and its `update` (PPO: algorithms/ppo; A2C in one file:
+examples/a2c.py, walked through in docs/algorithms/writing.md). `--algo MODULE:NAME` loads one
+from a user's module (registry.py).
+
+The runtime gives every algorithm, without code of its own: transport with credits and distrust of
+what arrives (every fragment is checked before it counts), the serving loop, learner ranks (one
+`Reduce` hook), one checkpoint envelope and version rule, preemption (SIGTERM loses no update),
+reconnects, scale, progress and TensorBoard, evaluations, `surreal record` and `load_policy`.
+
+Imports of torch and of the runtime's modules are deferred: validating a spec or rendering
+Kubernetes objects does not pay for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv
+from surreal.algorithms.common.run import RunContext
+from surreal.algorithms.onpolicy.config import OnPolicyConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from surreal.algorithms.onpolicy.batch import Batch
+
+__all__ = ["Algorithm", "Batch", "Network", "OnPolicy", "OnPolicyConfig", "Reduce", "RoleMain"]
+
+RoleMain = Callable[[Any, RunContext], int]
+
+
+def _module(name: str) -> Any:
+    return importlib.import_module(f"surreal.algorithms.{name}")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Batch":  # with torch, imported when asked for
+        return _module("onpolicy.batch").Batch
+    raise AttributeError(name)
+
+
+class Algorithm:
+    """What the runtime asks of an algorithm. The defaults suit any algorithm; a family
+    (`OnPolicy`) or an algorithm of its own (ES) overrides what differs."""
+
+    name: ClassVar[str]  # how status, logs and errors name it
+    roles: ClassVar[tuple[str, ...]] = ("learner", "actor", "evaluator")
+    # Whether it trains with learner ranks (spec `learners`); ES's results are a few numbers per
+    # episode, so one master is never its bottleneck (docs/decisions.md).
+    ranks: ClassVar[bool] = True
+    steps: ClassVar[int] = 1_000_000  # env steps a run trains for when none are given
+
+    def resolve_env(self, env: EnvRef) -> ResolvedEnv:
+        """Resolve `env` (builds one throwaway instance, with its kwargs) and check this algorithm
+        can run on it: what `surreal create` writes into the spec file. Raises ValueError naming
+        the problem."""
+        resolved: ResolvedEnv = _module("common.envs").resolve_env(env)
+        self.check_env(env, resolved)
+        return resolved
+
+    def preset(self, env: EnvRef | str, agents: int, resolved: ResolvedEnv | None = None) -> Any:
+        """The configuration (a frozen dataclass) for `env` and `agents` logical agents; `resolved`
+        (resolve_env's) spares resolving `env` again."""
+        raise NotImplementedError
+
+    def default_steps(self, env: EnvRef | str, agents: int, resolved: ResolvedEnv | None = None) -> int:
+        """Env steps a run of `agents` agents on `env` trains for when none are given."""
+        return self.steps
+
+    def check_env(self, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
+        """Raise ValueError when this algorithm cannot run on `env`'s spaces (`resolved`, or those
+        of one instance built here, which raises when `env` cannot be resolved or made)."""
+        if resolved is None:
+            _module("common.envs").resolve_env(env)
+
+    def check_config(self, config: Any, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
+        """Raise ValueError when `config` cannot train on `env` (e.g. settings an image env refuses)."""
+
+    def check_local(self, config: Any) -> None:
+        """Raise ValueError when `config` cannot run on this machine (e.g. a GPU it does not have)."""
+
+    def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
+        """The bytes of one message of experience from a worker of `agents_in_worker` agents (0
+        for an algorithm whose workers send only small results)."""
+        return 0
+
+    def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
+        """The policy in a checkpoint's `state` (load_checkpoint's): raw observations [N, ...] and
+        `deterministic` -> actions [N, ...] (common/evaluator.TrainedAct)."""
+        raise NotImplementedError
+
+    def role_main(self, role: str) -> RoleMain:
+        """The program of `role`: main(config, ctx) -> exit code."""
+        raise NotImplementedError
+
+    def check_role(self, role: str) -> None:
+        if role not in self.roles:
+            raise ValueError(f"algorithm {self.name!r} has no role {role!r} (roles: {self.roles})")
+
+
+class Network(Protocol):
+    """The runtime's actor-critic for the environment's spaces (onpolicy/networks.py)."""
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per row: the log-probability of the action, the policy's entropy, the value."""
+        ...
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+
+class Reduce(Protocol):
+    """How learner ranks enter an update: sums over the group. For one learner each is the
+    identity and costs nothing, so an update written against it takes no branch for ranks."""
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` summed over the ranks (the same bytes on every rank)."""
+        ...
+
+    def sum_grads(self, params: Sequence[torch.Tensor]) -> None:
+        """Each gradient of `params` summed over the ranks, in place."""
+        ...
+
+
+class OnPolicy(Algorithm):
+    """An actor-critic algorithm on the on-policy runtime (algorithms/onpolicy): actors step their
+    environments with the policy network's samples and send fragments (observations, actions,
+    their log-probabilities, rewards, episode ends); the learner values them, computes GAE, and
+    calls `update` on each batch of `steps_per_update` env steps. The network is the runtime's
+    (separate policy and value MLPs, a CNN for images, one encoder per leaf of Dict observations;
+    `hidden_sizes`, `activation`), with `net.evaluate(obs, actions) -> (log_prob, entropy, value)`.
+
+    Subclass it with `name`, `Config` (a frozen dataclass deriving from OnPolicyConfig) and
+    `update`; override `preset` for tuned settings per environment."""
+
+    Config: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
+
+    def update(self, net: Network, optimizer: torch.optim.Optimizer, batch: Batch,
+               cfg: Any, reduce: Reduce) -> dict[str, Any]:  # fmt: skip
+        """One update of `net` on `batch`; its statistics (numbers or 0-d tensors, the group's:
+        the same on every rank). The runtime keeps the weights and optimizer state as they were,
+        and counts the update skipped, when a statistic or a weight comes out non-finite."""
+        raise NotImplementedError
+
+    def preset(self, env: EnvRef | str, agents: int, resolved: ResolvedEnv | None = None) -> Any:
+        return self.Config()
+
+    def check_config(self, config: Any, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
+        _module("onpolicy.config").check_config(config, env, resolved=resolved)
+
+    def check_local(self, config: Any) -> None:
+        if config.device not in ("auto", "cpu"):
+            _module("onpolicy.device").resolve_device(config.device)
+
+    def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
+        return int(_module("onpolicy.fragment").fragment_bytes(config, resolved, agents_in_worker))
+
+    def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
+        spaces = _module("common.envs").spaces_of(resolved)
+        return _module("onpolicy.evaluator").checkpoint_policy(config, spaces, state, seed)
+
+    def role_main(self, role: str) -> RoleMain:
+        self.check_role(role)
+        main = getattr(_module(f"onpolicy.{role}"), f"run_{role}")
+        return functools.partial(main, self) if role == "learner" else main  # type: ignore[no-any-return]
