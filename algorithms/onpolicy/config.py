@@ -9,8 +9,6 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from surreal.algorithms.common import bounds
 from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv
 from surreal.algorithms.common.envs import resolve_env, spaces_of
@@ -123,24 +121,3 @@ def check_config(cfg: OnPolicyConfig, env: EnvRef | str, *, resolved: ResolvedEn
     params = sum(bounds.mlp_parameters([width, *cfg.hidden_sizes, out]) for out in (spaces.head_dim, 1))
     row = spaces.obs_dim * (1 if spaces.has_image else 4) + 4 * spaces.action_dim + 32
     bounds.check_learner_memory(cfg.section, params, cfg.steps_per_update * row)
-
-
-def fragment_bytes(cfg: OnPolicyConfig, resolved: ResolvedEnv, agents_in_worker: int) -> int:
-    """The size of the fragment a worker of `agents_in_worker` agents sends (fragment.py's
-    tensors), give or take its truncations and episode results beyond one per env: T+1 rows of
-    observations, then T rows of action, log-prob, reward and the two done flags, for each of its
-    envs. A row of observations is a float32 vector, or for images (frames.py) at most the new frame
-    plus a key stack's other C-1 frames and its (t, n): a bound, as every row is a key where every
-    step ends an episode or the image is not a frame stack. A frame-stacked row is most often the
-    new frame alone (Breakout's fragments are ~4x smaller: benchmarks/pixel_bytes.py), but no
-    episode length is promised, so the create-time check assumes none."""
-    n, t = agents_in_worker * cfg.envs_per_agent, cfg.fragment_length
-    pixels = resolved.image_shape is not None
-    obs = resolved.obs_dim * (1 if pixels else 4)
-    row = obs + (2 * 8 if pixels else 0)  # a key's obs_key_index entry
-    if resolved.obs_leaves:  # each leaf in its own dtype; an image leaf as frames.py sends it
-        leaves = spaces_of(resolved).keep(cfg.obs_keys).obs_leaves
-        obs = sum(leaf.width * np.dtype(leaf.dtype).itemsize for leaf in leaves)
-        row = obs + (2 * 8 if any(leaf.kind == "image" for leaf in leaves) else 0)
-    action = 8 if resolved.discrete else 4 * resolved.action_dim
-    return n * (t + 1) * row + n * t * (action + 4 + 4 + 1 + 1) + n * (obs + 8 * 3)
