@@ -1,9 +1,10 @@
 """The failure policy, written once as data of the program: what an exit of each role means.
 
-One pure function, `decide`, says what follows one exit; the local supervisor and the containers
-Job controller call it, and the kube renderer turns the same data into each Job's `backoffLimit`
-(or `backoffLimitPerIndex`) and `podFailurePolicy`, which Kubernetes' Job controller applies the
-same way. So a crash has the same outcome on every backend:
+One pure function, `decide`, says what follows one exit; the local supervisor, the containers
+Job controller and a learner's agent of ranks (ranks.py, `LEARNER_GROUP`) call it, and the kube
+renderer turns the same data into each Job's `backoffLimit` (or `backoffLimitPerIndex`) and
+`podFailurePolicy`, which Kubernetes' Job controller applies the same way. So a crash has the
+same outcome on every backend:
 
 - exit 0: the index (or the role) is done;
 - a disruption (143: stopped from outside after a clean save; on Kubernetes also a pod with the
@@ -28,7 +29,12 @@ from enum import StrEnum
 
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
-from surreal.algorithms.common.run import EXIT_ENV_FAILED, EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
+from surreal.algorithms.common.run import (
+    EXIT_COLLECTIVE_FAILED,
+    EXIT_ENV_FAILED,
+    EXIT_GROUP_NOT_FORMED,
+    EXIT_NO_ACTORS,
+)
 from surreal.orchestrator.components import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE
 
 
@@ -91,6 +97,14 @@ POLICIES: Mapping[str, RolePolicy] = {
         retries=RETRIES, fatal_exits=(EXIT_LEARNER_GONE, EXIT_ENV_FAILED), fails_experiment=False
     ),
 }
+
+
+# A learner's group of ranks inside its process or pod (ranks.launch_ranks): started again at once
+# when a rank fails, three times; a group that ended because a peer pod's rank went away
+# (EXIT_COLLECTIVE_FAILED on every rank of this pod that failed) is disrupted, not failed. A group
+# that did not form fails the learner (GroupNotFormed, its fatal exit above).
+LEARNER_GROUP = RolePolicy(retries=3, disruption_exits=(EXIT_COLLECTIVE_FAILED,), backoff_seconds=0.0,
+                           max_backoff_seconds=0.0)  # fmt: skip
 
 
 def policy_of(role: str) -> RolePolicy:

@@ -6,6 +6,7 @@ Service's DNS name in a cluster), so a component cannot tell which backend runs 
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -127,6 +128,14 @@ def write_termination_message(
         logging.getLogger(__name__).warning("cannot write the termination message to %s: %s", path, exc)
 
 
+def run_ranks(config: Any, ctx: RunContext) -> int:
+    """The learner of `ctx.learners` ranks: this very command run as each rank, supervised."""
+    from surreal.orchestrator.ranks import launch_ranks  # torch, only where ranks run
+
+    join = getattr(config, "rank_join_seconds", None)
+    return launch_ranks(ctx.learners, *([datetime.timedelta(seconds=join)] if join else []))
+
+
 def run_component(role: str, spec_path: Path, index: int) -> int:
     # A launcher (or a preempted node) stops components with SIGTERM: a clean exit, so `finally`
     # blocks run; a training learner first finishes its update and saves (preemption.py).
@@ -151,6 +160,8 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
         use_resolved(spec.resolved)
     ctx = build_context(spec, worker_index(role, index))
     main = get_algorithm(spec.algo).role_main(role)
+    if role == prog.LEARNER_ROLE and ctx.learners > 1 and rank_from_environ() is None:
+        main = run_ranks  # this process starts the learner's ranks (each runs `main`) and watches them
     code = 1
     watch = start_job_watch(role)
     try:

@@ -34,13 +34,11 @@ from surreal.algorithms.common.ranks import (
     Pods,
     RankGroup,
     group_from_environ,
-    launch_ranks,
 )
 from surreal.algorithms.common.run import (
     EXIT_COLLECTIVE_FAILED,
     RunContext,
     progress_extras,
-    rank_from_environ,
 )
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
@@ -566,8 +564,6 @@ def run_learner(algo: OnPolicy, cfg: OnPolicyConfig, ctx: RunContext) -> int:
     final version is evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
     cfg.validate()
     join = datetime.timedelta(seconds=cfg.rank_join_seconds)
-    if ctx.learners > 1 and rank_from_environ() is None:
-        return launch_ranks(ctx.learners, join)  # this process starts and watches the ranks
     torch.set_num_threads(cfg.learner_threads)
     spaces = spaces_for(ctx.env).keep(cfg.obs_keys)
     group = group_from_environ(ctx.learners, join)

@@ -27,10 +27,8 @@ from surreal.algorithms.common.ranks import (
     FORM_TIMEOUT,
     HEARTBEAT_SECONDS,
     JOIN_TIMEOUT,
-    MONITOR_SECONDS,
     PEER_TIMEOUT_SECONDS,
     GroupNotFormed,
-    JoinWatch,
     PeerLost,
     RankGroup,
     join_group,
@@ -43,7 +41,9 @@ from surreal.algorithms.onpolicy.learner import Learner
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.component import EXIT_SECONDS
+from surreal.orchestrator import ranks as agent
 from surreal.orchestrator.policy import POLICIES, Action, decide
+from surreal.orchestrator.ranks import MONITOR_SECONDS, JoinWatch
 from surreal.protocol.types import Fragment
 
 ENV = "Pendulum-v1"
@@ -319,7 +319,7 @@ def sleeper() -> subprocess.Popen[bytes]:
 def test_the_agent_names_the_ranks_that_never_came_up_and_stops_the_group(tmp_path):
     rank = sleeper()
     try:
-        ranks_module._came_up(tmp_path, "gen", 0).touch()  # rank 0 came up; rank 1 never does
+        ranks_module.came_up(tmp_path, "gen", 0).touch()  # rank 0 came up; rank 1 never does
         watch = JoinWatch(tmp_path, "gen", 2, datetime.timedelta(seconds=0.1),
                           started=lambda: [psutil.Process(rank.pid)])  # fmt: skip
         watch.start()
@@ -337,7 +337,7 @@ def test_a_group_that_joined_but_hangs_forming_is_stopped_and_named(tmp_path):
     rank = sleeper()
     try:
         for r in range(2):
-            ranks_module._came_up(tmp_path, "gen", r).touch()
+            ranks_module.came_up(tmp_path, "gen", r).touch()
         watch = JoinWatch(tmp_path, "gen", 2, datetime.timedelta(seconds=0.1),
                           started=lambda: [psutil.Process(rank.pid)],
                           form_timeout=datetime.timedelta(seconds=0.1))  # fmt: skip
@@ -371,8 +371,8 @@ def test_a_group_whose_ranks_all_came_up_is_left_alone(tmp_path):
     rank = sleeper()
     try:
         for r in range(2):
-            ranks_module._came_up(tmp_path, "gen", r).touch()
-            ranks_module._formed(tmp_path, "gen", r).touch()
+            ranks_module.came_up(tmp_path, "gen", r).touch()
+            ranks_module.formed(tmp_path, "gen", r).touch()
         watch = JoinWatch(tmp_path, "gen", 2, datetime.timedelta(seconds=0.1),
                           started=lambda: [psutil.Process(rank.pid)],
                           form_timeout=datetime.timedelta(seconds=0.1))  # fmt: skip
@@ -397,7 +397,7 @@ def test_a_stop_request_reaches_every_rank_as_sigterm_once(monkeypatch):
     first, late = sleeper(), sleeper()
     up = [psutil.Process(first.pid)]
     try:
-        forward = ranks_module.StopForward(started=lambda: list(up))
+        forward = agent.StopForward(started=lambda: list(up))
         forward.start()
         forward._thread.join(timeout=3 * MONITOR_SECONDS)  # it looks every MONITOR_SECONDS
         assert first.poll() is None  # no request: left alone

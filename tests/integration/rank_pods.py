@@ -2,7 +2,7 @@
 test on hosts of its own (network namespaces, netns_hosts.py). Nothing in the product reads it.
 
     python rank_pods.py agent --pod P --pods N --learners L --control HOST:PORT --out DIR --rounds R
-        a learner pod's agent: ranks.launch_ranks(L, pods=...) running this file's `rank`
+        a learner pod's agent: agent.launch_ranks(L, pods=...) running this file's `rank`
     python rank_pods.py rank --out DIR --rounds R --learners L
         one rank: rounds of the group's update protocol (commit, wait for all, an all-reduce), each
         ended by rank 0's "checkpoint" (DIR/checkpoint.json, the last round completed); it starts
@@ -30,16 +30,17 @@ import torch
 from surreal.algorithms.common import ranks
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.algorithms.common.run import EXIT_COLLECTIVE_FAILED
+from surreal.orchestrator import ranks as agent
 
 
-def agent(args: argparse.Namespace) -> int:
+def run_agent(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format=f"pod {args.pod} %(levelname)s %(message)s")
     pods = ranks.Pods(args.pod, args.pods, args.control)
     argv = (__file__, "rank", "--out", str(args.out), "--rounds", str(args.rounds), "--learners",
             str(args.learners), "--pace", str(args.pace))  # fmt: skip
     join = datetime.timedelta(seconds=args.join)
     try:
-        return ranks.launch_ranks(args.learners, join, pods=pods, argv=argv,
+        return agent.launch_ranks(args.learners, join, pods=pods, argv=argv,
                                   pod_join_timeout=datetime.timedelta(seconds=args.pod_join))  # fmt: skip
     except ranks.GroupNotFormed as exc:  # as the learner component reports a RoleFailed
         logging.error("%s", exc)
@@ -110,7 +111,7 @@ def main() -> int:
     parser.add_argument("--pod-join", type=float, default=60.0)
     parser.add_argument("--pace", type=float, default=0.01, help="seconds between rounds, at least")
     args = parser.parse_args()
-    return agent(args) if args.what == "agent" else rank(args)
+    return run_agent(args) if args.what == "agent" else rank(args)
 
 
 if __name__ == "__main__":
