@@ -42,7 +42,7 @@ from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.component import EXIT_SECONDS
 from surreal.orchestrator import ranks as agent
-from surreal.orchestrator.policy import POLICIES, Action, decide
+from surreal.orchestrator.policy import LEARNER_GROUP, POLICIES, Action, decide
 from surreal.orchestrator.ranks import MONITOR_SECONDS, JoinWatch
 from surreal.protocol.types import Fragment
 
@@ -479,3 +479,13 @@ def test_no_rank_waits_in_a_collective_forever(tmp_path, peer):
     assert said[0].startswith("raised after "), said[0]
     assert float(said[0].split()[2]) < 60.0, said[0]  # 3 s and the transport's own; not forever
     assert "CollectiveFailed: learner rank 0 lost its group in an all-reduce: a peer rank or pod" in said[0]
+
+
+def test_the_agent_starts_a_failing_group_again_as_often_as_the_learner_groups_policy_allows(monkeypatch):
+    """Its budget is policy.LEARNER_GROUP's, decided by the one `decide`: a rank's failure counts,
+    and past the budget the learner fails (exit 1, which the learner role's own policy counts)."""
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the agent sets its ranks' variables
+    groups: list[int] = []
+    monkeypatch.setattr(agent, "_run_group", lambda *args, **kwargs: groups.append(args[2]) or (None, False))
+    assert agent.launch_ranks(2) == 1
+    assert groups == list(range(LEARNER_GROUP.retries + 1))
