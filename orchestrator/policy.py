@@ -16,14 +16,16 @@ same outcome on every backend:
 - any other exit counts; the role (each actor index on its own) is replaced after a backoff until
   more than `retries` exits have counted, then it has failed.
 
-What a failed role means for the experiment is `role_failure`: the learner's failure fails it, the
-evaluator's never does (the learner evaluates its final version itself), and the actors' does once
-no actor index is left to feed the learner.
+What its roles' ends mean for the experiment is `outcome`, the one rule every backend applies to
+what it sees (processes, containers, Jobs): a failed role fails it as `role_failure` says (the
+learner's failure does, the evaluator's never does: the learner evaluates its final version
+itself; the actors' does once no actor index is left to feed the learner); otherwise it has
+succeeded once the learner is done.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -36,6 +38,7 @@ from surreal.algorithms.common.run import (
     EXIT_NO_ACTORS,
 )
 from surreal.orchestrator.components import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE
+from surreal.orchestrator.status import Phase
 
 
 @dataclass(frozen=True)
@@ -124,3 +127,27 @@ def role_failure(role: str, failed: list[str], indexes: int, why: str) -> str | 
     if role == ACTOR_ROLE:
         return f"no actor is left to feed the learner: {', '.join(failed)} failed ({why})"
     return f"the {role} failed ({why})"
+
+
+@dataclass(frozen=True)
+class RoleEnd:
+    """What a backend knows of one role's ending, for `outcome`."""
+
+    role: str
+    workers: int = 1  # its workers (actor indexes; 1 for a role a backend sees as one, a Job)
+    done: bool = False  # it completed (the learner: exited 0, its Job Complete)
+    failed: tuple[str, ...] = ()  # those of its workers that have failed for good
+    why: str = ""  # how they failed
+
+
+def outcome(roles: Iterable[RoleEnd]) -> tuple[Phase | None, str]:
+    """The experiment's phase once it is decided, and why it failed: Failed once a role whose
+    failure fails the experiment has failed (role_failure); else Succeeded once the learner is
+    done; else (None, ""): it goes on."""
+    roles = list(roles)
+    for end in roles:
+        if problem := role_failure(end.role, list(end.failed), end.workers, end.why):
+            return Phase.FAILED, problem
+    if any(end.role == LEARNER_ROLE and end.done for end in roles):
+        return Phase.SUCCEEDED, ""
+    return None, ""

@@ -66,6 +66,7 @@ from surreal.orchestrator.launcher import (
     UsageError,
     Watcher,
 )
+from surreal.orchestrator.policy import outcome
 from surreal.orchestrator.program import pod_split, workers_problem
 from surreal.orchestrator.status import status_object
 from surreal.spec import ExperimentSpec, SpecError, spec_from_dict
@@ -482,19 +483,9 @@ def control(exp_dir: Path, run: Run, watch: Watcher | None) -> str:
             metrics = poll_learner_metrics(run.plan)
             if watch is not None:
                 watch.tick(metrics)
-            jobs = run.jobs()
-            learner_job = next(
-                j for j in jobs if j["metadata"]["labels"]["surreal.io/component"] == "learner"
-            )
-            if kube_status.job_state(learner_job) in ("Complete", "Failed"):
-                phase = kube_status.phase(pods, metrics, jobs)
-                problem = run.job_failure("learner")
-                break
-            # The actors' Job failed (their learner gone for good, or an index past its retries):
-            # the run cannot go on. A failed evaluator is not fatal: the learner evaluates the
-            # final version itself when no report comes.
-            if problem := run.job_failure("actor"):
-                phase = "Failed"
+            ended, problem = outcome(kube_status.role_ends(run.jobs(), run.job_failure))
+            if ended is not None:
+                phase = ended.value
                 break
             time.sleep(POLL_SECONDS)
     except KeyboardInterrupt:

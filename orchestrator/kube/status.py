@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from surreal.algorithms.common.preemption import EXIT_PREEMPTED
 from surreal.orchestrator.kube.errors import KubeError
+from surreal.orchestrator.policy import RoleEnd, outcome
 from surreal.orchestrator.status import ComponentState, component, status_object
 
 ROLE_ORDER = ("learner", "actor", "evaluator", "tensorboard")
@@ -207,19 +208,11 @@ def phase(
             return "Succeeded" if state == "Complete" else "Failed"
         if state == "Suspended":
             return "Pending"
-    learner_job = next((j for j in jobs if role_of(j) == "learner"), None)
-    if learner_job is not None:
-        state = job_state(learner_job)
-        if state == "Complete":
-            return "Succeeded"
-        if state == "Failed":
-            return "Failed"
-        if state == "Suspended":
-            return "Pending"
-    # The actors' Job failed (their learner gone for good, an index past its retries). A failed
-    # evaluator is not fatal: the learner evaluates the final version itself when no report comes.
-    if any(job_state(j) == "Failed" for j in jobs if role_of(j) == "actor"):
-        return "Failed"
+    ended, _ = outcome(role_ends(jobs))
+    if ended is not None:
+        return ended.value
+    if any(job_state(j) == "Suspended" for j in jobs if role_of(j) == "learner"):
+        return "Pending"
     learners = [p for p in pods if role_of(p) == "learner"]
     if metrics.get("done"):
         return "Succeeded"
@@ -232,6 +225,22 @@ def phase(
     if pod_state(learner) in STUCK:
         return "Failed"
     return "Running" if is_ready(learner) else "Pending"
+
+
+def role_ends(
+    jobs: Sequence[Mapping[str, Any]], failure: Callable[[str], str] = lambda role: ""
+) -> list[RoleEnd]:
+    """The Jobs' roles as policy.outcome takes them (a Job is its role as one worker: Kubernetes
+    has applied the role's policy to its pods): done when Complete, failed when Failed, and why
+    (`failure(role)`)."""
+    ends = []
+    for job in jobs:
+        role, state = role_of(job), job_state(job)
+        failed = (job["metadata"]["name"],) if state == "Failed" else ()
+        ends.append(
+            RoleEnd(role, done=state == "Complete", failed=failed, why=failure(role) if failed else "")
+        )
+    return ends
 
 
 def _order(role: str) -> int:

@@ -45,7 +45,7 @@ from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE, Component,
 from surreal.orchestrator.files import write_json_atomic
 from surreal.orchestrator.home import LOG_DIR
 from surreal.orchestrator.local.sched_slice import slice_ms_from_env, slice_request
-from surreal.orchestrator.policy import POLICIES, Action, RolePolicy, decide, policy_of, role_failure
+from surreal.orchestrator.policy import POLICIES, Action, RoleEnd, RolePolicy, decide, outcome, policy_of
 from surreal.orchestrator.program import ENV_TERMINATION_LOG
 from surreal.orchestrator.status import ENDED_STATES, ComponentState, Phase, describe_exit
 
@@ -331,7 +331,7 @@ class Supervisor:
         if decision.action is Action.DONE:
             child.state = ComponentState.SUCCEEDED
             self._note(child, "exited with code 0")
-            return Phase.SUCCEEDED if role == LEARNER_ROLE else None
+            return self._outcome(why)
         if decision.action is Action.REPLACE:
             child.restarts += 1
             child.failures += decision.counted
@@ -355,9 +355,21 @@ class Supervisor:
         else:
             self._note(child, f"{why}; giving up after {child.failures} failures")
         child.state = ComponentState.FAILED
-        failed = [c.component.name for c in peers if c.state is ComponentState.FAILED]
-        self._problem = role_failure(role, failed, len(peers), why) or ""
-        return Phase.FAILED if self._problem else None
+        return self._outcome(why)
+
+    def _outcome(self, why: str) -> Phase | None:
+        """The experiment's outcome (policy.outcome) from its components' states; `why`: how the
+        last one ended."""
+        roles: dict[str, list[_Child]] = {}
+        for c in self._children:
+            roles.setdefault(c.component.role, []).append(c)
+        phase, self._problem = outcome(
+            RoleEnd(role, len(peers), done=all(p.state is ComponentState.SUCCEEDED for p in peers),
+                    failed=tuple(p.component.name for p in peers if p.state is ComponentState.FAILED),
+                    why=why)
+            for role, peers in roles.items()
+        )  # fmt: skip
+        return phase
 
     def _reload(self) -> None:
         """Take a program.json that changed since it was last read (see the module docstring). A

@@ -14,8 +14,19 @@ from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.orchestrator.containers.jobs import Action as JobAction
 from surreal.orchestrator.containers.jobs import JobController, job_policy
 from surreal.orchestrator.containers.plan import translate
+from surreal.orchestrator.kube import status as kube_status
 from surreal.orchestrator.kube.render import render
-from surreal.orchestrator.policy import POLICIES, RETRIES, Action, Decision, RolePolicy, decide, role_failure
+from surreal.orchestrator.policy import (
+    POLICIES,
+    RETRIES,
+    Action,
+    Decision,
+    RoleEnd,
+    RolePolicy,
+    decide,
+    outcome,
+    role_failure,
+)
 from surreal.spec import build_spec
 
 CRASH, KILLED = 1, 137
@@ -103,3 +114,34 @@ def test_what_a_failed_role_means_for_the_experiment() -> None:
         role_failure("learner", ["learner"], 1, "killed by SIGKILL")
         == "the learner failed (killed by SIGKILL)"
     )
+
+
+def _job(role: str, condition: str | None) -> dict:
+    conditions = [{"type": condition, "status": "True"}] if condition else []
+    return {"metadata": {"name": f"x-{role}", "labels": {"surreal.io/component": role}},
+            "status": {"conditions": conditions}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("ends", "jobs", "expected"),
+    [
+        ([RoleEnd("learner", done=True)], {"learner": "Complete"}, ("Succeeded", "")),
+        ([RoleEnd("learner"), RoleEnd("evaluator", failed=("evaluator",), why="exit code 1")],
+         {"learner": None, "evaluator": "Failed"}, (None, "")),
+        ([RoleEnd("learner", failed=("learner",), why="exit code 70")], {"learner": "Failed"},
+         ("Failed", "the learner failed (exit code 70)")),
+        ([RoleEnd("learner"), RoleEnd("actor", 2, failed=("actor-0",), why="exit code 1")], None, (None, "")),
+        ([RoleEnd("learner"), RoleEnd("actor", 2, failed=("actor-0", "actor-1"), why="exit code 1")],
+         {"learner": None, "actor": "Failed"},
+         ("Failed", "no actor is left to feed the learner: actor-0, actor-1 failed (exit code 1)")),
+    ],
+)  # fmt: skip
+def test_one_outcome_of_the_roles_ends_for_every_backend(ends, jobs, expected) -> None:
+    """policy.outcome decides the experiment's end from its roles': the local supervisor gives it
+    its processes' states, the containers controller and `surreal status` on Kubernetes their
+    Jobs' (kube.status.role_ends), so the same ends are the same phase on every backend."""
+    phase, problem = outcome(ends)
+    assert (phase, problem) == expected
+    if jobs is not None:  # the same ends as Jobs (a Job is its role as one worker)
+        from_jobs = kube_status.role_ends([_job(r, c) for r, c in jobs.items()], lambda role: problem)
+        assert outcome(from_jobs)[0] == phase
