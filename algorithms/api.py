@@ -23,8 +23,8 @@ import importlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv
 from surreal.algorithms.common.run import RunContext
+from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class Algorithm:
         """Resolve `env` (builds one throwaway instance, with its kwargs) and check this algorithm
         can run on it: what `surreal create` writes into the spec file. Raises ValueError naming
         the problem."""
-        resolved: ResolvedEnv = _module("common.envs").resolve_env(env)
+        resolved: ResolvedEnv = _module("envs.make").resolve_env(env)
         self.check_env(env, resolved)
         return resolved
 
@@ -79,7 +79,7 @@ class Algorithm:
         """Raise ValueError when this algorithm cannot run on `env`'s spaces (`resolved`, or those
         of one instance built here, which raises when `env` cannot be resolved or made)."""
         if resolved is None:
-            _module("common.envs").resolve_env(env)
+            _module("envs.make").resolve_env(env)
 
     def check_config(self, config: Any, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
         """Raise ValueError when `config` cannot train on `env` (e.g. settings an image env refuses)."""
@@ -165,7 +165,7 @@ class OnPolicy(Algorithm):
         return int(_module("onpolicy.fragment").fragment_bytes(config, resolved, agents_in_worker))
 
     def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
-        spaces = _module("common.envs").spaces_of(resolved)
+        spaces = _module("envs.make").spaces_of(resolved)
         return _module("onpolicy.evaluator").checkpoint_policy(config, spaces, state, seed)
 
     def role_main(self, role: str) -> RoleMain:

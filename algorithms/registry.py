@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 
 from surreal.algorithms.api import Algorithm, OnPolicy, OnPolicyConfig
-from surreal.algorithms.common.env_ref import ours, raised
+from surreal.algorithms.envs.ref import ours, raised
 from surreal.algorithms.es import ES
 from surreal.algorithms.ppo import PPO
 

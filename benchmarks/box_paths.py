@@ -38,7 +38,7 @@ def measure(env: str, agents: int, fragments: int) -> dict[str, float | str]:
     import torch
 
     import surreal
-    from surreal.algorithms.common.envs import spaces_for
+    from surreal.algorithms.envs.make import spaces_for
     from surreal.algorithms.onpolicy.actor import Actor
     from surreal.algorithms.onpolicy.learner import Learner
     from surreal.algorithms.ppo import PPO

@@ -45,7 +45,7 @@ def build_learner(env_id: str, agents: int, exp_dir: Path, overrides: dict[str, 
     ppo --env ENV --agents AGENTS [--set ...]` runs with (component.py, then run_learner)."""
     import torch
 
-    from surreal.algorithms.common.envs import spaces_for, use_resolved
+    from surreal.algorithms.envs.make import spaces_for, use_resolved
     from surreal.algorithms.onpolicy.learner import Learner
     from surreal.algorithms.ppo import PPO
     from surreal.spec import build_spec, load_spec_file

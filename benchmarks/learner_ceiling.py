@@ -54,7 +54,7 @@ START_SECONDS = 8.0  # for the clients to connect and fetch parameters before th
 
 def actor_fragment(agents: int) -> dict[str, np.ndarray]:
     """One fragment of one actor of the default HalfCheetah preset scaled to `agents` agents."""
-    from surreal.algorithms.common.envs import spaces_for
+    from surreal.algorithms.envs.make import spaces_for
     from surreal.algorithms.onpolicy.actor import Actor
     from surreal.algorithms.onpolicy.learner import Learner
     from surreal.algorithms.ppo import PPO
@@ -74,7 +74,7 @@ def actor_fragment(agents: int) -> dict[str, np.ndarray]:
 
 def serve_sink(port: int, streams: int) -> None:
     """A LearnerServer with PPO's experience schema whose learner only takes fragments."""
-    from surreal.algorithms.common.envs import spaces_for
+    from surreal.algorithms.envs.make import spaces_for
     from surreal.algorithms.onpolicy.fragment import experience_schema
     from surreal.protocol import LearnerServer, Params
 

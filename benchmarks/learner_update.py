@@ -25,7 +25,7 @@ WARMUP = 2
 def measure(env_id: str, agents: int, device: str, updates: int) -> dict[str, float]:
     import torch
 
-    from surreal.algorithms.common.envs import spaces_for
+    from surreal.algorithms.envs.make import spaces_for
     from surreal.algorithms.onpolicy.actor import Actor
     from surreal.algorithms.onpolicy.learner import Learner
     from surreal.algorithms.ppo import PPO

@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--fragments", type=int, default=4, help="fragments collected in a row")
     args = parser.parse_args()
 
-    from surreal.algorithms.common.envs import resolve_env, spaces_for
+    from surreal.algorithms.envs.make import resolve_env, spaces_for
     from surreal.algorithms.onpolicy.actor import Actor
     from surreal.algorithms.onpolicy.fragment import fragment_bytes
     from surreal.algorithms.onpolicy.frames import encode_stacks

@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from surreal.algorithms.common.env_ref import EnvRef
-from surreal.algorithms.common.envs import make_env, spaces_for
 from surreal.algorithms.common.evaluator import eval_seed
+from surreal.algorithms.envs.make import make_env, spaces_for
+from surreal.algorithms.envs.ref import EnvRef
 from surreal.algorithms.onpolicy.serial import train_serial
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.presets import preset_for

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from surreal.algorithms.common import bounds
-from surreal.algorithms.common.env_ref import IMPORT_PATH_VAR
 from surreal.algorithms.common.run import ENV_CONTROL, ENV_POD, ENV_PODS
+from surreal.algorithms.envs.ref import IMPORT_PATH_VAR
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE, Component, Program
 from surreal.protocol.options import MAX_MESSAGE_BYTES

@@ -26,10 +26,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surreal.algorithms.common import obs_leaves
 from surreal.algorithms.common.checkpoint import LATEST, Envelope, error_line, load_checkpoint_file
-from surreal.algorithms.common.env_ref import IMPORT_PATH_VAR, EnvRef, extend_import_path
-from surreal.algorithms.common.envs import make_env, obs_layout, shaped_obs, spaces_of
+from surreal.algorithms.envs import obs_leaves
+from surreal.algorithms.envs.make import make_env, obs_layout, shaped_obs, spaces_of
+from surreal.algorithms.envs.ref import IMPORT_PATH_VAR, EnvRef, extend_import_path
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator.home import (
     SPEC_FILE,

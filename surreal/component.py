@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from surreal.algorithms.common import preemption
-from surreal.algorithms.common.env_ref import import_path_from_environ
-from surreal.algorithms.common.envs import use_resolved
 from surreal.algorithms.common.run import RoleFailed, RunContext, rank_from_environ
+from surreal.algorithms.envs.make import use_resolved
+from surreal.algorithms.envs.ref import import_path_from_environ
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
 from surreal.protocol.ratelimit import RateLimitFilter

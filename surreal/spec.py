@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv
 from surreal.algorithms.common.scale import MAX_SCALE_AGENTS
+from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
 from surreal.algorithms.registry import ALGORITHMS, get_algorithm
 from surreal.provisioner import NodePool, pools_from_data
 

@@ -16,9 +16,9 @@ from typing import Protocol
 import numpy as np
 
 from surreal.algorithms.common.bounds import MAX_EVAL_EPISODES
-from surreal.algorithms.common.envs import EnvBatch, Obs
 from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
+from surreal.algorithms.envs.make import EnvBatch, Obs
 from surreal.protocol.client import LearnerClient, ProtocolError
 from surreal.protocol.server import EVALUATOR_ROLE
 from surreal.protocol.types import EvalReport, Params

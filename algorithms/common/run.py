@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from surreal.algorithms.common.env_ref import EnvRef
+from surreal.algorithms.envs.ref import EnvRef
 
 # Learner ranks (ranks.py) are started by torch's elastic agent, which names each its rank. Read
 # here, without torch, so that every component can ask whether it is one.

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from surreal.algorithms.common import preemption
 from surreal.algorithms.common.checkpoint import write_json
-from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import HEARTBEAT_SECONDS, Policy, eval_seed, evaluate
 from surreal.algorithms.common.ranks import PeerLost, RankGroup
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
@@ -28,6 +27,7 @@ from surreal.algorithms.common.scale import (
     SCALE_FILE,
     read_scale,
 )
+from surreal.algorithms.envs.make import EnvBatch
 from surreal.protocol.codec import TensorSpec
 from surreal.protocol.server import LearnerServer
 from surreal.protocol.types import EvalReport, Fragment, Params

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from surreal.algorithms.common.env_ref import EnvRef, as_env_ref, their_error
-from surreal.algorithms.common.envs import BROKEN_STEPS, EnvFailed, env_spaces, make_env
 from surreal.algorithms.common.normalization import ObsNormalizer
 from surreal.algorithms.common.reconnect import work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
+from surreal.algorithms.envs.make import BROKEN_STEPS, EnvFailed, env_spaces, make_env
+from surreal.algorithms.envs.ref import EnvRef, as_env_ref, their_error
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import normalizer
 from surreal.algorithms.es.networks import BatchPolicy, PolicySpec

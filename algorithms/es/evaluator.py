@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from surreal.algorithms.common import evaluator
-from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import ObsNormalizer, RunningMeanStd
 from surreal.algorithms.common.run import RunContext
+from surreal.algorithms.envs.make import EnvSpaces, spaces_for
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.networks import Policy, PolicySpec
 from surreal.protocol.types import Params

@@ -17,11 +17,11 @@ import numpy as np
 import torch
 
 from surreal.algorithms.common.checkpoint import load_checkpoint
-from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
 from surreal.algorithms.common.run import progress_extras
 from surreal.algorithms.common.tb import Scalars
+from surreal.algorithms.envs.make import EnvSpaces
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.handout import Handout
 from surreal.algorithms.es.maths import adam_step, ascent_direction

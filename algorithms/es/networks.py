@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from surreal.algorithms.common import numpy_mlp
-from surreal.algorithms.common.act_leaves import ActionLayout
-from surreal.algorithms.common.envs import EnvSpaces
 from surreal.algorithms.common.numpy_mlp import Layers
+from surreal.algorithms.envs.act_leaves import ActionLayout
+from surreal.algorithms.envs.make import EnvSpaces
 from surreal.algorithms.es.config import ESConfig
 
 

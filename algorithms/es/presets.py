@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 
 from surreal.algorithms.common import bounds
-from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, as_env_ref
-from surreal.algorithms.common.envs import resolve_env
-from surreal.algorithms.common.obs_leaves import ObsLeaf, summary
+from surreal.algorithms.envs.make import resolve_env
+from surreal.algorithms.envs.obs_leaves import ObsLeaf, summary
+from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv, as_env_ref
 from surreal.algorithms.es.config import ESConfig
 
 # Serial harness, 8 agents, seed 0: eval 500 from 100k steps on; `es-cp` in docs/algorithms/es.md.

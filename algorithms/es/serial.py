@@ -14,8 +14,8 @@ import dataclasses
 import time
 from typing import Any
 
-from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import eval_seed, evaluate
+from surreal.algorithms.envs.make import EnvBatch
 from surreal.algorithms.es.actor import ESWorker, agent_ids
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy
@@ -76,7 +76,7 @@ def train(cfg: ESConfig, env_id: str, steps: int, agents: int, seed: int, eval_e
 
 
 def _spaces(env_id: str):  # type: ignore[no-untyped-def]
-    from surreal.algorithms.common.envs import spaces_for
+    from surreal.algorithms.envs.make import spaces_for
 
     return spaces_for(env_id)
 

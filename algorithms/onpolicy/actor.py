@@ -13,9 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from surreal.algorithms.common import obs_leaves
-from surreal.algorithms.common.env_ref import EnvRef
-from surreal.algorithms.common.envs import EnvBatch, EnvSpaces
 from surreal.algorithms.common.normalization import (
     ObsNormalizer,
     RunningMeanStd,
@@ -24,6 +21,9 @@ from surreal.algorithms.common.normalization import (
 )
 from surreal.algorithms.common.reconnect import work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
+from surreal.algorithms.envs import obs_leaves
+from surreal.algorithms.envs.make import EnvBatch, EnvSpaces
+from surreal.algorithms.envs.ref import EnvRef
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 from surreal.algorithms.onpolicy.fragment import obs_stats_dim
 from surreal.algorithms.onpolicy.frames import encode_stacks

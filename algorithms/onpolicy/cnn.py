@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from surreal.algorithms.common.act_leaves import ActionLayout
-from surreal.algorithms.common.envs import EnvSpaces
-from surreal.algorithms.common.obs_leaves import image_slice
+from surreal.algorithms.envs.act_leaves import ActionLayout
+from surreal.algorithms.envs.make import EnvSpaces
+from surreal.algorithms.envs.obs_leaves import image_slice
 from surreal.algorithms.onpolicy.config import FEATURES, OnPolicyConfig
 from surreal.algorithms.onpolicy.networks import log_prob_entropy, mlp, set_actions
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from surreal.algorithms.common import bounds
-from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv
-from surreal.algorithms.common.envs import resolve_env, spaces_of
 from surreal.algorithms.common.numpy_mlp import ACTIVATIONS
+from surreal.algorithms.envs.make import resolve_env, spaces_of
+from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
 
 FEATURES = 512  # width of the CNN trunk's output (cnn.py), which the MLPs take for images
 DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")

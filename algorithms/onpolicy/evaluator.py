@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from surreal.algorithms.common import evaluator
-from surreal.algorithms.common.envs import EnvSpaces, Obs, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.run import RunContext
+from surreal.algorithms.envs.make import EnvSpaces, Obs, spaces_for
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 from surreal.algorithms.onpolicy.policy import policy_from_params, policy_input
 from surreal.protocol.types import Params

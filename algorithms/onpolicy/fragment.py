@@ -9,10 +9,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from surreal.algorithms.common import obs_leaves
-from surreal.algorithms.common.env_ref import ResolvedEnv
-from surreal.algorithms.common.envs import EnvSpaces, spaces_of
-from surreal.algorithms.common.obs_leaves import ObsLeaf
+from surreal.algorithms.envs import obs_leaves
+from surreal.algorithms.envs.make import EnvSpaces, spaces_of
+from surreal.algorithms.envs.obs_leaves import ObsLeaf
+from surreal.algorithms.envs.ref import ResolvedEnv
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 from surreal.algorithms.onpolicy.frames import stacks_problem, wire_names, with_stacks
 from surreal.protocol.codec import TensorSpec

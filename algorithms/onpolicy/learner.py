@@ -26,7 +26,6 @@ import torch
 
 from surreal.algorithms.api import OnPolicy
 from surreal.algorithms.common.checkpoint import load_checkpoint
-from surreal.algorithms.common.envs import EnvSpaces, spaces_for
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
 from surreal.algorithms.common.ranks import (
@@ -42,6 +41,7 @@ from surreal.algorithms.common.run import (
 )
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
+from surreal.algorithms.envs.make import EnvSpaces, spaces_for
 from surreal.algorithms.onpolicy.batch import TENSORS, Batch
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 from surreal.algorithms.onpolicy.device import resolve_device

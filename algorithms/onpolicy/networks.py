@@ -17,8 +17,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from surreal.algorithms.common.act_leaves import ActionLayout
-from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.envs.act_leaves import ActionLayout
+from surreal.algorithms.envs.make import EnvSpaces
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 
 if TYPE_CHECKING:

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from surreal.algorithms.common import obs_leaves
-from surreal.algorithms.common.envs import EnvSpaces, Obs
 from surreal.algorithms.common.normalization import ObsNormalizer
 from surreal.algorithms.common.numpy_mlp import Layers, forward
+from surreal.algorithms.envs import obs_leaves
+from surreal.algorithms.envs.make import EnvSpaces, Obs
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 from surreal.algorithms.onpolicy.fragment import obs_stats_dim
 from surreal.protocol.types import Params

@@ -22,9 +22,9 @@ import torch
 import yaml
 
 from surreal.algorithms.api import OnPolicy
-from surreal.algorithms.common.env_ref import EnvRef, extend_import_path
-from surreal.algorithms.common.envs import EnvBatch, spaces_for
 from surreal.algorithms.common.evaluator import EvalResult, eval_seed, evaluate
+from surreal.algorithms.envs.make import EnvBatch, spaces_for
+from surreal.algorithms.envs.ref import EnvRef, extend_import_path
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 from surreal.algorithms.onpolicy.evaluator import eval_policy

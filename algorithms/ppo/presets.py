@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, as_env_ref
-from surreal.algorithms.common.envs import resolve_env
+from surreal.algorithms.envs.make import resolve_env
+from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv, as_env_ref
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.scaling import REFERENCE_AGENTS, scale, scale_steps
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from surreal.algorithms.common.env_ref import extend_import_path
+from surreal.algorithms.envs.ref import extend_import_path
 from surreal.cli.common import (
     NAME,
     ProgressLine,

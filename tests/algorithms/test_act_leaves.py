@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common import act_leaves
-from surreal.algorithms.common.act_leaves import ActionLayout, ActLeaf, describe, is_plain
-from surreal.algorithms.common.env_ref import EnvRef, ResolvedEnv, extend_import_path
-from surreal.algorithms.common.envs import EnvBatch, resolve_env, spaces_for, spaces_of
+from surreal.algorithms.envs import act_leaves
+from surreal.algorithms.envs.act_leaves import ActionLayout, ActLeaf, describe, is_plain
+from surreal.algorithms.envs.make import EnvBatch, resolve_env, spaces_for, spaces_of
+from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv, extend_import_path
 from surreal.algorithms.es.networks import PolicySpec, to_actions
 from surreal.algorithms.es.presets import preset_for as es_preset
 from surreal.algorithms.es.serial import train as es_train

@@ -21,7 +21,7 @@ from surreal.algorithms.common.checkpoint import (
     load_checkpoint_file,
     resumed_version,
 )
-from surreal.algorithms.common.envs import spaces_for
+from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.master import ESMaster
 from surreal.algorithms.onpolicy.actor import Actor

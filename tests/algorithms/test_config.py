@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from surreal.algorithms.common.envs import resolve_env
+from surreal.algorithms.envs.make import resolve_env
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.presets import MINIGRID, PRESETS, preset_for

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common.envs import spaces_for
+from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.device import resolve_device
 from surreal.algorithms.onpolicy.learner import Learner

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 from surreal import component
-from surreal.algorithms.common import env_ref, preemption
-from surreal.algorithms.common.env_ref import EnvRef
-from surreal.algorithms.common.envs import (
+from surreal.algorithms.common import preemption
+from surreal.algorithms.common.run import EXIT_ENV_FAILED
+from surreal.algorithms.envs import ref as env_ref
+from surreal.algorithms.envs.make import (
     BROKEN_STEPS,
     EnvBatch,
     EnvFailed,
@@ -28,7 +29,7 @@ from surreal.algorithms.common.envs import (
     resolve_env,
     spaces_for,
 )
-from surreal.algorithms.common.run import EXIT_ENV_FAILED
+from surreal.algorithms.envs.ref import EnvRef
 from surreal.algorithms.es import actor as es_actor
 from surreal.algorithms.es.actor import ESWorker, agent_ids
 from surreal.algorithms.es.config import ESConfig

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from surreal.algorithms.common.envs import EnvBatch, make_env
 from surreal.algorithms.common.evaluator import evaluate
 from surreal.algorithms.common.progress import LearnerProgress
+from surreal.algorithms.envs.make import EnvBatch, make_env
 from surreal.protocol.types import EvalReport
 from surreal.spec import DEFAULT_MAX_EPISODE_STEPS, build_spec, notes
 

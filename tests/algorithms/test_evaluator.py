@@ -10,9 +10,9 @@ import numpy as np
 import test_envs  # noqa: F401  (registers SurrealTestCountdown-v0)
 
 from surreal.algorithms.common import evaluator
-from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import evaluate, should_evaluate
 from surreal.algorithms.common.run import RunContext, progress_extras
+from surreal.algorithms.envs.make import EnvBatch
 from surreal.protocol.types import EvalReport, Params
 
 assert "SurrealTestCountdown-v0" in gym.registry

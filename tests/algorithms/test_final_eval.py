@@ -14,7 +14,6 @@ import test_envs  # noqa: F401  (registers SurrealTestCountdown-v0)
 from fake_time import Clock, ClockServer
 
 from surreal.algorithms.common import evaluator, serving
-from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import FAILED_POLL_SECONDS, HEARTBEAT_SECONDS
 from surreal.algorithms.common.run import RunContext, progress_extras
 from surreal.algorithms.common.serving import (
@@ -22,6 +21,7 @@ from surreal.algorithms.common.serving import (
     EVALUATOR_START_SECONDS,
     evaluator_alive,
 )
+from surreal.algorithms.envs.make import EnvBatch
 from surreal.protocol.types import EvalReport, Params
 
 START = 1000.0

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from surreal.algorithms.common.envs import EnvSpaces, resolve_env, spaces_for
+from surreal.algorithms.envs.make import EnvSpaces, resolve_env, spaces_for
 from surreal.algorithms.onpolicy import actor as actor_module
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.fragment import experience_schema, fragment_bytes, open_fragment

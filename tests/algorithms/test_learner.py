@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.run import extras_done, extras_env_steps
+from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.fragment import check_fragment, experience_schema
 from surreal.algorithms.onpolicy.learner import Learner

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
-from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.envs.make import EnvSpaces
 from surreal.algorithms.onpolicy.networks import ActorCritic
 
 DISCRETE = EnvSpaces(obs_dim=5, discrete=True, action_dim=3, action_low=None, action_high=None)

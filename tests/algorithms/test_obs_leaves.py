@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common import obs_leaves
-from surreal.algorithms.common.env_ref import EnvRef, extend_import_path
-from surreal.algorithms.common.envs import EnvBatch, resolve_env, spaces_for, spaces_of
-from surreal.algorithms.common.obs_leaves import ObsLeaf, describe, pack, select
+from surreal.algorithms.envs import obs_leaves
+from surreal.algorithms.envs.make import EnvBatch, resolve_env, spaces_for, spaces_of
+from surreal.algorithms.envs.obs_leaves import ObsLeaf, describe, pack, select
+from surreal.algorithms.envs.ref import EnvRef, extend_import_path
 from surreal.algorithms.es.presets import check_env_supported as es_check
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.fragment import experience_schema, open_fragment

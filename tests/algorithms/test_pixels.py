@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common.env_ref import EnvRef, extend_import_path
-from surreal.algorithms.common.envs import EnvSpaces, spaces_for
+from surreal.algorithms.envs.make import EnvSpaces, spaces_for
+from surreal.algorithms.envs.ref import EnvRef, extend_import_path
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.cnn import CNNActorCritic
 from surreal.algorithms.onpolicy.fragment import experience_schema

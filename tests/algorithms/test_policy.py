@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common.envs import EnvSpaces
+from surreal.algorithms.envs.make import EnvSpaces
 from surreal.algorithms.onpolicy.networks import ActorCritic
 from surreal.algorithms.onpolicy.policy import NumpyPolicy, policy_layers
 

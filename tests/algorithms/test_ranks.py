@@ -21,7 +21,6 @@ import pytest
 import torch
 
 from surreal.algorithms.common import ranks as ranks_module
-from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.ranks import (
     COLLECTIVE_TIMEOUT,
     FORM_TIMEOUT,
@@ -35,6 +34,7 @@ from surreal.algorithms.common.ranks import (
     open_store,
 )
 from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, RoleFailed
+from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.batch import Batch
 from surreal.algorithms.onpolicy.learner import Learner

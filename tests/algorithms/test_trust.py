@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common.envs import spaces_for
 from surreal.algorithms.common.normalization import Moments, RunningMeanStd
+from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.batch import TENSORS
 from surreal.algorithms.onpolicy.fragment import REJECT_REASONS, check_fragment

@@ -18,7 +18,7 @@ from test_learner import CFG as PPO_CFG
 from test_learner import ENV as PPO_ENV
 from test_learner import fragment
 
-from surreal.algorithms.common.envs import spaces_for
+from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.learner import Learner
 from surreal.algorithms.ppo import PPO

@@ -15,7 +15,7 @@ import pytest
 from cli_harness import SURREAL
 
 from surreal import load_policy
-from surreal.algorithms.common.envs import BROKEN_STEPS
+from surreal.algorithms.envs.make import BROKEN_STEPS
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"
 # CueWorld's eval return with Tuple actions after 16k steps (random 12.5, optimal 32): 10 runs of

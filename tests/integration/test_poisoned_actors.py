@@ -27,8 +27,8 @@ import pytest
 from cli_harness import Cli, ended, running, wait_for
 
 import surreal
-from surreal.algorithms.common.envs import EnvBatch
 from surreal.algorithms.common.evaluator import eval_seed, evaluate
+from surreal.algorithms.envs.make import EnvBatch
 from surreal.algorithms.es.noise import pair_seed
 from surreal.protocol import LearnerClient, ProtocolError
 from surreal.protocol.v1 import surreal_pb2 as pb

@@ -23,10 +23,10 @@ from cli_world import surreal as cli
 from PIL import Image, ImageSequence
 
 import surreal
-from surreal.algorithms.common import obs_leaves
 from surreal.algorithms.common.checkpoint import LATEST
-from surreal.algorithms.common.env_ref import extend_import_path
-from surreal.algorithms.common.envs import spaces_of
+from surreal.algorithms.envs import obs_leaves
+from surreal.algorithms.envs.make import spaces_of
+from surreal.algorithms.envs.ref import extend_import_path
 from surreal.algorithms.es.evaluator import deterministic_policy
 from surreal.algorithms.es.master import ESMaster
 from surreal.algorithms.onpolicy.learner import Learner

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import yaml
 
-from surreal.algorithms.common import env_ref, envs
-from surreal.algorithms.common.env_ref import ResolvedEnv, extend_import_path
+from surreal.algorithms.envs import make as envs
+from surreal.algorithms.envs import ref as env_ref
+from surreal.algorithms.envs.ref import ResolvedEnv, extend_import_path
 from surreal.algorithms.es import presets as es_presets
 from surreal.algorithms.ppo import presets as ppo_presets
 from surreal.spec import SpecError, build_spec, load_spec_file
@@ -102,7 +103,7 @@ COMPONENT = textwrap.dedent(
     import gymnasium as gym
     from surreal import component
     from surreal.algorithms import registry
-    from surreal.algorithms.common import envs
+    from surreal.algorithms.envs import make as envs
 
     made = []
     real_make = gym.make

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from surreal.algorithms.common.envs import spaces_for
+from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.master import ESMaster
 from surreal.algorithms.es.noise import pair_seed

@@ -7,7 +7,7 @@ import dataclasses
 import gymnasium as gym
 import numpy as np
 
-from surreal.algorithms.common.envs import make_env, spaces_for
+from surreal.algorithms.envs.make import make_env, spaces_for
 from surreal.algorithms.es.actor import ESWorker, agent_ids
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy, normalizer

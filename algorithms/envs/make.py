@@ -22,9 +22,11 @@ from typing import Any, NamedTuple, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from surreal.algorithms.common import act_leaves, atari, obs_leaves
-from surreal.algorithms.common.act_leaves import ActionLayout, ActLeaf
-from surreal.algorithms.common.env_ref import (
+from surreal.algorithms.common.run import EXIT_ENV_FAILED, RoleFailed
+from surreal.algorithms.envs import act_leaves, atari, obs_leaves
+from surreal.algorithms.envs.act_leaves import ActionLayout, ActLeaf
+from surreal.algorithms.envs.obs_leaves import UNSUPPORTED, ObsLeaf, describe, image_layout, select
+from surreal.algorithms.envs.ref import (
     EnvRef,
     ResolvedEnv,
     as_env_ref,
@@ -36,8 +38,6 @@ from surreal.algorithms.common.env_ref import (
     their_error,
     users_code,
 )
-from surreal.algorithms.common.obs_leaves import UNSUPPORTED, ObsLeaf, describe, image_layout, select
-from surreal.algorithms.common.run import EXIT_ENV_FAILED, RoleFailed
 from surreal.protocol.ratelimit import RejectionLog
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class EnvFailed(RoleFailed):
 
 def check_env_id(env: EnvRef | str) -> None:
     """Raise ValueError naming `env` if it cannot be resolved (unknown id, a module that does not
-    import or define it); see env_ref.py."""
+    import or define it); see ref.py."""
     resolve(env)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surreal.algorithms.common.obs_leaves import children
+from surreal.algorithms.envs.obs_leaves import children
 
 CATEGORICAL, GAUSSIAN = "categorical", "gaussian"
 MAX_VALUES = 1 << 24  # values of one categorical column: float32 holds every index below exactly

@@ -31,9 +31,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from surreal.algorithms.common import atari
-from surreal.algorithms.common.act_leaves import ActionLayout, ActLeaf
-from surreal.algorithms.common.obs_leaves import UNSUPPORTED, ObsLeaf
+from surreal.algorithms.envs import atari
+from surreal.algorithms.envs.act_leaves import ActionLayout, ActLeaf
+from surreal.algorithms.envs.obs_leaves import UNSUPPORTED, ObsLeaf
 
 IMPORT_PATH_VAR = "SURREAL_IMPORT_PATH"  # os.pathsep-separated folders components import from
 
