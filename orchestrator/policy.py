@@ -1,7 +1,7 @@
 """The failure policy, written once as data of the program: what an exit of each role means.
 
 One pure function, `decide`, says what follows one exit; the local supervisor, the containers
-Job controller and a learner's agent of ranks (ranks.py, `LEARNER_GROUP`) call it, and the kube
+Job controller and a learner's agent of ranks (rank_agent.py, `LEARNER_GROUP`) call it, and the kube
 renderer turns the same data into each Job's `backoffLimit` (or `backoffLimitPerIndex`) and
 `podFailurePolicy`, which Kubernetes' Job controller applies the same way. So a crash has the
 same outcome on every backend:
@@ -29,15 +29,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from surreal.algorithms.common.preemption import EXIT_PREEMPTED
-from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
-from surreal.algorithms.common.run import (
+from surreal.algorithms.common.exits import (
     EXIT_COLLECTIVE_FAILED,
     EXIT_ENV_FAILED,
     EXIT_GROUP_NOT_FORMED,
+    EXIT_LEARNER_GONE,
     EXIT_NO_ACTORS,
+    EXIT_PREEMPTED,
 )
-from surreal.orchestrator.components import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE
+from surreal.orchestrator.program import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE
 from surreal.orchestrator.status import Phase
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from surreal.algorithms.common import preemption
+from surreal.algorithms.common.exits import EXIT_PREEMPTED
 from surreal.algorithms.common.run import RoleFailed, RunContext, rank_from_environ
 from surreal.algorithms.envs.make import use_resolved
 from surreal.algorithms.envs.ref import import_path_from_environ
@@ -109,7 +110,7 @@ def write_termination_message(
     crash writes nothing here: the pod's terminationMessagePolicy then falls back to the log's
     tail, which names the error."""
     path = os.environ.get(prog.ENV_TERMINATION_LOG)
-    if not path or (failed is None and (code not in (0, preemption.EXIT_PREEMPTED) or not learner)):
+    if not path or (failed is None and (code not in (0, EXIT_PREEMPTED) or not learner)):
         return
     if failed is None and os.environ.get(prog.ENV_FIRST_LEARNER_POD, "0") != "0":
         return  # a learner pod past the first (--learner-pods): rank 0's pod reports the run
@@ -130,7 +131,7 @@ def write_termination_message(
 
 def run_ranks(config: Any, ctx: RunContext) -> int:
     """The learner of `ctx.learners` ranks: this very command run as each rank, supervised."""
-    from surreal.orchestrator.ranks import launch_ranks  # torch, only where ranks run
+    from surreal.orchestrator.rank_agent import launch_ranks  # torch, only where ranks run
 
     join = getattr(config, "rank_join_seconds", None)
     return launch_ranks(ctx.learners, *([datetime.timedelta(seconds=join)] if join else []))
@@ -171,7 +172,7 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
         except RoleFailed as exc:  # retrying cannot help: one of the role's fatal exits
             logging.getLogger(__name__).error("%s", exc)
             code, failed = exc.code, exc
-        if code == preemption.EXIT_PREEMPTED and failed is None and preemption.failure() is not None:
+        if code == EXIT_PREEMPTED and failed is None and preemption.failure() is not None:
             # It saved and left because its role failed elsewhere (stop_for): that is its exit.
             failed = preemption.failure()
             assert failed is not None

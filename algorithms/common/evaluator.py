@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from surreal.algorithms.common.bounds import MAX_EVAL_EPISODES
-from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
+from surreal.algorithms.common.exits import EXIT_LEARNER_GONE
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.algorithms.envs.make import EnvBatch, Obs
 from surreal.protocol.client import LearnerClient, ProtocolError

@@ -21,10 +21,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from surreal.algorithms.common.exits import EXIT_PREEMPTED
 from surreal.algorithms.common.run import RoleFailed
-
-# 128 + SIGTERM, what a process killed by the signal reports: the pod's exit code after a clean stop.
-EXIT_PREEMPTED = 143
 
 _requested = threading.Event()
 _graceful = threading.Event()

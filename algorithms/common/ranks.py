@@ -16,7 +16,7 @@ same update (`commit`, then `all_committed` until true): a commitment is a key i
 store, polled without blocking, so a rank waiting for its peers keeps serving, reporting status
 and hearing SIGTERM. Once all have committed the collectives of the update run at once, each
 bounded by COLLECTIVE_TIMEOUT. A peer that stops heart-beating for PEER_TIMEOUT_SECONDS, or that
-leaves, ends the wait with `PeerLost`: the group is restarted (orchestrator/ranks.py's
+leaves, ends the wait with `PeerLost`: the group is restarted (orchestrator/rank_agent.py's
 `launch_ranks`, the agent in the learner's process or pod) and resumes from rank 0's checkpoint,
 which rank 0 broadcasts to the others at start. A group that does not form fails the learner at
 once (`GroupNotFormed`, exit EXIT_GROUP_NOT_FORMED: a fatal exit of the learner role, restarted
@@ -28,7 +28,7 @@ The process group is formed from what torch's elastic agent gives every worker (
 TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT), the group's restarts (SURREAL_GROUP_RESTARTS)
 and a store named by SURREAL_RANKS_STORE: a folder for FileStores (one machine or pod; no port is
 opened but gloo's, on the loopback). The agent's side (starting, watching and restarting the
-ranks; the learner pods' control store) is orchestrator/ranks.py.
+ranks; the learner pods' control store) is orchestrator/rank_agent.py.
 
 Ranks across learner pods (SURREAL_LEARNER_POD of SURREAL_LEARNER_PODS, each pod's agent running
 its N/P ranks, global rank = pod x N/P + local rank): pod 0's agent serves a TCPStore at
@@ -57,13 +57,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from surreal.algorithms.common.exits import EXIT_GROUP_NOT_FORMED
 from surreal.algorithms.common.run import (
     ENV_CONTROL,
     ENV_POD,
     ENV_PODS,
     ENV_RANK,
     ENV_WORLD_SIZE,
-    EXIT_GROUP_NOT_FORMED,
     RoleFailed,
     rank_from_environ,
 )

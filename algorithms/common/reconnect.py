@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from surreal.algorithms.common.exits import EXIT_LEARNER_GONE
 from surreal.protocol.client import ExperienceStream, LearnerClient, ProtocolError
 
 log = logging.getLogger(__name__)
@@ -14,9 +15,6 @@ log = logging.getLogger(__name__)
 # on Kubernetes the component's watch of the learner's Job (orchestrator/kube/watch.py) ends it
 # within seconds of that Job's end; this bound stays for a cluster whose API it cannot read.
 GIVE_UP_SECONDS = 900.0
-# The exit code of a worker or evaluator whose learner is gone for good (EX_UNAVAILABLE): the
-# Jobs' podFailurePolicy fails the experiment's workers on it instead of retrying them.
-EXIT_LEARNER_GONE = 69
 FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 0.5, 10.0
 
 

@@ -26,19 +26,6 @@ ENV_GROUP_SIZE = "SURREAL_GROUP_SIZE"
 ENV_PODS = "SURREAL_LEARNER_PODS"
 ENV_CONTROL = "SURREAL_RANKS_CONTROL"
 ENV_POD = "SURREAL_LEARNER_POD"
-# The exit of a learner whose ranks did not form their group in time (a rank hung before it joined):
-# retrying cannot help, so it fails the learner role at once (policy.py: one of its fatal exits).
-EXIT_GROUP_NOT_FORMED = 70
-# The exit of a learner that no actor is left to feed (on Kubernetes: the actors' Job failed, which
-# the learner's cluster watch saw, orchestrator/kube/watch.py): a fatal exit of the learner role.
-EXIT_NO_ACTORS = 71
-# The exit of a component whose environment failed (envs.EnvFailed: the user's environment raised, or
-# an actor's gave nothing but non-finite data): retrying runs the same code again, so it fails the
-# role at once, whichever role it is (policy.py: a fatal exit of each).
-EXIT_ENV_FAILED = 73
-# The exit of a learner rank whose collective raised (ranks.CollectiveFailed: a peer rank or pod
-# gone or hung); a rank's code, seen only by its pod's agent, never a component's.
-EXIT_COLLECTIVE_FAILED = 72
 
 
 class RoleFailed(RuntimeError):

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from surreal.algorithms.common import preemption
 from surreal.algorithms.common.checkpoint import write_json
 from surreal.algorithms.common.evaluator import HEARTBEAT_SECONDS, Policy, eval_seed, evaluate
+from surreal.algorithms.common.exits import EXIT_PREEMPTED
 from surreal.algorithms.common.ranks import PeerLost, RankGroup
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.algorithms.common.scale import (
@@ -245,7 +246,7 @@ class ServingLoop:
         self.core.save(clean=True)
         self.write_status()
         log.info("checkpoint written in %.2f s; exiting %d", time.monotonic() - started,
-                 preemption.EXIT_PREEMPTED)  # fmt: skip
+                 EXIT_PREEMPTED)  # fmt: skip
         return False
 
     def run(self, ctx: RunContext, *, final_eval_timeout: float, eval_episodes: int,
@@ -260,7 +261,7 @@ class ServingLoop:
                 # saved (clean), and the replacement finishes it. A stop for a failure elsewhere
                 # (preemption.stop_for) does not: the run is done.
                 if not self.train() or (preemption.requested() and preemption.failure() is None):
-                    code = preemption.EXIT_PREEMPTED
+                    code = EXIT_PREEMPTED
                     return code
             code = finish(self, ctx, final_eval_timeout=final_eval_timeout,
                           eval_episodes=eval_episodes, policy_for=policy_for, obs_keys=obs_keys)  # fmt: skip

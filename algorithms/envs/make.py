@@ -22,7 +22,8 @@ from typing import Any, NamedTuple, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from surreal.algorithms.common.run import EXIT_ENV_FAILED, RoleFailed
+from surreal.algorithms.common.exits import EXIT_ENV_FAILED
+from surreal.algorithms.common.run import RoleFailed
 from surreal.algorithms.envs import act_leaves, atari, obs_leaves
 from surreal.algorithms.envs.act_leaves import ActionLayout, ActLeaf
 from surreal.algorithms.envs.obs_leaves import UNSUPPORTED, ObsLeaf, describe, image_layout, select

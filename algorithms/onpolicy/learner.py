@@ -26,6 +26,7 @@ import torch
 
 from surreal.algorithms.api import OnPolicy
 from surreal.algorithms.common.checkpoint import load_checkpoint
+from surreal.algorithms.common.exits import EXIT_COLLECTIVE_FAILED
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
 from surreal.algorithms.common.ranks import (
@@ -34,11 +35,7 @@ from surreal.algorithms.common.ranks import (
     RankGroup,
     group_from_environ,
 )
-from surreal.algorithms.common.run import (
-    EXIT_COLLECTIVE_FAILED,
-    RunContext,
-    progress_extras,
-)
+from surreal.algorithms.common.run import RunContext, progress_extras
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.envs.make import EnvSpaces, spaces_for

@@ -19,19 +19,18 @@ from enum import StrEnum
 from typing import Any
 
 from surreal.orchestrator.containers.plan import JobRun
-from surreal.orchestrator.policy import Action as policy_action
-from surreal.orchestrator.policy import RolePolicy, decide
+from surreal.orchestrator.policy import Action, RolePolicy, decide
 
 
-class Action(StrEnum):
+class PodAction(StrEnum):
     NOTHING = "nothing"  # the index is done, or no longer wanted, or already failed
     REPLACE = "replace"  # start a new pod for the index (after `delay`)
     FAIL_JOB = "fail_job"  # stop the Job's other pods: it has failed
 
 
 @dataclass(frozen=True)
-class Decision:
-    action: Action
+class PodDecision:
+    action: PodAction
     delay: float = 0.0
 
 
@@ -94,33 +93,33 @@ class JobController:
     def state(self, job: str) -> JobState:
         return self.jobs[job]
 
-    def exited(self, job: str, pod: str, index: int, code: int) -> Decision:
+    def exited(self, job: str, pod: str, index: int, code: int) -> PodDecision:
         """Pod `pod` of index `index` of Job `job` exited with `code` (128 + N: killed by signal N)."""
         s = self.jobs[job]
         if s.ended or index >= s.completions or index in s.succeeded:
-            return Decision(Action.NOTHING)
+            return PodDecision(PodAction.NOTHING)
         if code == 0:
             s.succeeded.add(index)
             self._maybe_ended(s)
-            return Decision(Action.NOTHING)
+            return PodDecision(PodAction.NOTHING)
         policy = job_policy(s.job)
         counted_before = s.failed_by_index.get(index, 0) if policy.per_index else s.failed
         decision = decide(policy, code, counted_before)
-        if decision.action is policy_action.FAIL_ROLE:
+        if decision.action is Action.FAIL_ROLE:
             self._fail(s, "PodFailurePolicy", f"Container {s.job.role} for pod {pod} failed with exit "
                        f"code {code} matching FailJob rule")  # fmt: skip
-            return Decision(Action.FAIL_JOB)
+            return PodDecision(PodAction.FAIL_JOB)
         if decision.counted:
             s.failed += 1
             s.failed_by_index[index] = s.failed_by_index.get(index, 0) + 1
-        if decision.action is policy_action.REPLACE:
-            return Decision(Action.REPLACE, decision.delay)
+        if decision.action is Action.REPLACE:
+            return PodDecision(PodAction.REPLACE, decision.delay)
         if policy.per_index:  # this index has failed; the Job once every index has ended
             s.failed_indexes.add(index)
             self._maybe_ended(s)
-            return Decision(Action.NOTHING)
+            return PodDecision(PodAction.NOTHING)
         self._fail(s, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
-        return Decision(Action.FAIL_JOB)
+        return PodDecision(PodAction.FAIL_JOB)
 
     def scale(self, job: str, completions: int) -> None:
         """completions = parallelism = `completions` (indexes beyond it are dropped)."""

@@ -55,9 +55,9 @@ from surreal.orchestrator.containers.run import (
 from surreal.orchestrator.files import read_json, write_atomic, write_json_atomic
 from surreal.orchestrator.home import LOG_DIR
 from surreal.orchestrator.home_launcher import HomeLauncher, read_log, wait_until
+from surreal.orchestrator.kube import observe as kube_status
 from surreal.orchestrator.kube import output as kube_output
 from surreal.orchestrator.kube import render as kube_render
-from surreal.orchestrator.kube import status as kube_status
 from surreal.orchestrator.launcher import (
     CorruptFile,
     Launched,

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from surreal.orchestrator.containers.jobs import Action, JobController
+from surreal.orchestrator.containers.jobs import JobController, PodAction
 from surreal.orchestrator.containers.plan import RUN_LABEL, ContainersError, HostPath, Plan, PodRun, job_pod
 from surreal.orchestrator.kube.render import object_names
 from surreal.orchestrator.status import describe_container_exit
@@ -220,9 +220,9 @@ class Run:
             changed = True
             self.exit_codes[pod.name] = int(state.get("ExitCode") or 0)
             decision = self.controller.exited(pod.workload, pod.name, pod.index, self.exit_codes[pod.name])
-            if decision.action is Action.REPLACE:
+            if decision.action is PodAction.REPLACE:
                 self._due.append((time.monotonic() + decision.delay, pod.workload, pod.index))
-            elif decision.action is Action.FAIL_JOB:
+            elif decision.action is PodAction.FAIL_JOB:
                 for other in [p for p in self.started if p.workload == pod.workload and p is not pod]:
                     self.stop_pod(other)
         if self.stopping:

@@ -26,8 +26,8 @@ from kubernetes.config.config_exception import ConfigException
 
 from surreal.algorithms.common.scale import SCALE_FILE
 from surreal.orchestrator import resize
+from surreal.orchestrator.kube import observe as ks
 from surreal.orchestrator.kube import render as kr
-from surreal.orchestrator.kube import status as ks
 from surreal.orchestrator.kube.errors import (
     ClusterUnreachable,
     ExperimentExists,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from surreal.orchestrator.components import Component
+from surreal.orchestrator.program import Component
 from surreal.provisioner.placement import Placement as Placement  # re-exported for the renderer
 
 # Paths inside every pod (the same in the chart).

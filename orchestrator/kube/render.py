@@ -30,13 +30,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.kube import pods as pods
 from surreal.orchestrator.kube.pods import Placement
 from surreal.orchestrator.policy import RolePolicy, policy_of
 from surreal.orchestrator.program import (
     ENV_FIRST_LEARNER_POD,
     LEARNER_PORT,
+    Component,
+    Program,
     Target,
     envs_problem,
     fragment_problem,

@@ -32,10 +32,10 @@ from typing import Any
 
 from kubernetes import client, config
 
-from surreal.algorithms.common.run import EXIT_NO_ACTORS
-from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE
+from surreal.algorithms.common.exits import EXIT_NO_ACTORS
+from surreal.orchestrator.kube.observe import condition, job_state
 from surreal.orchestrator.kube.render import JOBSET_SUFFIX, job_names
-from surreal.orchestrator.kube.status import condition, job_state
+from surreal.orchestrator.program import ACTOR_ROLE, LEARNER_ROLE
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def watched_job(role: str, experiment: str, queued: bool = False) -> str:
     return names[ACTOR_ROLE] if role == LEARNER_ROLE else names[LEARNER_ROLE]
 
 
-def decide(role: str, job: Mapping[str, Any]) -> Ending | None:
+def ending_of(role: str, job: Mapping[str, Any]) -> Ending | None:
     """What the watched `job` (its JSON) means for a component of `role`, or None: go on."""
     state = job_state(job)
     name = (job.get("metadata") or {}).get("name", "?")
@@ -86,7 +86,7 @@ def in_cluster_batch_api() -> client.BatchV1Api:
 
 class JobWatch:
     """A daemon thread: looks at `job` in `namespace` at start and then every ~`interval`
-    seconds, until `decide` says the component of `role` ends: then `on_end(ending)` is called,
+    seconds, until `ending_of` says the component of `role` ends: then `on_end(ending)` is called,
     once, from the thread, and the watch stops. `api()` makes the BatchV1Api (in-cluster by
     default; a test's fake), retried at each look until it can be made."""
 
@@ -133,7 +133,7 @@ class JobWatch:
                     if (j.get("metadata") or {}).get("name") == self.job]  # fmt: skip
             if not jobs:
                 raise LookupError(f"no Job {self.job} in namespace {self.namespace}")
-            ending = decide(self.role, jobs[0])
+            ending = ending_of(self.role, jobs[0])
         except Exception as exc:  # noqa: BLE001 - the watch never fails its component
             self._failed(exc)
             return None

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from surreal.orchestrator.components import Program
 from surreal.orchestrator.home import (
     SPEC_FILE,
     TOKEN_FILE,
@@ -33,7 +32,14 @@ from surreal.orchestrator.home import (
 from surreal.orchestrator.launcher import CorruptFile
 from surreal.orchestrator.local import processes as local
 from surreal.orchestrator.local.sched_slice import slice_ms_from_env
-from surreal.orchestrator.program import LOCAL_KNOB, Target, local_split, make_program, workers_problem
+from surreal.orchestrator.program import (
+    LOCAL_KNOB,
+    Program,
+    Target,
+    local_split,
+    make_program,
+    workers_problem,
+)
 from surreal.orchestrator.status import component, describe_exit, exit_code, status_object
 from surreal.spec import ExperimentSpec
 

@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from surreal.orchestrator import home, resize
-from surreal.orchestrator.components import ACTOR_ROLE
 from surreal.orchestrator.home_launcher import HomeLauncher, read_log, wait_until
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
 from surreal.orchestrator.local import experiment as exps
 from surreal.orchestrator.local import processes as local
-from surreal.orchestrator.program import LOCAL_KNOB, local_split, rescaled, workers_problem
+from surreal.orchestrator.program import ACTOR_ROLE, LOCAL_KNOB, local_split, rescaled, workers_problem
 from surreal.orchestrator.status import TERMINAL_PHASES
 from surreal.spec import ExperimentSpec
 

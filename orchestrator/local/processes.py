@@ -22,7 +22,6 @@ from typing import Any
 import psutil
 
 from surreal.orchestrator import home
-from surreal.orchestrator.components import Program
 from surreal.orchestrator.files import read_json, write_json_atomic
 from surreal.orchestrator.home import LOG_DIR
 from surreal.orchestrator.launcher import CorruptFile
@@ -31,6 +30,7 @@ from surreal.orchestrator.local.supervisor import (
     STATE_FILE,
     Supervisor,
 )
+from surreal.orchestrator.program import Program
 from surreal.orchestrator.status import TERMINAL_PHASES, ComponentState, Phase, exit_code
 
 __all__ = [

@@ -41,12 +41,11 @@ from typing import Any
 
 import psutil
 
-from surreal.orchestrator.components import ACTOR_ROLE, LEARNER_ROLE, Component, Program
 from surreal.orchestrator.files import write_json_atomic
 from surreal.orchestrator.home import LOG_DIR
 from surreal.orchestrator.local.sched_slice import slice_ms_from_env, slice_request
 from surreal.orchestrator.policy import POLICIES, Action, RoleEnd, RolePolicy, decide, outcome, policy_of
-from surreal.orchestrator.program import ENV_TERMINATION_LOG
+from surreal.orchestrator.program import ACTOR_ROLE, ENV_TERMINATION_LOG, LEARNER_ROLE, Component, Program
 from surreal.orchestrator.status import ENDED_STATES, ComponentState, Phase, describe_exit
 
 log = logging.getLogger(__name__)

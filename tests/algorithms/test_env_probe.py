@@ -19,7 +19,7 @@ import pytest
 
 from surreal import component
 from surreal.algorithms.common import preemption
-from surreal.algorithms.common.run import EXIT_ENV_FAILED
+from surreal.algorithms.common.exits import EXIT_ENV_FAILED, EXIT_PREEMPTED
 from surreal.algorithms.envs import ref as env_ref
 from surreal.algorithms.envs.make import (
     BROKEN_STEPS,
@@ -129,7 +129,7 @@ def test_a_stop_asked_for_while_the_environment_steps_is_not_its_failure(
     monkeypatch.setattr(preemption, "_requested", threading.Event())
     with pytest.raises(SystemExit) as err:
         batch.step(np.zeros((1, 2), np.float32))
-    assert err.value.code == preemption.EXIT_PREEMPTED
+    assert err.value.code == EXIT_PREEMPTED
 
 
 def test_an_actor_whose_environments_give_only_non_finite_data_fails_after_broken_steps() -> None:

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from surreal.algorithms.common import ranks as ranks_module
+from surreal.algorithms.common.exits import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
 from surreal.algorithms.common.ranks import (
     COLLECTIVE_TIMEOUT,
     FORM_TIMEOUT,
@@ -33,7 +34,7 @@ from surreal.algorithms.common.ranks import (
     join_group,
     open_store,
 )
-from surreal.algorithms.common.run import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, RoleFailed
+from surreal.algorithms.common.run import RoleFailed
 from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.batch import Batch
@@ -41,9 +42,9 @@ from surreal.algorithms.onpolicy.learner import Learner
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.component import EXIT_SECONDS
-from surreal.orchestrator import ranks as agent
+from surreal.orchestrator import rank_agent as agent
 from surreal.orchestrator.policy import LEARNER_GROUP, POLICIES, Action, decide
-from surreal.orchestrator.ranks import MONITOR_SECONDS, JoinWatch
+from surreal.orchestrator.rank_agent import MONITOR_SECONDS, JoinWatch
 from surreal.protocol.types import Fragment
 
 ENV = "Pendulum-v1"

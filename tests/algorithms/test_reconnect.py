@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from surreal.algorithms.common import reconnect
+from surreal.algorithms.common.exits import EXIT_LEARNER_GONE
 from surreal.protocol.client import ProtocolError
 
 
@@ -71,5 +72,5 @@ def test_gives_up_with_the_learner_gone_exit_code(sleeps: list[float]) -> None:
     # 69 (EX_UNAVAILABLE) is what the Jobs' podFailurePolicy fails the workers on: not a crash (1).
     client = FakeClient(down=10**6)
     code = reconnect.work_connected(client, "actor-0", lambda s: 0, give_up_seconds=-1.0)  # type: ignore[arg-type]
-    assert code == reconnect.EXIT_LEARNER_GONE == 69
+    assert code == EXIT_LEARNER_GONE == 69
     assert sleeps == [] and client.streams == []

@@ -12,7 +12,7 @@ from typing import Any
 
 from surreal.orchestrator.containers.plan import RUN_LABEL, ContainersError, PodRun
 from surreal.orchestrator.containers.run import Engine, Run
-from surreal.orchestrator.kube import status as kube_status
+from surreal.orchestrator.kube import observe as kube_status
 
 
 def ids(engine: Engine, run_id: str | None = None) -> list[str]:

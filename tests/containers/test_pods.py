@@ -31,8 +31,8 @@ from harness import HarnessRun
 from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.orchestrator.containers import plan as containers_plan
 from surreal.orchestrator.containers import run as containers_run
-from surreal.orchestrator.kube import status as ks
-from surreal.orchestrator.kube import status as kube_status
+from surreal.orchestrator.kube import observe as ks
+from surreal.orchestrator.kube import observe as kube_status
 
 pytestmark = pytest.mark.slow
 

@@ -28,9 +28,8 @@ from pathlib import Path
 import torch
 
 from surreal.algorithms.common import ranks
-from surreal.algorithms.common.preemption import EXIT_PREEMPTED
-from surreal.algorithms.common.run import EXIT_COLLECTIVE_FAILED
-from surreal.orchestrator import ranks as agent
+from surreal.algorithms.common.exits import EXIT_COLLECTIVE_FAILED, EXIT_PREEMPTED
+from surreal.orchestrator import rank_agent as agent
 
 
 def run_agent(args: argparse.Namespace) -> int:

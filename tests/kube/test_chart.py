@@ -17,9 +17,13 @@ from jobset_schema import validate
 from kube_support import CHART, make_spec
 
 from surreal import spec as spec_mod
-from surreal.algorithms.common.preemption import EXIT_PREEMPTED
-from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
-from surreal.algorithms.common.run import EXIT_ENV_FAILED, EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
+from surreal.algorithms.common.exits import (
+    EXIT_ENV_FAILED,
+    EXIT_GROUP_NOT_FORMED,
+    EXIT_LEARNER_GONE,
+    EXIT_NO_ACTORS,
+    EXIT_PREEMPTED,
+)
 from surreal.algorithms.envs import make as envs
 from surreal.algorithms.es import presets as es_presets
 from surreal.algorithms.ppo import presets as ppo_presets

@@ -11,8 +11,8 @@ import pytest
 from kube_support import make_spec
 
 from surreal import component
+from surreal.orchestrator.kube import observe as ks
 from surreal.orchestrator.kube import render as kr
-from surreal.orchestrator.kube import status as ks
 from surreal.orchestrator.program import ENV_TERMINATION_LOG
 
 

@@ -16,7 +16,7 @@ from fake_api import FakeApi, Request, fake_client
 from jobset_schema import validate_jobset
 from kube_support import make_spec
 
-from surreal.orchestrator.kube import status as ks
+from surreal.orchestrator.kube import observe as ks
 from surreal.orchestrator.kube.client import KubeClient, KubeError
 from surreal.orchestrator.kube.pods import Placement
 

@@ -12,9 +12,13 @@ import yaml
 from jobset_schema import JobSetInvalid, validate
 from kube_support import KUBE_VERSIONS, make_spec
 
-from surreal.algorithms.common.preemption import EXIT_PREEMPTED
-from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
-from surreal.algorithms.common.run import EXIT_ENV_FAILED, EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
+from surreal.algorithms.common.exits import (
+    EXIT_ENV_FAILED,
+    EXIT_GROUP_NOT_FORMED,
+    EXIT_LEARNER_GONE,
+    EXIT_NO_ACTORS,
+    EXIT_PREEMPTED,
+)
 from surreal.component import ComponentError, worker_index
 from surreal.orchestrator.kube import output as ko
 from surreal.orchestrator.kube import render as kr
@@ -469,7 +473,7 @@ def test_many_agents_render_in_one_pass_over_the_actors(monkeypatch: pytest.Monk
     """20,000 actor pods (not timed): each component is built once, the names are checked in one
     pass through a set (tests/orchestrator: no comparison between distinct names), each actor's
     env is compared once with the others', and the output is the one actor Job whatever the count."""
-    from surreal.orchestrator import components
+    from surreal.orchestrator import program as components
 
     agents = 20_000
     counts = {"built": 0, "env_compared": 0}

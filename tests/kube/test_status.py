@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from surreal.orchestrator.kube import status as ks
+from surreal.orchestrator.kube import observe as ks
 from surreal.orchestrator.kube.errors import KubeError
 
 

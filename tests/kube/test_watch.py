@@ -20,10 +20,11 @@ from kubernetes import client
 
 from surreal import component
 from surreal.algorithms.common import preemption
-from surreal.algorithms.common.run import EXIT_NO_ACTORS, RoleFailed
+from surreal.algorithms.common.exits import EXIT_NO_ACTORS
+from surreal.algorithms.common.run import RoleFailed
 from surreal.orchestrator import program as prog
+from surreal.orchestrator.kube import observe as ks
 from surreal.orchestrator.kube import render as kr
-from surreal.orchestrator.kube import status as ks
 from surreal.orchestrator.kube import watch as kw
 from surreal.orchestrator.kube.client import KubeClient
 from surreal.orchestrator.policy import POLICIES
@@ -199,9 +200,9 @@ def test_decide_reads_the_failure_target_as_failed() -> None:
     target = {"type": "FailureTarget", "status": "True", "reason": "R"}
     job = {"metadata": {"name": "exp1-actor"}, "status": {"conditions": [target]}}
     why = "no actor is left to feed the learner: the actors' Job exp1-actor failed (R)"
-    assert kw.decide("learner", job) == kw.Ending(EXIT_NO_ACTORS, why)
+    assert kw.ending_of("learner", job) == kw.Ending(EXIT_NO_ACTORS, why)
     job["status"]["conditions"][0]["status"] = "False"
-    assert kw.decide("learner", job) is None and kw.decide("actor", job) is None
+    assert kw.ending_of("learner", job) is None and kw.ending_of("actor", job) is None
     assert kw.watched_job("learner", "e") == "e-actor" and kw.watched_job("evaluator", "e") == "e-learner"
     assert kw.parse_experiment("rl/exp1") == ("rl", "exp1", False)
     # A queued experiment's Jobs are its JobSet's: <jobset>-<replicatedJob>-<index>.

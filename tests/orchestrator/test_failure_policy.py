@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from surreal.algorithms.common.preemption import EXIT_PREEMPTED
-from surreal.algorithms.common.reconnect import EXIT_LEARNER_GONE
-from surreal.orchestrator.containers.jobs import Action as JobAction
+from surreal.algorithms.common.exits import EXIT_LEARNER_GONE, EXIT_PREEMPTED
 from surreal.orchestrator.containers.jobs import JobController, job_policy
+from surreal.orchestrator.containers.jobs import PodAction as JobAction
 from surreal.orchestrator.containers.plan import translate
-from surreal.orchestrator.kube import status as kube_status
+from surreal.orchestrator.kube import observe as kube_status
 from surreal.orchestrator.kube.render import render
 from surreal.orchestrator.policy import (
     POLICIES,

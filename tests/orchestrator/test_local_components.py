@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from surreal.orchestrator.components import Component, FrozenEnv, Program, duplicate_names
+from surreal.orchestrator.program import Component, FrozenEnv, Program, duplicate_names
 
 
 def _learner(**overrides: object) -> Component:

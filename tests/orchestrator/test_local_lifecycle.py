@@ -15,7 +15,6 @@ from typing import Any
 import psutil
 import pytest
 
-from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.home import list_experiment_dirs, tail_log
 from surreal.orchestrator.local.launcher import LocalLauncher
 from surreal.orchestrator.local.processes import (
@@ -27,6 +26,7 @@ from surreal.orchestrator.local.processes import (
     spawn_detached,
     stop_experiment,
 )
+from surreal.orchestrator.program import Component, Program
 
 SUPERVISE = [
     sys.executable,

@@ -19,11 +19,11 @@ from typing import Any
 import psutil
 import pytest
 
-from surreal.orchestrator.components import Component, Program
 from surreal.orchestrator.local.processes import read_state
 from surreal.orchestrator.local.sched_slice import current_slice_ns, slice_ms_from_env, slice_request
 from surreal.orchestrator.local.supervisor import Supervisor, actor_cpus
 from surreal.orchestrator.policy import POLICIES, RolePolicy
+from surreal.orchestrator.program import Component, Program
 
 SLEEP = "import time; time.sleep(600)"
 WAIT_FOR_DONE = "import os, time\nwhile not os.path.exists('done'): time.sleep(0.02)"
@@ -228,7 +228,7 @@ def test_unstartable_component_fails_and_finished_workers_succeed(tmp_path: Path
 
 FOREGROUND = """
 import sys
-from surreal.orchestrator.components import Component, Program
+from surreal.orchestrator.program import Component, Program
 from surreal.orchestrator.status import exit_code
 from surreal.orchestrator.local.sched_slice import current_slice_ns, slice_ms_from_env, slice_request
 from surreal.orchestrator.local.supervisor import Supervisor, actor_cpus

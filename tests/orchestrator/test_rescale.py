@@ -9,10 +9,16 @@ from pathlib import Path
 import pytest
 from test_local_supervisor import SLEEP, WAIT_FOR_DONE, by_name, gone, py, running, start_in_thread, wait_for
 
-from surreal.orchestrator.components import Program
 from surreal.orchestrator.local.processes import read_state, save_program
 from surreal.orchestrator.local.supervisor import Supervisor
-from surreal.orchestrator.program import ENV_AGENTS_IN_WORKER, Target, local_split, make_program, rescaled
+from surreal.orchestrator.program import (
+    ENV_AGENTS_IN_WORKER,
+    Program,
+    Target,
+    local_split,
+    make_program,
+    rescaled,
+)
 from surreal.spec import build_spec
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from surreal.algorithms.common.exits import EXIT_COLLECTIVE_FAILED, EXIT_GROUP_NOT_FORMED
 from surreal.algorithms.common.ranks import (
     COLLECTIVE_TIMEOUT,
     ENV_GENERATION,
@@ -38,12 +39,7 @@ from surreal.algorithms.common.ranks import (
     not_joined,
     split_addr,
 )
-from surreal.algorithms.common.run import (
-    ENV_GROUP_SIZE,
-    ENV_RANK_OFFSET,
-    EXIT_COLLECTIVE_FAILED,
-    EXIT_GROUP_NOT_FORMED,
-)
+from surreal.algorithms.common.run import ENV_GROUP_SIZE, ENV_RANK_OFFSET
 from surreal.orchestrator.policy import LEARNER_GROUP, Action, decide
 
 log = logging.getLogger(__name__)
@@ -345,7 +341,7 @@ def launch_ranks(
     import tempfile
 
     from surreal.algorithms.common import preemption
-    from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+    from surreal.algorithms.common.exits import EXIT_PREEMPTED
 
     pods = pods or Pods.from_environ()
     if learners % pods.pods:
@@ -459,7 +455,7 @@ def _run_group(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from surreal.algorithms.common import preemption
-    from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+    from surreal.algorithms.common.exits import EXIT_PREEMPTED
 
     # A fresh run id each time: a new rendezvous and generation (each rank's store starts empty),
     # and the agent never restarts a group itself (launch_ranks does, unless it never formed).

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from surreal.algorithms.common.preemption import EXIT_PREEMPTED
+from surreal.algorithms.common.exits import EXIT_PREEMPTED
 from surreal.orchestrator.kube.errors import KubeError
 from surreal.orchestrator.policy import RoleEnd, outcome
 from surreal.orchestrator.status import ComponentState, component, status_object
