@@ -10,13 +10,17 @@ a `LauncherError` whose text is the one line to show.
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from surreal.orchestrator.program import ENV_JOBS_WATCH
 from surreal.orchestrator.status import exit_code
 from surreal.spec import SpecError
 from surreal.spec import check_agents as spec_check_agents
@@ -165,3 +169,21 @@ def check_port_free(port: int, host: str = "127.0.0.1") -> None:
             sock.bind((host, port))
         except OSError:
             raise LauncherError(f"port {port} on {host} is taken (pick another with --port)") from None
+
+
+def start_jobs_watch(role: str, on_end: Callable[[Any], None]) -> Any:
+    """The watch of the experiment's Jobs that the backend running this component gives it, started:
+    SURREAL_JOBS_WATCH is "BACKEND:WHERE", and the backend's module `watch` starts it with
+    `start(role, WHERE, on_end)` (its object has `stop()`). None where the backend gives none (the
+    local supervisor and the containers controller end their components themselves), or where it
+    cannot start, said in the log: the component then runs on without it."""
+    value = os.environ.get(ENV_JOBS_WATCH)
+    if not value:
+        return None
+    backend, _, where = value.partition(":")
+    try:
+        return importlib.import_module(f"surreal.orchestrator.{backend}.watch").start(role, where, on_end)
+    except (ImportError, ValueError) as exc:
+        logging.getLogger(__name__).warning("no watch of the experiment's Jobs (%s=%r): %s",
+                                            ENV_JOBS_WATCH, value, exc)  # fmt: skip
+        return None

@@ -211,10 +211,11 @@ ENV_JOB_INDEX = "JOB_COMPLETION_INDEX"
 ENV_LEARNER_PODS, ENV_RANKS_CONTROL, ENV_FIRST_LEARNER_POD = ENV_PODS, ENV_CONTROL, ENV_POD
 # Where a finished learner writes its final status: the container's termination message in a pod.
 ENV_TERMINATION_LOG = "SURREAL_TERMINATION_LOG"
-# In a Kubernetes pod: "NAMESPACE/EXPERIMENT", whose Jobs the component watches through the API
-# (orchestrator/kube/watch.py: a learner whose actors' Job failed, workers whose learner's Job
-# ended, stop). Only the kube renderer sets it; the containers backend drops it.
-ENV_KUBE_EXPERIMENT = "SURREAL_KUBE_EXPERIMENT"
+# "BACKEND:WHERE": the watch of the experiment's Jobs its backend gives each component
+# (launcher.start_jobs_watch: a learner whose actors' Job failed, workers whose learner's Job ended,
+# stop). Kubernetes' ("kube:NAMESPACE/EXPERIMENT[/jobset]", its Jobs through the API) is the only
+# one: the local supervisor and the containers controller end their components themselves.
+ENV_JOBS_WATCH = "SURREAL_JOBS_WATCH"
 ENV_IMPORT_PATH = IMPORT_PATH_VAR  # folders a component imports a user's environment module from
 
 LEARNER_PORT = 6000  # rank 0's in a pod (rank r listens on LEARNER_PORT + r); locally free ports
@@ -237,8 +238,8 @@ class Target:
     import_path: tuple[str, ...] = ()
     # Pods: the file the learner's final status goes to (its container's termination message).
     termination_log: str | None = None
-    # Pods: "NAMESPACE/EXPERIMENT" for the components' watch of the experiment's Jobs.
-    kube_experiment: str | None = None
+    # ENV_JOBS_WATCH's value, where the backend gives its components a watch of the Jobs.
+    jobs_watch: str | None = None
     # Pods the learner ranks spread over (ranks.py): learner_addr lists every pod's ranks, pod by
     # pod; `ranks_control` is pod 0's control store ("HOST:PORT") when there are several.
     learner_pods: int = 1
@@ -317,8 +318,8 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
         common[ENV_TOKEN_FILE] = target.token_file
     if target.import_path:
         common[ENV_IMPORT_PATH] = os.pathsep.join(target.import_path)
-    if target.kube_experiment:
-        common[ENV_KUBE_EXPERIMENT] = target.kube_experiment
+    if target.jobs_watch:
+        common[ENV_JOBS_WATCH] = target.jobs_watch
 
     def component(role: str, index: int = 0, **extra: object) -> Component:
         name = role if role in ("learner", "evaluator") else f"{role}-{index}"

@@ -24,6 +24,7 @@ from surreal.algorithms.envs.make import use_resolved
 from surreal.algorithms.envs.ref import import_path_from_environ
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
+from surreal.orchestrator.launcher import start_jobs_watch as start_watch
 from surreal.protocol.ratelimit import RateLimitFilter
 from surreal.spec import ExperimentSpec, load_spec_file
 
@@ -164,7 +165,7 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     if role == prog.LEARNER_ROLE and ctx.learners > 1 and rank_from_environ() is None:
         main = run_ranks  # this process starts the learner's ranks (each runs `main`) and watches them
     code = 1
-    watch = start_job_watch(role)
+    watch = start_jobs_watch(role)
     try:
         failed = None
         try:
@@ -187,25 +188,13 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
     return code
 
 
-def start_job_watch(role: str) -> Any:
-    """In a Kubernetes pod (SURREAL_KUBE_EXPERIMENT, which only the kube renderer sets): the watch
-    of the experiment's Jobs (orchestrator/kube/watch.py), started, or None. The learner (or its
-    ranks' agent; never a rank) stops as on SIGTERM and exits with the watch's fatal code and
-    reason; actors and the evaluator exit 0 at once."""
-    value = os.environ.get(prog.ENV_KUBE_EXPERIMENT)
-    if not value or rank_from_environ() is not None:
+def start_jobs_watch(role: str) -> Any:
+    """The watch of the experiment's Jobs its backend gives this component (launcher.start_jobs_watch),
+    started, or None. The learner (or its ranks' agent; never a rank) stops as on SIGTERM and exits
+    with the watch's fatal code and reason; actors and the evaluator exit 0 at once."""
+    if rank_from_environ() is not None:
         return None
-    log = logging.getLogger(__name__)
-    try:
-        from surreal.orchestrator.kube import watch as kube_watch
-
-        namespace, experiment, queued = kube_watch.parse_experiment(value)
-    except (ImportError, ValueError) as exc:  # the component runs on, as without a watch
-        log.warning("no watch of the experiment's Jobs (%s=%r): %s", prog.ENV_KUBE_EXPERIMENT, value, exc)
-        return None
-    return kube_watch.JobWatch(
-        role, namespace, experiment, stop_learner if role == "learner" else end_worker, queued=queued
-    ).start()
+    return start_watch(role, stop_learner if role == prog.LEARNER_ROLE else end_worker)
 
 
 def stop_learner(ending: Any) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from surreal.orchestrator.launcher import LauncherError
-from surreal.orchestrator.program import ENV_JOB_INDEX, ENV_KUBE_EXPERIMENT
+from surreal.orchestrator.program import ENV_JOB_INDEX, ENV_JOBS_WATCH
 
 RUN_LABEL = "surreal.io/run"  # every container and network of one run (a run id)
 POD_LABEL = "surreal.io/pod"  # the pod a container stands for
@@ -49,9 +49,9 @@ PASSIVE = (
     "RoleBinding",
 )
 # There is no API server here: the pods' access to it (their account's token, its Role) and their
-# watch of their Jobs (ENV_KUBE_EXPERIMENT) are dropped; the run's Job controller (jobs.py) ends
+# watch of their Jobs (ENV_JOBS_WATCH) are dropped; the run's Job controller (jobs.py) ends
 # the components a failed role leaves without work, as the watch does on a cluster.
-NO_API_ENV = (ENV_KUBE_EXPERIMENT,)
+NO_API_ENV = (ENV_JOBS_WATCH,)
 DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets none
 
 

@@ -80,7 +80,7 @@ JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 JOB_ROLES = ("learner", "actor", "evaluator")  # the roles that run as Jobs, in the JobSet's order
 # Pod 0's control store, where the learner pods' agents agree on each group (ranks.py).
 RANKS_CONTROL_PORT = 29400
-# The components' SURREAL_KUBE_EXPERIMENT ends with it when their Jobs are a JobSet's (watch.py).
+# The components' SURREAL_JOBS_WATCH ends with it when their Jobs are a JobSet's (watch.py).
 JOBSET_SUFFIX = "jobset"
 
 
@@ -198,7 +198,7 @@ def kube_target(spec: ExperimentSpec) -> Target:
         token_file=pods.TOKEN_PATH,  # the mounted Secret, as locally: never in argv or env
         termination_log=pods.TERMINATION_LOG,
         # the components' watch (watch.py) of Jobs named as job_names() says
-        kube_experiment=f"{spec.namespace}/{spec.name}" + (f"/{JOBSET_SUFFIX}" if spec.queue else ""),
+        jobs_watch=f"kube:{spec.namespace}/{spec.name}" + (f"/{JOBSET_SUFFIX}" if spec.queue else ""),
     )
 
 

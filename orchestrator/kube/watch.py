@@ -161,9 +161,16 @@ class JobWatch:
             self._stopped.wait(self.interval * random.uniform(0.5, 1.5))
 
 
+def start(role: str, where: str, on_end: Callable[[Ending], None]) -> JobWatch:
+    """Kubernetes' watch for a component of `role` (launcher.start_jobs_watch), started: `where` is
+    what follows "kube:" in SURREAL_JOBS_WATCH."""
+    namespace, experiment, queued = parse_experiment(where)
+    return JobWatch(role, namespace, experiment, on_end, queued=queued).start()
+
+
 def parse_experiment(value: str) -> tuple[str, str, bool]:
-    """(namespace, experiment, queued) from SURREAL_KUBE_EXPERIMENT: "NAMESPACE/EXPERIMENT", or
-    "NAMESPACE/EXPERIMENT/jobset" when its Jobs are its JobSet's (a queued experiment)."""
+    """(namespace, experiment, queued) from "NAMESPACE/EXPERIMENT", or "NAMESPACE/EXPERIMENT/jobset"
+    when its Jobs are its JobSet's (a queued experiment)."""
     namespace, sep, experiment = value.partition("/")
     experiment, _, kind = experiment.partition("/")
     if not (sep and namespace and experiment) or kind not in ("", JOBSET_SUFFIX):

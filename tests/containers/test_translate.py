@@ -61,7 +61,7 @@ def test_no_pod_gets_the_clusters_api_its_watch_token_or_account() -> None:
     objs = objects(agents=4, overrides={"agents_per_pod": 2})
     assert {"ServiceAccount", "Role", "RoleBinding"} <= {o["kind"] for o in objs}
     for pod in plan(objs).pods:
-        assert "SURREAL_KUBE_EXPERIMENT" not in env(pod), pod.name
+        assert "SURREAL_JOBS_WATCH" not in env(pod), pod.name
         assert not any("serviceaccount" in a.lower() for a in pod.args), pod.name
 
 

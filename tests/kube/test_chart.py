@@ -205,7 +205,7 @@ def test_the_chart_queues_one_jobset_with_the_renderers_failure_policy() -> None
     for replicated in jobset["spec"]["replicatedJobs"]:
         spec = replicated["template"]["spec"]
         env = spec["template"]["spec"]["containers"][0]["env"]
-        assert {"name": "SURREAL_KUBE_EXPERIMENT", "value": "default/exp1/jobset"} in env  # watch.py
+        assert {"name": "SURREAL_JOBS_WATCH", "value": "kube:default/exp1/jobset"} in env  # watch.py
         env[:] = plain[replicated["name"]]["spec"]["template"]["spec"]["containers"][0]["env"]
         assert spec == plain[replicated["name"]]["spec"]
 
@@ -222,7 +222,7 @@ def test_the_chart_gives_the_components_their_watch_and_tensorboard_no_token() -
         pod = job["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == "exp1-watch" and pod["automountServiceAccountToken"] is True
         env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
-        assert env["SURREAL_KUBE_EXPERIMENT"] == "rl/exp1", role
+        assert env["SURREAL_JOBS_WATCH"] == "kube:rl/exp1", role
     [tb] = [o for o in objects if o["kind"] == "Deployment"]
     assert tb["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     assert "serviceAccountName" not in tb["spec"]["template"]["spec"]

@@ -205,7 +205,7 @@ def test_every_component_runs_to_completion_and_disruptions_are_not_failures(rol
     assert rules[2:] == [{"action": "FailJob", "onExitCodes": {
         "containerName": role, "operator": "In", "values": fatal}}]  # fmt: skip
     # Every component watches the Job it depends on (orchestrator/kube/watch.py).
-    assert {"name": "SURREAL_KUBE_EXPERIMENT", "value": "default/exp1"} in container["env"]
+    assert {"name": "SURREAL_JOBS_WATCH", "value": "kube:default/exp1"} in container["env"]
     assert pod["serviceAccountName"] == "exp1-watch" and pod["automountServiceAccountToken"] is True
     if role == "learner":
         assert job["spec"]["backoffLimit"] == POLICIES["learner"].retries
@@ -243,7 +243,7 @@ def test_a_queue_makes_the_jobs_one_jobset_the_only_object_kueue_admits() -> Non
     for role, rjob in replicated.items():
         job = plain[("Job", f"exp1-{role}")]
         assert rjob["replicas"] == 1
-        env = {"name": "SURREAL_KUBE_EXPERIMENT", "value": "default/exp1"}
+        env = {"name": "SURREAL_JOBS_WATCH", "value": "kube:default/exp1"}
         plain_env = job["spec"]["template"]["spec"]["containers"][0]["env"]
         plain_env[plain_env.index(env)] = {**env, "value": "default/exp1/jobset"}
         assert rjob["template"] == {"metadata": {"labels": job["metadata"]["labels"]}, "spec": job["spec"]}
@@ -260,7 +260,7 @@ def test_a_queue_makes_the_jobs_one_jobset_the_only_object_kueue_admits() -> Non
     assert role["rules"][0]["resourceNames"] == ["exp1-learner-0", "exp1-actor-0"]
     for rjob in replicated.values():
         env = rjob["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
-        assert {"name": "SURREAL_KUBE_EXPERIMENT", "value": "default/exp1/jobset"} in env
+        assert {"name": "SURREAL_JOBS_WATCH", "value": "kube:default/exp1/jobset"} in env
     [tb] = [o for o in objects if o["kind"] == "Deployment"]
     assert tb["spec"]["replicas"] == 0 and plain[("Deployment", "exp1-tensorboard")]["spec"]["replicas"] == 1
     same = {
@@ -521,7 +521,7 @@ def test_the_components_may_list_their_two_jobs_by_name_and_nothing_else() -> No
     }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "exp1-watch", "namespace": "rl"}]
     env = objects[("Job", "exp1-actor")]["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "SURREAL_KUBE_EXPERIMENT", "value": "rl/exp1"} in env
+    assert {"name": "SURREAL_JOBS_WATCH", "value": "kube:rl/exp1"} in env
 
 
 def test_learner_ranks_across_pods_are_two_learner_jobs_with_stable_names() -> None:

@@ -242,24 +242,24 @@ def test_only_a_pod_watches_and_never_a_learner_rank(monkeypatch: pytest.MonkeyP
             return self
 
     monkeypatch.setattr(kw, "JobWatch", Recorder)
-    monkeypatch.delenv(prog.ENV_KUBE_EXPERIMENT, raising=False)
+    monkeypatch.delenv(prog.ENV_JOBS_WATCH, raising=False)
     monkeypatch.delenv("RANK", raising=False)
-    assert component.start_job_watch("actor") is None  # locally, in containers
-    monkeypatch.setenv(prog.ENV_KUBE_EXPERIMENT, "rl/exp1")
+    assert component.start_jobs_watch("actor") is None  # locally, in containers
+    monkeypatch.setenv(prog.ENV_JOBS_WATCH, "kube:rl/exp1")
     for role in ("learner", "actor", "evaluator"):
-        assert component.start_job_watch(role) is not None
+        assert component.start_jobs_watch(role) is not None
     assert started == [("learner", "rl", "exp1", component.stop_learner),
                        ("actor", "rl", "exp1", component.end_worker),
                        ("evaluator", "rl", "exp1", component.end_worker)]  # fmt: skip
-    monkeypatch.setenv(prog.ENV_KUBE_EXPERIMENT, "rl/exp1/jobset")  # a queued experiment's pods
-    assert component.start_job_watch("actor") is not None
+    monkeypatch.setenv(prog.ENV_JOBS_WATCH, "kube:rl/exp1/jobset")  # a queued experiment's pods
+    assert component.start_jobs_watch("actor") is not None
     assert queued_ == [False, False, False, True] and started[-1][:3] == ("actor", "rl", "exp1")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert component.start_job_watch("learner") is None  # its agent watches
+    assert component.start_jobs_watch("learner") is None  # its agent watches
     monkeypatch.delenv("RANK")
-    monkeypatch.setenv(prog.ENV_KUBE_EXPERIMENT, "nonsense")
-    assert component.start_job_watch("learner") is None
+    monkeypatch.setenv(prog.ENV_JOBS_WATCH, "kube:nonsense")
+    assert component.start_jobs_watch("learner") is None
 
 
 def test_the_learner_stopped_by_its_watch_saves_and_exits_failed_with_the_reason(
@@ -276,7 +276,7 @@ def test_the_learner_stopped_by_its_watch_saves_and_exits_failed_with_the_reason
            prog.ENV_EXP_DIR: str(tmp_path), prog.ENV_TERMINATION_LOG: str(log)}  # fmt: skip
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.delenv(prog.ENV_KUBE_EXPERIMENT, raising=False)
+    monkeypatch.delenv(prog.ENV_JOBS_WATCH, raising=False)
     monkeypatch.setattr(component.signal, "signal", lambda *a: None)  # pytest keeps its handlers
     monkeypatch.setattr(component, "exit_within", lambda seconds, code: None)
     reason = "no actor is left to feed the learner: the actors' Job exp1-actor failed (FailedIndexes)"

@@ -221,7 +221,7 @@ CLI writes it, is exactly the component's (orchestrator/program.py). */}}
   "SURREAL_EXP_DIR" "/var/lib/surreal"
   "SURREAL_LEARNER_ADDR" (include "surreal.learnerAddr" .root)
   "SURREAL_TOKEN_FILE" "/var/run/secrets/surreal/token"
-  "SURREAL_KUBE_EXPERIMENT" (printf "%s/%s%s" (include "surreal.namespace" .root) $name (ternary "/jobset" "" (not (empty .root.Values.queue))))
+  "SURREAL_JOBS_WATCH" (printf "kube:%s/%s%s" (include "surreal.namespace" .root) $name (ternary "/jobset" "" (not (empty .root.Values.queue))))
 -}}
 {{- $pods := include "surreal.learnerPods" .root | int -}}
 {{- if eq .role "learner" -}}

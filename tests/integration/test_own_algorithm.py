@@ -1,0 +1,44 @@
+"""A researcher's algorithm from one file (examples/a2c.py, `--algo examples.a2c:A2C`) through the
+installed command, with what the runtime gives every algorithm: two learner ranks, a scale while it
+runs, its policy in Python (load_policy) and on video (record). That it learns is proven in
+tests/surreal/test_own_algorithm.py (serial, bounded by env steps); the same command with 200k
+steps, on each backend, is in the closing note of issue 38."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
+
+from surreal import load_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 150_000  # still running after the scale on a loaded 2-core machine (A2C: 4-6k steps/s here)
+pytestmark = pytest.mark.slow
+
+
+def test_a2c_from_its_file_trains_with_two_ranks_scales_and_its_policy_loads(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli.env["PYTHONPATH"] = str(ROOT)  # where `surreal create` finds examples/, as a user's shell would
+    cli.run("create", "a2c", "--algo", "examples.a2c:A2C", "--env", "CartPole-v1", "--learners", "2",
+            "--steps", str(STEPS), "--seed", "0", "--detach", timeout=60.0)  # fmt: skip
+    wait_for(lambda: running(cli, "a2c", min_updates=3), RUN_TIMEOUT, "the ranks to update")
+    assert "4 agents" in cli.run("scale", "a2c", "--agents", "4", timeout=150.0).stdout
+
+    final = wait_for(lambda: ended(cli, "a2c"), RUN_TIMEOUT * 2, "the run to end", poll=0.5)
+    assert final["phase"] == "Succeeded" and final["env_steps"] >= STEPS, final
+    assert final["algo"] == "examples.a2c:A2C" and final["agents"] == 4, final
+    assert final["skipped_updates"] == 0 and sorted(r["rank"] for r in final["learners"]) == [0, 1], final
+
+    monkeypatch.setenv("SURREAL_HOME", str(cli.home))
+    policy = load_policy("a2c")  # imports examples.a2c from where the run's components did
+    assert (policy.eval_return, policy.eval_episodes) == (final["eval_return"], final["eval_episodes"])
+    env = policy.make_env()
+    obs, _ = env.reset(seed=0)
+    assert env.action_space.contains(policy.act(obs))
+    env.close()
+    video = tmp_path / "a2c.gif"
+    cli.run("record", "a2c", "-o", str(video), "--episodes", "1", timeout=120.0)
+    assert video.stat().st_size > 0
