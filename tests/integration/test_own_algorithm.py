@@ -1,20 +1,25 @@
 """A researcher's algorithm from one file (examples/a2c.py, `--algo examples.a2c:A2C`) through the
 installed command, with what the runtime gives every algorithm: two learner ranks, a scale while it
-runs, its policy in Python (load_policy) and on video (record). That it learns is proven in
+runs, a SIGTERM to its learner that loses no update, its policy in Python (load_policy) and on
+video (record). That it learns is proven in
 tests/surreal/test_own_algorithm.py (serial, bounded by env steps); the same command with 200k
 steps, on each backend, is in the closing note of issue 38."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
 from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
+from test_fault_tolerance import dead
+from test_preemption import clean_saves_before, resumed
 
 from surreal import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = 150_000  # still running after the scale on a loaded 2-core machine (A2C: 4-6k steps/s here)
+STEPS = 300_000  # still running after the scale and the SIGTERM on a loaded 2-core machine (4-6k steps/s)
 pytestmark = pytest.mark.slow
 
 
@@ -26,6 +31,14 @@ def test_a2c_from_its_file_trains_with_two_ranks_scales_and_its_policy_loads(
             "--steps", str(STEPS), "--seed", "0", "--detach", timeout=60.0)  # fmt: skip
     wait_for(lambda: running(cli, "a2c", min_updates=3), RUN_TIMEOUT, "the ranks to update")
     assert "4 agents" in cli.run("scale", "a2c", "--agents", "4", timeout=150.0).stdout
+    # SIGTERM to the learner (its ranks' agent passes it on): rank 0 saves, and the restarted group
+    # resumes exactly there.
+    victim = cli.component("a2c", "learner")
+    os.kill(victim["pid"], signal.SIGTERM)
+    wait_for(lambda: dead(victim["pid"]), 60.0, "the learner to exit", poll=0.01)
+    how, *counters = resumed(cli, "a2c")
+    log = cli.run("logs", "a2c", "learner", "--lines", "100000").stdout
+    assert (how, counters) == ("clean", clean_saves_before(log, 1)[-1]), log[-3000:]
 
     final = wait_for(lambda: ended(cli, "a2c"), RUN_TIMEOUT * 2, "the run to end", poll=0.5)
     assert final["phase"] == "Succeeded" and final["env_steps"] >= STEPS, final
