@@ -92,6 +92,10 @@ class Algorithm:
         for an algorithm whose workers send only small results)."""
         return 0
 
+    def worker_envs(self, config: Any, agents_in_worker: int) -> int:
+        """The environments a worker of `agents_in_worker` agents steps (one each by default)."""
+        return agents_in_worker
+
     def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
         """The policy in a checkpoint's `state` (load_checkpoint's): raw observations [N, ...] and
         `deterministic` -> actions [N, ...] (common/evaluator.TrainedAct)."""
@@ -163,6 +167,9 @@ class OnPolicy(Algorithm):
 
     def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
         return int(_module("onpolicy.fragment").fragment_bytes(config, resolved, agents_in_worker))
+
+    def worker_envs(self, config: Any, agents_in_worker: int) -> int:
+        return agents_in_worker * int(config.envs_per_agent)
 
     def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
         spaces = _module("envs.make").spaces_of(resolved)

@@ -294,10 +294,11 @@ LOCAL_KNOB = "--agents (this machine runs one actor process per core)"
 def envs_problem(spec: ExperimentSpec, split: Sequence[int], knob: str) -> str | None:
     """Why a worker of `split`'s agents could not step its environments in a useful time (more
     than bounds.MAX_WORKER_ENVS, one after another on one core), or None."""
-    per_agent = getattr(spec.config, "envs_per_agent", 1)
-    envs = max(split, default=0) * per_agent
+    agents = max(split, default=0)
+    envs = get_algorithm(spec.algo).worker_envs(spec.config, agents)
     if envs <= bounds.MAX_WORKER_ENVS:
         return None
+    per_agent = envs // max(agents, 1)
     fewer = f"{spec.algo}.envs_per_agent ({per_agent}) or " if per_agent > 1 else ""
     return (f"a worker of {max(split):,} agents would step {envs:,} environments, over the "
             f"{bounds.MAX_WORKER_ENVS:,} one process steps in a useful time: lower "
