@@ -212,10 +212,6 @@ class ClusterPlan:
             raise ValueError("pools: eks needs an untainted pool with min_nodes >= 1 for cluster add-ons")
 
     @property
-    def is_local(self) -> bool:
-        return self.provider in LOCAL_PROVIDERS
-
-    @property
     def location(self) -> str:
         """The region or zone, whichever is set ('' for local providers)."""
         return self.zone or self.region or ""

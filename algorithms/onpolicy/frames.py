@@ -102,9 +102,3 @@ def with_stacks(t: dict[str, np.ndarray], name: str = "obs") -> dict[str, np.nda
     out = {k: v for k, v in t.items() if k not in names}
     out[name] = rebuild_stacks(*(t[n] for n in names))
     return out
-
-
-def with_frames(t: dict[str, np.ndarray], name: str = "obs") -> dict[str, np.ndarray]:
-    """`t` with its `name` replaced by the wire tensors (what an actor sends)."""
-    out = {k: v for k, v in t.items() if k != name}
-    return {**out, **encode_stacks(t[name], name)}
