@@ -3,7 +3,8 @@ Job's pods, decided from exit codes alone. Pure."""
 
 from __future__ import annotations
 
-from surreal.orchestrator.containers.jobs import Action, JobController
+from surreal.orchestrator.containers.jobs import JobController
+from surreal.orchestrator.containers.jobs import PodAction as Action
 from surreal.orchestrator.containers.plan import JobRun
 
 LEARNER = JobRun("e-learner", "learner", 1, backoff_limit=2, backoff_per_index=None,

@@ -107,10 +107,13 @@ def test_a_running_es_master_scales_from_2_to_6_agents(tmp_path: Path, monkeypat
     assert status["wire_rejections"]["too_many_streams"] == 0, status
 
 
-# The worker as `surreal component` runs it: SIGTERM becomes sys.exit(143) (surreal/component.py).
+# The worker as `surreal component` runs it: its SIGTERM handler (preemption.on_sigterm, as
+# surreal/component.py installs it) says a stop was asked for, then exits 143; a bare sys.exit(143)
+# landing inside the environment's step would read as the environment's own SystemExit (exit 1).
 WORKER = """
 import signal, sys
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+from surreal.algorithms.common import preemption
+signal.signal(signal.SIGTERM, preemption.on_sigterm)
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.es.actor import run_actor
 from surreal.algorithms.es.config import ESConfig

@@ -245,7 +245,7 @@ def test_a_queue_makes_the_jobs_one_jobset_the_only_object_kueue_admits() -> Non
         assert rjob["replicas"] == 1
         env = {"name": "SURREAL_JOBS_WATCH", "value": "kube:default/exp1"}
         plain_env = job["spec"]["template"]["spec"]["containers"][0]["env"]
-        plain_env[plain_env.index(env)] = {**env, "value": "default/exp1/jobset"}
+        plain_env[plain_env.index(env)] = {**env, "value": "kube:default/exp1/jobset"}
         assert rjob["template"] == {"metadata": {"labels": job["metadata"]["labels"]}, "spec": job["spec"]}
     assert replicated["actor"]["template"]["spec"]["parallelism"] == 4
     # It succeeds with the learner; policy.py says what a failed Job means for the experiment.
