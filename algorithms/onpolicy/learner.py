@@ -199,10 +199,8 @@ class Learner(LearnerProgress):
         # One host read: the statistics, and whether every weight is still finite (the same on
         # every rank: the group's statistics, the same gradients).
         finite = torch.stack([torch.isfinite(p).all() for p in self._params]).all()
-        values = torch.stack(
-            [torch.as_tensor(v, dtype=torch.float64).to(self.device) for v in stats.values()]
-        )
-        *numbers, ok = torch.cat([values, finite.double().reshape(1)]).tolist()
+        values = [torch.as_tensor(v, dtype=torch.float64).to(self.device).reshape(1) for v in stats.values()]
+        *numbers, ok = torch.cat([*values, finite.double().reshape(1)]).tolist()
         if not (ok and all(math.isfinite(v) for v in numbers)):
             self._rollback(saved)
             c.skipped_updates += 1

@@ -8,9 +8,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from cli_world import one_line, snapshot, surreal
 
+from surreal.algorithms.api import OnPolicy, OnPolicyConfig
 from surreal.algorithms.onpolicy.serial import train_serial
 from surreal.algorithms.registry import get_algorithm
 
@@ -53,3 +56,30 @@ def test_a2c_from_its_file_learns_cartpole(monkeypatch: pytest.MonkeyPatch) -> N
     result = train_serial(cfg, "CartPole-v1", algo=algo, total_steps=50_000, seed=0)
     assert result.final_return >= BAR, result
     sys.modules.pop("examples.a2c", None)
+
+
+class Quiet(OnPolicy):
+    """An update that changes nothing and says nothing."""
+
+    name = "quiet"
+
+    def update(self, net, optimizer, batch, cfg, reduce):  # type: ignore[no-untyped-def]
+        return {}
+
+
+class Diverging(OnPolicy):
+    """An update that leaves a weight NaN and says so in its statistics."""
+
+    name = "diverging"
+
+    def update(self, net, optimizer, batch, cfg, reduce):  # type: ignore[no-untyped-def]
+        with torch.no_grad():
+            next(iter(net.parameters())).fill_(float("nan"))
+        return {"loss": float("nan")}
+
+
+@pytest.mark.parametrize(("algo", "updates"), [(Quiet(), True), (Diverging(), False)])
+def test_the_runtime_counts_any_update_and_undoes_a_non_finite_one(algo: OnPolicy, updates: bool) -> None:
+    cfg = dataclasses.replace(OnPolicyConfig(), steps_per_update=256, fragment_length=32, eval_interval=10**9)
+    result = train_serial(cfg, "CartPole-v1", algo=algo, total_steps=1024, seed=0)
+    assert (result.updates > 0) is updates and np.isfinite(result.final_return), result
