@@ -111,17 +111,8 @@ class Component:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict; `Component.from_dict` inverts it."""
-        return {
-            "name": self.name,
-            "role": self.role,
-            "argv": list(self.argv),
-            "env": dict(sorted(self.env.items())),
-            "restart": self.restart,
-            "index": self.index,
-            "cpu": self.cpu,
-            "memory_mb": self.memory_mb,
-            "port": self.port,
-        }
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**data, "argv": list(self.argv), "env": dict(sorted(self.env.items()))}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Component:
@@ -160,21 +151,9 @@ class Program:
         if sum(c.role == LEARNER_ROLE for c in self.components) > 1:
             raise ValueError("a program has at most one learner")
 
-    @property
-    def learner(self) -> Component | None:
-        return next((c for c in self.components if c.role == LEARNER_ROLE), None)
-
     def group(self, role: str) -> list[Component]:
         """The components of one role (a role group: actor workers, ...), by index."""
         return sorted((c for c in self.components if c.role == role), key=lambda c: c.index)
-
-    @property
-    def roles(self) -> dict[str, int]:
-        """Each role of the program and how many components it has, in start order."""
-        out: dict[str, int] = {}
-        for c in self.components:
-            out[c.role] = out.get(c.role, 0) + 1
-        return out
 
     def component(self, name: str) -> Component:
         for c in self.components:
@@ -374,7 +353,6 @@ def rescaled(program: Program, split: Sequence[int]) -> Program:
     actors = program.group(ACTOR_ROLE)
     if not actors:
         raise ValueError(f"program {program.experiment!r} has no actor to scale")
-    others = [c for c in program.components if c.role != ACTOR_ROLE]
-    learner = [c for c in others if c.role == LEARNER_ROLE]
-    rest = [c for c in others if c.role != LEARNER_ROLE]
+    learner = [c for c in program.components if c.role == LEARNER_ROLE]
+    rest = [c for c in program.components if c.role not in (ACTOR_ROLE, LEARNER_ROLE)]
     return Program(program.experiment, (*learner, *actor_group(actors[0], split), *rest))

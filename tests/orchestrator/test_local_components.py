@@ -41,7 +41,7 @@ def test_program_round_trips_through_json() -> None:
     restored = Program.from_dict(data)
     assert restored == program
     assert hash(restored) == hash(program)
-    assert restored.learner == program.components[0]
+    assert restored.component("learner") == program.components[0]
     assert restored.component("actor-1").restart is False
 
 
