@@ -2,9 +2,6 @@
 containers, run its Jobs as the Job controller would (`reconcile`: a failed pod is replaced or
 fails its Job, jobs.py), watch them as the Kubernetes API would show their pods and Jobs,
 stop them within their grace period, remove everything it made.
-
-podman runs with settings of its own (CONTAINERS_CONF, so nothing of the machine's changes): runc
-where it is installed, the cgroupfs manager and no default ulimits (see `containers_conf`).
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +45,9 @@ def containers_conf(workdir: Path) -> Path:
 class Engine:
     """The container engine's CLI: podman, or docker where a Docker engine answers."""
 
-    def __init__(self, name: str | None = None, env: Mapping[str, str] | None = None) -> None:
-        self.name = name or find_engine()
-        self.env = dict(os.environ if env is None else env)
+    def __init__(self, name: str, env: Mapping[str, str]) -> None:
+        self.name = name
+        self.env = dict(env)
 
     def __call__(self, *args: str, check: bool = True, timeout: float = 120, capture: bool = True) -> str:
         try:
@@ -311,11 +308,8 @@ class Run:
             code = f"import urllib.request,sys; sys.exit(0 if {get} < 400 else 1)"
         else:
             raise ContainersError(f"{pod.name}: probe {probe} is not supported")
-        return self.exec_ok(pod, ["python3", "-c", code])
-
-    def exec_ok(self, pod: PodRun, argv: Sequence[str]) -> bool:
         proc = subprocess.run(
-            [self.engine.name, "exec", pod.name, *argv],
+            [self.engine.name, "exec", pod.name, "python3", "-c", code],
             env=self.engine.env,
             capture_output=True,
             timeout=60,
@@ -373,13 +367,6 @@ class Run:
                 }
             )
         return out
-
-    def learner_status(self) -> dict[str, Any]:
-        """What the learner writes into its claim about once a second (status.json)."""
-        try:
-            return dict(json.loads((claim_dir(self.plan) / "status.json").read_text()))
-        except (OSError, ValueError):
-            return {}
 
     def check_crash_loops(self) -> None:
         """A container of a Deployment that keeps exiting without ever having been ready: one line
@@ -445,8 +432,14 @@ def remove_run(engine: Engine, run_id: str) -> None:
     """Every container and network of run `run_id`; ContainersError if any container is left."""
     if not run_id:
         raise ContainersError("no run id: refusing to remove every run's containers")
-    _remove(engine, f"label={RUN_LABEL}={run_id}")
-    left = engine("ps", "-a", "-q", "--filter", f"label={RUN_LABEL}={run_id}", check=False).split()
+    label = f"label={RUN_LABEL}={run_id}"
+    ids = engine("ps", "-a", "-q", "--filter", label, check=False).split()
+    if ids:
+        engine("rm", "--force", "--time", "2", *ids, check=False, timeout=180)
+    nets = engine("network", "ls", "-q", "--filter", label, check=False).split()
+    if nets:
+        engine("network", "rm", "--force", *nets, check=False)
+    left = engine("ps", "-a", "-q", "--filter", label, check=False).split()
     if left:
         raise ContainersError(
             f"{len(left)} containers of run {run_id} are still there ({engine.name} rm failed)"
@@ -465,15 +458,6 @@ def remove_containers_under(engine: Engine, workdir: Path) -> None:
             runs.add(str((info.get("Config", {}).get("Labels") or {}).get(RUN_LABEL, "")))
     for run_id in sorted(r for r in runs if r):
         remove_run(engine, run_id)
-
-
-def _remove(engine: Engine, label: str) -> None:
-    ids = engine("ps", "-a", "-q", "--filter", label, check=False).split()
-    if ids:
-        engine("rm", "--force", "--time", "2", *ids, check=False, timeout=180)
-    nets = engine("network", "ls", "-q", "--filter", label, check=False).split()
-    if nets:
-        engine("network", "rm", "--force", *nets, check=False)
 
 
 def engine_for(workdir: Path) -> Engine:

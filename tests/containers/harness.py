@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from surreal.orchestrator.containers.plan import RUN_LABEL, ContainersError, PodRun
-from surreal.orchestrator.containers.run import Engine, Run
+from surreal.orchestrator.containers.run import Engine, Run, claim_dir
+from surreal.orchestrator.home import poll_metrics
 from surreal.orchestrator.kube import observe as kube_status
 
 
@@ -57,6 +58,10 @@ class HarnessRun(Run):
 
     def exec(self, pod: PodRun, argv: Sequence[str]) -> str:
         return self.engine("exec", pod.name, *argv)
+
+    def learner_status(self) -> dict[str, Any]:
+        """What the learner writes into its claim about once a second (status.json)."""
+        return poll_metrics(claim_dir(self.plan))
 
     def status(self, probe: bool = True) -> dict[str, Any]:
         """`surreal status NAME -o json` of this run, from the same code the kube backend uses."""
