@@ -28,7 +28,6 @@ from surreal.provisioner.pools import (
     build_cluster,
     default_pools,
     pools_from_data,
-    pools_to_data,
 )
 from surreal.provisioner.providers import plan
 
@@ -36,5 +35,5 @@ __all__ = [
     "GPU_RESOURCE", "GPU_TAINT", "INSTALL", "LOCAL_PROVIDERS", "POOL_LABEL", "PROVIDERS", "ROLES",
     "ClusterPlan", "CommandFailedError", "NodePool", "Placement", "Plan", "ProvisionError", "Taint",
     "ToolNotFoundError", "apply", "build_cluster", "default_pools", "effective_taints", "format_plan",
-    "placement_for", "plan", "pools_from_data", "pools_to_data", "write_files",
+    "placement_for", "plan", "pools_from_data", "write_files",
 ]  # fmt: skip

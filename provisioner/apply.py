@@ -56,17 +56,13 @@ class CommandFailedError(ProvisionError):
         )
 
 
-def write_files(plan: Plan, workdir: Path) -> list[Path]:
-    """Write the plan's files into `workdir` (created if needed); returns their paths."""
+def write_files(plan: Plan, workdir: Path) -> None:
+    """Write the plan's files into `workdir` (created if needed)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    paths = []
     for name, text in plan.files.items():
         if Path(name).name != name:
             raise ValueError(f"plan file name {name!r} must be a plain file name")
-        path = workdir / name
-        path.write_text(text)
-        paths.append(path)
-    return paths
+        (workdir / name).write_text(text)
 
 
 def apply(plan: Plan, workdir: Path, echo: Callable[[str], None] | None = None) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from surreal.provisioner.pools import GPU_RESOURCE, LOCAL_PROVIDERS, POOL_LABEL, PROVIDERS, NodePool, Taint
+from surreal.provisioner.pools import LOCAL_PROVIDERS, POOL_LABEL, PROVIDERS, NodePool, Taint
 
 ROLES = ("learner", "actor", "evaluator", "tensorboard")
 
@@ -22,20 +22,6 @@ class Placement:
     tolerations: list[dict[str, str]] = field(default_factory=list)  # pod spec tolerations
     gpu: int = 0  # nvidia.com/gpu to request (and limit) on the component's container
 
-    @property
-    def gpu_resources(self) -> dict[str, str]:
-        """Container requests/limits entries for the GPUs ({} without GPUs)."""
-        return {GPU_RESOURCE: str(self.gpu)} if self.gpu else {}
-
-    def pod_spec_fields(self) -> dict[str, Any]:
-        """`nodeSelector` and `tolerations` for a pod spec, each only when non-empty."""
-        fields: dict[str, Any] = {}
-        if self.node_selector:
-            fields["nodeSelector"] = dict(self.node_selector)
-        if self.tolerations:
-            fields["tolerations"] = [dict(t) for t in self.tolerations]
-        return fields
-
     def to_dict(self) -> dict[str, Any]:
         return {"nodeSelector": dict(self.node_selector),
                 "tolerations": [dict(t) for t in self.tolerations], "gpu": self.gpu}  # fmt: skip
@@ -50,22 +36,14 @@ def effective_taints(pool: NodePool, provider: str | None) -> tuple[Taint, ...]:
 
 
 def placement_for(role: str, gpu: int, pools: Sequence[NodePool], provider: str | None = None) -> Placement:
-    """Place `role` on the pools: the learner with `gpu > 0` on a GPU pool, everything else on CPU.
+    """Place `role` on the pools: the learner with `gpu > 0` on the first pool with at least `gpu`
+    GPUs per node, everything else on the first CPU pool; a nodeSelector on the pool's label and
+    a toleration for each of its taints (with those its provider adds).
 
-    On a cloud cluster (provider gke/eks/aks, or None for "a cluster made from these pools"):
-    - learner with gpu > 0: the first GPU pool with at least `gpu` GPUs per node; nodeSelector
-      `surreal.io/pool=<pool>`, a toleration for each of the pool's taints (by default
-      `nvidia.com/gpu=present:NoSchedule`) and `gpu` nvidia.com/gpu for the container;
-    - learner with gpu == 0, actor, evaluator, tensorboard: the first CPU pool, with tolerations
-      for its taints (e.g. the taint AKS puts on spot nodes).
-
-    On kind and minikube, or with no pools at all, the placement is empty apart from the GPU count:
-    those are one-machine dev clusters, often created by hand (`kind create cluster`, `minikube
-    start`) without surreal's pool labels, and a nodeSelector on a label no node has would leave
-    the pods Pending forever. Our own kind/minikube configs label their nodes anyway, so `kubectl
-    get nodes -L surreal.io/pool` reads the same everywhere. The GPU count is kept: a `--gpu`
-    experiment asks for a GPU whatever the cluster, and a cluster without one says so in the
-    pod's events (Insufficient nvidia.com/gpu) instead of training silently on the CPU.
+    On kind and minikube, or with no pools, only the GPU count is kept: those dev clusters are
+    often made by hand without surreal's pool labels, and a nodeSelector no node matches would
+    leave the pods Pending forever; a `--gpu` run still asks for its GPU, so a cluster without
+    one says so (Insufficient nvidia.com/gpu) instead of training silently on the CPU.
 
     Raises ValueError for an unknown role or provider, a negative gpu, gpu > 0 for a role other
     than the learner, or when no pool can take the component.

@@ -212,11 +212,6 @@ class ClusterPlan:
             raise ValueError("pools: eks needs an untainted pool with min_nodes >= 1 for cluster add-ons")
 
     @property
-    def location(self) -> str:
-        """The region or zone, whichever is set ('' for local providers)."""
-        return self.zone or self.region or ""
-
-    @property
     def local_pools(self) -> tuple[NodePool, ...]:
         """The pools a kind/minikube cluster gets: CPU pools only (their nodes have no GPUs)."""
         return tuple(p for p in self.pools if not p.is_gpu)
@@ -301,17 +296,6 @@ def _taint_from_mapping(item: object, index: int) -> Taint:
     return Taint(key=item["key"], value=item.get("value", ""), effect=item.get("effect", "NoSchedule"))
 
 
-def pools_to_data(pools: Sequence[NodePool]) -> dict[str, list[dict[str, Any]]]:
-    """The inverse of `pools_from_data`, for printing a plan or writing a starting pools file."""
-    return {"pools": [
-        {"name": p.name, "machine_type": p.machine_type, "min_nodes": p.min_nodes,
-         "max_nodes": p.max_nodes, "gpu_type": p.gpu_type, "gpu_count": p.gpu_count, "spot": p.spot,
-         "labels": dict(p.labels),
-         "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in p.taints]}
-        for p in pools
-    ]}  # fmt: skip
-
-
 # Where a cloud cluster goes when neither --region nor --zone is given: a zone for GKE (a zonal
 # cluster, one control plane and no per-zone node multiplication), a region for EKS and AKS.
 DEFAULT_LOCATION: dict[str, tuple[str, str]] = {
@@ -334,8 +318,6 @@ def build_cluster(
     """The cluster plan `surreal provision` builds from its flags: `pools` (a pools file's) or the
     provider's defaults, and the provider's default location when neither region nor zone is set.
     Raises ValueError naming the bad flag or field."""
-    if provider not in PROVIDERS:
-        raise ValueError(f"provider {provider!r} is not one of {', '.join(PROVIDERS)}")
     pools = pools if pools is not None else default_pools(provider)
     if region is None and zone is None and provider in DEFAULT_LOCATION:
         key, value = DEFAULT_LOCATION[provider]

@@ -26,16 +26,12 @@ def test_gpu_learner_goes_to_the_gpu_pool(provider: str | None) -> None:
     assert where.node_selector == {POOL_LABEL: "gpu"}
     assert where.tolerations == [GPU_TOLERATION]
     assert where.gpu == 1
-    assert where.gpu_resources == {"nvidia.com/gpu": "1"}
-    assert where.pod_spec_fields() == {"nodeSelector": {POOL_LABEL: "gpu"}, "tolerations": [GPU_TOLERATION]}
 
 
 @pytest.mark.parametrize("role", ["actor", "evaluator", "tensorboard", "learner"])
 def test_cpu_roles_go_to_the_cpu_pool_without_tolerations(role: str) -> None:
     where = placement_for(role, 0, default_pools("eks"), "eks")
     assert where == Placement(node_selector={POOL_LABEL: "cpu"}, tolerations=[], gpu=0)
-    assert where.gpu_resources == {}
-    assert where.pod_spec_fields() == {"nodeSelector": {POOL_LABEL: "cpu"}}
 
 
 def test_the_first_pool_with_enough_gpus_is_chosen() -> None:
@@ -66,7 +62,6 @@ def test_local_clusters_get_an_unpinned_placement(provider: str) -> None:
     assert placement_for("actor", 0, pools, provider) == Placement()
     learner = placement_for("learner", 1, pools, provider)
     assert (learner.node_selector, learner.tolerations, learner.gpu) == ({}, [], 1)
-    assert learner.pod_spec_fields() == {}
 
 
 def test_no_pools_gives_an_unpinned_placement() -> None:
