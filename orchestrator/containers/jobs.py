@@ -2,13 +2,9 @@
 that are containers. Pure: it is told which pod ended with which exit code and says what to do.
 
 As batch/v1 does for an Indexed Job with `restartPolicy: Never`: a pod that exits 0 completes its
-index and the Job completes once every index has; a failed pod is replaced by a new pod of its
-index unless the failure policy says otherwise: exit codes of an Ignore rule do not count, those of
-a FailJob rule fail the Job at once, other failures count against `backoffLimit` (the whole Job)
-or `backoffLimitPerIndex` (one index; the Job fails once every index has ended and one failed).
-Which is which is the failure policy's `decide` (policy.py), on the policy the Job carries, and
-replacements of counted failures wait its backoff (the kubelet's is longer: 10 s doubling to 5
-minutes). `completions` follows `scale` (an elastic Indexed Job).
+index and the Job completes once every index has; what follows a failed pod is policy.py's
+`decide` on the failure policy the Job carries (the kubelet's backoff is longer: 10 s doubling to
+5 minutes). `completions` follows `scale` (an elastic Indexed Job).
 """
 
 from __future__ import annotations
@@ -81,11 +77,8 @@ class JobController:
                 state.succeeded, state.failed_indexes = set(data["succeeded"]), set(data["failed_indexes"])
                 state.failed = int(data["failed"])
                 state.failed_by_index = {int(k): int(v) for k, v in data["failed_by_index"].items()}
-                state.condition, state.reason, state.message = (
-                    data["condition"],
-                    data["reason"],
-                    data["message"],
-                )
+                for key in ("condition", "reason", "message"):
+                    setattr(state, key, str(data[key]))
 
     def to_list(self) -> list[dict[str, Any]]:
         return [s.to_dict() for s in self.jobs.values()]

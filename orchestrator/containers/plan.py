@@ -1,18 +1,12 @@
 """An experiment's rendered Kubernetes objects as the containers a cluster would run. Pure.
 
 `translate(objects)` turns every pod the objects describe into one `podman run` (or `docker run`)
-that carries the pod's argv, env (the downward API's pod name and an Indexed Job's
-JOB_COMPLETION_INDEX included), volumes (ConfigMap, Secret, emptyDir, claims), securityContext, CPU
-and memory limits, restart policy and termination message file, on a private network where the
-learner's Service name resolves. A Job's failure policy becomes a `JobRun` that the run's job
-controller (`jobs.py`) applies; `job_pod` makes the replacement of a failed pod.
-`run.py` starts the plan; the containers launcher (`launcher.py`) is built on both.
+on a private network where the Services' names resolve; a Job's failure policy becomes a `JobRun`
+that the run's Job controller (jobs.py) applies. run.py starts the plan.
 
 Why not `podman kube play`: podman 4.3 plays Pods, Deployments and PersistentVolumeClaims only: no
-Job, Secret or Service, and a Deployment gets one replica whatever it asks. The translation below
-is small, every mapping has a test (tests/containers/test_translate.py), and what it refuses
-(several containers in one pod, GPUs, env sources other than values and the pod's own fields) it
-refuses by name.
+Job, Secret or Service, and a Deployment gets one replica whatever it asks. What the translation
+cannot run faithfully (several containers in a pod, GPUs, other env sources) it refuses by name.
 """
 
 from __future__ import annotations
@@ -51,7 +45,6 @@ PASSIVE = (
 # There is no API server here: the pods' access to it (their account's token, its Role) and their
 # watch of their Jobs (ENV_JOBS_WATCH) are dropped; the run's Job controller (jobs.py) ends
 # the components a failed role leaves without work, as the watch does on a cluster.
-NO_API_ENV = (ENV_JOBS_WATCH,)
 DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets none
 
 
@@ -192,7 +185,7 @@ def env_flags(container: Mapping[str, Any], pod: str, namespace: str) -> list[st
     fields = {"metadata.name": pod, "metadata.namespace": namespace}
     out: list[str] = []
     for var in container.get("env") or []:
-        if var["name"] in NO_API_ENV:
+        if var["name"] == ENV_JOBS_WATCH:
             continue
         if "value" in var:
             value = str(var["value"])
@@ -271,7 +264,7 @@ def volume_flags(
         vol = volumes.get(name, {})
         if "persistentVolumeClaim" in vol:
             claim = vol["persistentVolumeClaim"]["claimName"]
-            ro = ro or bool((vol.get("persistentVolumeClaim") or {}).get("readOnly"))
+            ro = ro or bool(vol["persistentVolumeClaim"].get("readOnly"))
             # fsGroup: the volume's group is the pod's, setgid, group-writable.
             paths.append(HostPath(voldir / claim, 0o2775, fs_group))
             flags += ["--volume", f"{voldir / claim}:{target}:{'ro' if ro else 'rw'}"]
