@@ -20,29 +20,27 @@ their bounds, Dicts and Tuples rebuilt.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from surreal.algorithms.envs.obs_leaves import children
+from surreal.algorithms.envs.obs_leaves import Leaf, children
 
 CATEGORICAL, GAUSSIAN = "categorical", "gaussian"
 MAX_VALUES = 1 << 24  # values of one categorical column: float32 holds every index below exactly
 
 
 @dataclass(frozen=True)
-class ActLeaf:
-    path: str
-    """Where the leaf is in an action: Dict keys and Tuple indices joined by "."."""
-    kind: str
-    """CATEGORICAL or GAUSSIAN."""
+class ActLeaf(Leaf):
     nvec: tuple[int, ...] = ()
     """categorical: how many values each of its columns takes."""
     width: int = 0
     """gaussian: its columns (the Box's size)."""
+
+    what = "act_leaves"
 
     @property
     def columns(self) -> int:
@@ -51,30 +49,6 @@ class ActLeaf:
     @property
     def where(self) -> str:
         return f"action key {self.path!r}" if self.path else "the action"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values for the spec file (what was left at its default left out)."""
-        return {
-            k: (list(v) if isinstance(v, tuple) else v)
-            for k, v in asdict(self).items()
-            if v not in ("", (), 0)
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ActLeaf:
-        """Inverse of to_dict; ValueError naming what does not fit."""
-        unknown = set(data) - {"path", "kind", "nvec", "width"}
-        if unknown:
-            raise ValueError(f"act_leaves: unknown keys {sorted(unknown)}")
-        try:
-            leaf = cls(
-                path=str(data.get("path", "")), kind=str(data["kind"]),
-                nvec=tuple(int(v) for v in data.get("nvec", ())), width=int(data.get("width", 0)),
-            )  # fmt: skip
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"act_leaves: {dict(data)} is not a leaf ({exc})") from None
-        leaf.validate()
-        return leaf
 
     def validate(self) -> None:
         where = f"act_leaves[{self.path or '(root)'}]"

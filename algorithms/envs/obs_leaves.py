@@ -21,8 +21,8 @@ so that the error can name the key and how to leave it out (`obs_keys`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Self
 
 import gymnasium as gym
 import numpy as np
@@ -33,11 +33,49 @@ DTYPES = {"vector": np.float32, "image": np.uint8, "discrete": np.int64, "binary
 
 
 @dataclass(frozen=True)
-class ObsLeaf:
+class Leaf:
+    """What an observation's leaf (ObsLeaf) and an action's (act_leaves.ActLeaf) share: where it
+    is, what it is, and its plain values in the spec file."""
+
     path: str
-    """Where the leaf is in an observation: Dict keys and Tuple indices joined by "."."""
+    """Where the leaf is: Dict keys and Tuple indices joined by "."."""
     kind: str
-    """One of KINDS, or "unsupported" (`space` says what it is)."""
+    """What it is: one of KINDS or "unsupported" (ObsLeaf), CATEGORICAL or GAUSSIAN (ActLeaf)."""
+
+    what = ""  # the spec file's key that lists such leaves, for errors
+
+    def validate(self) -> None:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values for the spec file (what was left at its default left out)."""
+        return {
+            k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self).items() if v not in ("", (), 0)
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """Inverse of to_dict; ValueError naming what does not fit."""
+        types = {f.name: str(f.type) for f in fields(cls)}
+        unknown = set(data) - set(types)
+        if unknown:
+            raise ValueError(f"{cls.what}: unknown keys {sorted(unknown)}")
+        try:
+            leaf = cls(**{"path": "", **{k: _plain(types[k], v) for k, v in data.items()}})
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{cls.what}: {dict(data)} is not a leaf ({exc})") from None
+        leaf.validate()
+        return leaf
+
+
+def _plain(kind: str, value: Any) -> Any:
+    if kind.startswith("tuple"):
+        return tuple(int(v) for v in value)
+    return int(value) if kind == "int" else str(value)
+
+
+@dataclass(frozen=True)
+class ObsLeaf(Leaf):
     shape: tuple[int, ...] = ()
     """As it travels: vector (D,), image (C, H, W), discrete (k,), binary (n,)."""
     nvec: tuple[int, ...] = ()
@@ -48,6 +86,8 @@ class ObsLeaf:
     """image: how the environment gives it ("hwc", "chw" or "hw": image_layout)."""
     space: str = ""
     """unsupported: the space, as text."""
+
+    what = "obs_leaves"
 
     @property
     def name(self) -> str:
@@ -69,31 +109,6 @@ class ObsLeaf:
     @property
     def dtype(self) -> type[np.generic]:
         return DTYPES[self.kind]  # type: ignore[return-value]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values for the spec file (what was left at its default left out)."""
-        return {
-            k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v not in ("", ())
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ObsLeaf:
-        """Inverse of to_dict; ValueError naming what does not fit."""
-        unknown = set(data) - {"path", "kind", "shape", "nvec", "start", "layout", "space"}
-        if unknown:
-            raise ValueError(f"obs_leaves: unknown keys {sorted(unknown)}")
-        try:
-            leaf = cls(
-                path=str(data.get("path", "")), kind=str(data["kind"]),
-                shape=tuple(int(s) for s in data.get("shape", ())),
-                nvec=tuple(int(v) for v in data.get("nvec", ())),
-                start=tuple(int(v) for v in data.get("start", ())), layout=str(data.get("layout", "")),
-                space=str(data.get("space", "")),
-            )  # fmt: skip
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"obs_leaves: {dict(data)} is not a leaf ({exc})") from None
-        leaf.validate()
-        return leaf
 
     def validate(self) -> None:
         where = f"obs_leaves[{self.path or '(root)'}]"
