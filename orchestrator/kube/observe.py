@@ -99,23 +99,13 @@ def condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
 
 
 def job_state(job: Mapping[str, Any]) -> str:
-    """Complete, Failed, Suspended (queued: Kueue has not admitted it, or took it back) or Active."""
-    if condition(job, "Complete") or condition(job, "SuccessCriteriaMet"):
+    """A Job's or a JobSet's state: Complete, Failed, Suspended (queued: Kueue has not admitted it,
+    or took it back) or Active."""
+    if any(condition(job, kind) for kind in ("Complete", "SuccessCriteriaMet", "Completed")):
         return "Complete"
     if condition(job, "Failed") or condition(job, "FailureTarget"):
         return "Failed"
     if (job.get("spec") or {}).get("suspend"):
-        return "Suspended"
-    return "Active"
-
-
-def jobset_state(jobset: Mapping[str, Any]) -> str:
-    """Complete, Failed, Suspended (waiting for admission, or taken back) or Active."""
-    if condition(jobset, "Completed"):
-        return "Complete"
-    if condition(jobset, "Failed"):
-        return "Failed"
-    if (jobset.get("spec") or {}).get("suspend"):
         return "Suspended"
     return "Active"
 
@@ -130,14 +120,14 @@ def admission(
         return f"Suspended for resize to {resizing} agents"
     if jobset is None:
         return None
-    if jobset_state(jobset) in ("Complete", "Failed"):
+    if job_state(jobset) in ("Complete", "Failed"):
         return "Finished"
     workload = workloads[0] if workloads else None
     if workload is not None and (workload.get("spec") or {}).get("active") is False:
         return "Suspended"
     if workload is not None and condition(workload, "Admitted"):
         return "Admitted"
-    if jobset_state(jobset) == "Suspended":
+    if job_state(jobset) == "Suspended":
         return "Suspended" if workload is not None and condition(workload, "Evicted") else "Queued"
     return "Admitted"
 
@@ -203,7 +193,7 @@ def phase(
     or its workers' learner gone; or the learner is stuck)."""
     metrics = metrics or {}
     if jobset is not None:  # a queued experiment: its JobSet ends it, and holds it while suspended
-        state = jobset_state(jobset)
+        state = job_state(jobset)
         if state in ("Complete", "Failed"):
             return "Succeeded" if state == "Complete" else "Failed"
         if state == "Suspended":
@@ -252,12 +242,11 @@ def _sorted(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def components(pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [component(p["metadata"]["name"], role_of(p), *_state_and_restarts(p)) for p in _sorted(pods)]
-
-
-def _state_and_restarts(pod: Mapping[str, Any]) -> tuple[ComponentState, int, str]:
-    state, detail = component_state(pod)
-    return state, restarts(pod), detail
+    rows = []
+    for pod in _sorted(pods):
+        state, detail = component_state(pod)
+        rows.append(component(pod["metadata"]["name"], role_of(pod), state, restarts(pod), detail))
+    return rows
 
 
 def status(
@@ -279,7 +268,7 @@ def status(
     problems = [f"{j['name']}: {j['reason']}" for j in rows or [] if j.get("reason")]
     problems += filter(None, [learner_failure(pods)])
     queued = any(j["state"] == "Suspended" for j in rows or [])
-    queued = queued or (jobset is not None and jobset_state(jobset) == "Suspended")
+    queued = queued or (jobset is not None and job_state(jobset) == "Suspended")
     return status_object(
         spec,
         backend=backend,
