@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import grpc
 import numpy as np
@@ -201,12 +203,8 @@ class LearnerClient:
         """The learner's parameters, or None if `known_version` is current or none exist yet.
         The arrays are read-only views of the received message. `role`: who asks ("evaluator"
         for the evaluator, which the learner then knows to be alive; "" for actors)."""
-        try:
-            reply = self._parameters.Get(
-                pb.GetParams(known_version=known_version, role=role), timeout=timeout, metadata=self._metadata
-            )
-        except grpc.RpcError as e:
-            raise ProtocolError.from_rpc(e) from None
+        request = pb.GetParams(known_version=known_version, role=role)
+        reply = self._call(self._parameters.Get, request, timeout)
         if reply.unchanged:
             return None
         return Params(
@@ -222,26 +220,18 @@ class LearnerClient:
         return stream
 
     def report_eval(self, report: EvalReport, timeout: float = 10.0) -> None:
-        request = pb.EvalReport(
-            policy_version=report.policy_version,
-            env_steps=report.env_steps,
-            mean_return=report.mean_return,
-            std_return=report.std_return,
-            episodes=report.episodes,
-            mean_length=report.mean_length,
-        )
-        try:
-            self._status.ReportEval(request, timeout=timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise ProtocolError.from_rpc(e) from None
+        self._call(self._status.ReportEval, pb.EvalReport(**dataclasses.asdict(report)), timeout)
 
     def status(self, timeout: float = 5.0) -> dict:
         """The learner's status dict (what its status_provider returned)."""
+        return json.loads(self._call(self._status.Get, pb.StatusRequest(), timeout).json)
+
+    def _call(self, method: Any, request: Any, timeout: float) -> Any:
+        """One unary call to the learner; its grpc error as a ProtocolError."""
         try:
-            reply = self._status.Get(pb.StatusRequest(), timeout=timeout, metadata=self._metadata)
+            return method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise ProtocolError.from_rpc(e) from None
-        return json.loads(reply.json)
 
     def close(self) -> None:
         """Close every open stream, then the channel. Idempotent."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import json
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -65,7 +65,7 @@ STAT_NAMES: tuple[str, ...] = (
 EVALUATOR_ROLE = "evaluator"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Published:
     version: int
     # Both answers serialized once by publish(); Get returns these bytes as they are.
@@ -74,10 +74,6 @@ class _Published:
 
 
 _NOTHING_YET = pb.Params(version=-1, unchanged=True).SerializeToString()
-
-
-def _already_serialized(data: bytes) -> bytes:
-    return data
 
 
 def eval_report_problem(report: pb.EvalReport) -> str | None:
@@ -235,10 +231,9 @@ class LearnerServer:
                 )
             },
             _SERVICES["Parameters"].full_name: {
+                # No response serializer: the answers are the bytes publish() serialized once.
                 "Get": grpc.unary_unary_rpc_method_handler(
-                    self._get_params,
-                    request_deserializer=tolerant(pb.GetParams.FromString),
-                    response_serializer=_already_serialized,
+                    self._get_params, request_deserializer=tolerant(pb.GetParams.FromString)
                 )
             },
             _SERVICES["Status"].full_name: {
@@ -372,12 +367,9 @@ class LearnerServer:
         if request.role == EVALUATOR_ROLE:
             self._evaluator_heard_at = time.monotonic()
         published = self._published
-        if published is None:
+        if published is None or request.known_version == published.version:
             self._counters.add("params_unchanged")
-            return _NOTHING_YET
-        if request.known_version == published.version:
-            self._counters.add("params_unchanged")
-            return published.unchanged
+            return _NOTHING_YET if published is None else published.unchanged
         self._counters.add("params_full")
         return published.full
 
@@ -401,14 +393,7 @@ class LearnerServer:
         problem = eval_report_problem(request)
         if problem is not None:
             await self._refuse(context, "rejected_evals", "bad_eval", f"invalid eval report: {problem}")
-        report = EvalReport(
-            policy_version=request.policy_version,
-            env_steps=request.env_steps,
-            mean_return=request.mean_return,
-            std_return=request.std_return,
-            episodes=request.episodes,
-            mean_length=request.mean_length,
-        )
+        report = EvalReport(**{f.name: getattr(request, f.name) for f in dataclasses.fields(EvalReport)})
         try:
             on_eval(report)
         except Exception as e:
