@@ -58,12 +58,6 @@ class EnvFailed(RoleFailed):
         super().__init__(EXIT_ENV_FAILED, message)
 
 
-def check_env_id(env: EnvRef | str) -> None:
-    """Raise ValueError naming `env` if it cannot be resolved (unknown id, a module that does not
-    import or define it); see ref.py."""
-    resolve(env)
-
-
 _MUJOCO_WARNINGS: set[str] = set()  # the distinct MuJoCo warnings this process has logged
 _MAX_MUJOCO_WARNINGS = 32
 
@@ -507,11 +501,7 @@ class EnvBatch:
                         games[i] = (float(info["episode"]["r"]), int(info["episode"]["l"]))
         except BaseException as exc:
             raise self._failed("step", exc) from None
-        finite = np.isfinite(rewards).all() and (
-            sp.pixels
-            or (np.isfinite(obs).all() if isinstance(obs, np.ndarray) else _finite_rows(sp, obs, n).all())
-        )
-        if not finite:
+        if not (np.isfinite(rewards).all() and _finite_rows(sp, obs, n).all()):
             ended = self._end_broken(obs, rewards, terminated, truncated, ended)
         else:
             self._broken_steps = 0

@@ -10,7 +10,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from surreal.algorithms.envs.make import EnvBatch, check_env_id, make_env, spaces_for
+from surreal.algorithms.envs.make import EnvBatch, make_env, spaces_for
+from surreal.algorithms.envs.ref import resolve
 
 
 class Countdown(gym.Env):
@@ -32,12 +33,12 @@ class Countdown(gym.Env):
 gym.register("SurrealTestCountdown-v0", entry_point=Countdown, max_episode_steps=3)
 
 
-def test_check_env_id_names_the_unknown_env():
-    check_env_id("CartPole-v1")
+def test_resolve_names_the_unknown_env():
+    resolve("CartPole-v1")
     with pytest.raises(ValueError, match="unknown environment 'CartPole-v99'"):
-        check_env_id("CartPole-v99")
+        resolve("CartPole-v99")
     with pytest.raises(ValueError, match="did you mean"):
-        check_env_id("CartPol-v1")
+        resolve("CartPol-v1")
 
 
 def test_make_env_keeps_the_time_limit_and_seeds():
