@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from surreal.algorithms.common.evaluator import eval_seed, evaluate
-from surreal.algorithms.envs.make import EnvBatch
+from surreal.algorithms.envs.make import EnvBatch, spaces_for
 from surreal.algorithms.es.actor import ESWorker, agent_ids
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy
@@ -30,7 +30,7 @@ def train(cfg: ESConfig, env_id: str, steps: int, agents: int, seed: int, eval_e
     With `workers` > 1 the agents are split into that many workers stepped in lockstep; a worker
     takes the newest version as soon as its own results completed updates, before the next
     worker's results land, or when it is idle, as real workers do (actor.py)."""
-    master = ESMaster(cfg, _spaces(env_id), steps, agents, seed=seed)
+    master = ESMaster(cfg, spaces_for(env_id), steps, agents, seed=seed)
     sizes = [agents // workers + (i < agents % workers) for i in range(workers)]
     pool = [ESWorker(cfg, env_id, agent_ids(i, n), seed=seed + i) for i, n in enumerate(sizes)]
     envs = EnvBatch(env_id, cfg.eval_episodes, seed=eval_seed(seed), training=False)
@@ -75,12 +75,6 @@ def train(cfg: ESConfig, env_id: str, steps: int, agents: int, seed: int, eval_e
     return result
 
 
-def _spaces(env_id: str):  # type: ignore[no-untyped-def]
-    from surreal.algorithms.envs.make import spaces_for
-
-    return spaces_for(env_id)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="CartPole-v1")
@@ -92,29 +86,21 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     cfg = preset_for(args.env, args.agents)
-    types = {f.name: f.type for f in dataclasses.fields(cfg)}
-    changes: dict[str, Any] = {}
-    for item in args.set:
-        key, value = item.split("=", 1)
-        kind = types[key]
-        parsed = tuple(int(v) for v in value.split(",") if v) if "tuple" in str(kind) else value
-        changes[key] = _cast(kind, parsed)
+    types = {f.name: str(f.type) for f in dataclasses.fields(cfg)}
+    changes = {key: _parse(types[key], value) for key, value in (item.split("=", 1) for item in args.set)}
     cfg = dataclasses.replace(cfg, **changes)
     cfg.validate()
     train(cfg, args.env, args.steps, args.agents, args.seed, args.eval_every, args.workers)
 
 
-def _cast(kind: object, value: object) -> object:
-    if isinstance(value, tuple):
-        return value
-    text = str(value)
-    if "bool" in str(kind):
+def _parse(kind: str, text: str) -> Any:
+    if "tuple" in kind:
+        return tuple(int(v) for v in text.split(",") if v)
+    if "bool" in kind:
         return text.lower() in ("1", "true", "yes")
-    if "int" in str(kind):
+    if "int" in kind:
         return int(text)
-    if "float" in str(kind):
-        return float(text)
-    return text
+    return float(text) if "float" in kind else text
 
 
 if __name__ == "__main__":
