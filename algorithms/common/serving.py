@@ -24,10 +24,7 @@ from surreal.algorithms.common.evaluator import HEARTBEAT_SECONDS, Policy, eval_
 from surreal.algorithms.common.exits import EXIT_PREEMPTED
 from surreal.algorithms.common.ranks import PeerLost, RankGroup
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
-from surreal.algorithms.common.scale import (
-    SCALE_FILE,
-    read_scale,
-)
+from surreal.algorithms.common.scale import SCALE_FILE, read_scale
 from surreal.algorithms.envs.make import EnvBatch
 from surreal.protocol.codec import TensorSpec
 from surreal.protocol.server import LearnerServer

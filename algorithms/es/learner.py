@@ -12,7 +12,6 @@ import logging
 
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
-from surreal.algorithms.common.serving import max_streams as max_streams  # sized here (tests import it)
 from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.es.config import ESConfig
 from surreal.algorithms.es.evaluator import deterministic_policy

@@ -27,7 +27,7 @@ from surreal.algorithms.es.handout import Handout
 from surreal.algorithms.es.maths import adam_step, ascent_direction
 from surreal.algorithms.es.networks import PolicySpec, init_params
 from surreal.algorithms.es.noise import perturbations
-from surreal.algorithms.es.results import batch_obs_moments, check_batch
+from surreal.algorithms.es.results import check_batch
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Params
 
@@ -192,7 +192,7 @@ class ESMaster(LearnerProgress):
             self._rejections.note(worker_id, why, detail)
             return 0
         if self.cfg.norm_obs:  # real states, whatever their results' fate
-            self.obs_rms.merge(batch_obs_moments(t))
+            self.obs_rms.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
         if self.done:
             return 0
         accepted = 0

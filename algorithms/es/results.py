@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from surreal.algorithms.common.normalization import Moments, RunningMeanStd, valid_moments
+from surreal.algorithms.common.normalization import RunningMeanStd, valid_moments
 from surreal.protocol.codec import TensorSpec
 
 RESULT_KEYS = ("agent_id", "pair", "seed", "version", "returns", "lengths")
@@ -45,11 +45,6 @@ def check_batch(t: dict[str, np.ndarray], norm_obs: bool) -> tuple[str, str] | N
     if not valid_moments(m):
         return "bad_moments", "observation moments are not finite, or m2 is negative"
     return None
-
-
-def batch_obs_moments(t: dict[str, np.ndarray]) -> Moments:
-    """The batch's observation moments (of a batch that passed check_batch)."""
-    return RunningMeanStd.moments_from_arrays(t, "obs")
 
 
 def pack_batch(rows: list[tuple[int, int, int, int, float, float, int, int]],

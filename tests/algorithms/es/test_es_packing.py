@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from surreal.algorithms.common.serving import max_streams
 from surreal.algorithms.es.actor import agent_ids
-from surreal.algorithms.es.learner import max_streams
 from surreal.orchestrator.program import ENV_AGENTS_IN_WORKER, Target, local_split, make_program, pod_split
 from surreal.spec import build_spec
 
