@@ -25,29 +25,9 @@ from surreal.orchestrator import home
 from surreal.orchestrator.files import read_json, write_json_atomic
 from surreal.orchestrator.home import LOG_DIR
 from surreal.orchestrator.launcher import CorruptFile
-from surreal.orchestrator.local.supervisor import (
-    PROGRAM_FILE,
-    STATE_FILE,
-    Supervisor,
-)
+from surreal.orchestrator.local.supervisor import PROGRAM_FILE, STATE_FILE, Supervisor, killpg
 from surreal.orchestrator.program import Program
-from surreal.orchestrator.status import TERMINAL_PHASES, ComponentState, Phase, exit_code
-
-__all__ = [
-    "PROGRAM_FILE",
-    "SUPERVISOR_LOG",
-    "Phase",
-    "ComponentState",
-    "Supervisor",
-    "current_phase",
-    "is_alive",
-    "load_program",
-    "read_state",
-    "run_supervisor",
-    "save_program",
-    "spawn_detached",
-    "stop_experiment",
-]
+from surreal.orchestrator.status import ENDED_STATES, TERMINAL_PHASES, ComponentState, Phase, exit_code
 
 SUPERVISOR_LOG = "supervisor"  # logs/supervisor.log: a detached supervisor's own output
 _CREATE_TIME_TOLERANCE = 0.05  # seconds; psutil reports the same value for the same process
@@ -182,10 +162,7 @@ def _kill_groups(pgids: list[int], grace: float) -> None:
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pgid in pgids:
-            try:
-                os.killpg(pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+            killpg(pgid, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(_group_alive(g) for g in pgids):
             time.sleep(0.05)
@@ -214,9 +191,7 @@ def _mark_stopped(exp_dir: Path | str, state: dict[str, Any]) -> None:
     """Record that the experiment was stopped when its supervisor could not do it itself."""
     state = dict(state, phase=Phase.STOPPED.value, ended_at=state.get("ended_at") or time.time())
     state["components"] = [
-        dict(c, state=ComponentState.STOPPED.value)
-        if c.get("state") not in {"Succeeded", "Failed", "Stopped"}
-        else c
+        c if c.get("state") in ENDED_STATES else dict(c, state=ComponentState.STOPPED.value)
         for c in state.get("components", [])
     ]
     write_json_atomic(Path(exp_dir) / STATE_FILE, state)

@@ -56,9 +56,6 @@ _PR_SET_PDEATHSIG = 1
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-_ENDED = ENDED_STATES
-
-
 def _child_preexec(
     cpu: int | None = None, request_slice: Callable[[], None] | None = None
 ) -> Callable[[], None] | None:
@@ -173,10 +170,9 @@ class Supervisor:
         self._pin_actors = pin_actors
         self._cpus = actor_cpus(program, pin_actors)
         # Long time slices for every component (None: SURREAL_SCHED_SLICE_MS or its default).
-        request_slice = slice_request(slice_ms_from_env() if slice_ms is None else slice_ms)
-        self._request_slice = request_slice
+        self._request_slice = slice_request(slice_ms_from_env() if slice_ms is None else slice_ms)
         self._preexec = {
-            c.name: _child_preexec(self._cpus.get(c.name), request_slice) for c in program.components
+            c.name: _child_preexec(self._cpus.get(c.name), self._request_slice) for c in program.components
         }
         self._retiring: list[_Child] = []  # left the program; stopping
         self._program_mtime = _mtime(self.exp_dir / PROGRAM_FILE)
@@ -260,7 +256,7 @@ class Supervisor:
                 if not started:
                     return Phase.FAILED
                 self._note(child, f"restarted (restart {child.restarts}; {child.failures} failures)")
-        if all(child.state in _ENDED for child in self._children):
+        if all(child.state in ENDED_STATES for child in self._children):
             failed = any(child.state is ComponentState.FAILED for child in self._children)
             return Phase.FAILED if failed else Phase.SUCCEEDED
         return None
@@ -309,7 +305,7 @@ class Supervisor:
                 return None
         except ChildProcessError:
             pass  # reaped elsewhere; Popen.wait() below still returns the code
-        _killpg(child.proc.pid, signal.SIGKILL)
+        killpg(child.proc.pid, signal.SIGKILL)
         code = child.proc.wait()
         child.proc = None
         child.exit_code = code
@@ -347,10 +343,11 @@ class Supervisor:
         peers = [c for c in self._children if c.component.role == role]
         if decision.action is Action.FAIL_ROLE:
             self._note(child, f"{why}: the {role} role has failed for good (nothing to retry)")
-            for peer in peers:
-                if peer.state not in _ENDED:
-                    self._stop_child(peer)
-                    peer.state = ComponentState.FAILED
+            live = [peer for peer in peers if peer.state not in ENDED_STATES]
+            running = [peer for peer in live if peer.proc is not None]
+            self._stop(running, "stopping (SIGTERM): its role has failed")
+            for peer in live:
+                peer.state = ComponentState.FAILED
         else:
             self._note(child, f"{why}; giving up after {child.failures} failures")
         child.state = ComponentState.FAILED
@@ -417,7 +414,7 @@ class Supervisor:
     def _retire(self, child: _Child, why: str) -> None:
         self._note(child, why)
         if child.proc is not None:
-            _killpg(child.proc.pid, signal.SIGTERM)
+            killpg(child.proc.pid, signal.SIGTERM)
             child.retire_by = time.monotonic() + self.grace_seconds
             self._retiring.append(child)
 
@@ -425,16 +422,13 @@ class Supervisor:
         for child in list(self._retiring):
             if child.proc is not None and self._poll(child) is None:
                 if now > child.retire_by:
-                    _killpg(child.proc.pid, signal.SIGKILL)
+                    killpg(child.proc.pid, signal.SIGKILL)
                 continue
             self._retiring.remove(child)
             self._note(child, f"retired ({describe_exit(child.exit_code or 0)})")
-            for waiting in self._children:
+            for waiting in (*self._children, *self._retiring):  # retiring: a chain of one name
                 if waiting.replaces is child:
                     waiting.replaces = None
-            for other in self._retiring:  # a chain of replacements of one name
-                if other.replaces is child:
-                    other.replaces = None
 
     def _shutdown(self, outcome: Phase) -> None:
         """Stop whatever still runs, then record the final phase."""
@@ -446,15 +440,20 @@ class Supervisor:
 
     def _stop_all(self) -> None:
         """SIGTERM every live process group, SIGKILL after the grace period (or a 2nd request)."""
-        stop_count = self._stop_requests
-        running = [c for c in (*self._children, *self._retiring) if c.proc is not None]
         for child in self._children:
-            if child.state not in _ENDED:
+            if child.state not in ENDED_STATES:
                 child.state = ComponentState.STOPPED
+        running = [c for c in (*self._children, *self._retiring) if c.proc is not None]
+        self._stop(running, "stopping (SIGTERM)")
+
+    def _stop(self, running: list[_Child], why: str) -> None:
+        """SIGTERM each child's process group, SIGKILL after the grace period (or a 2nd stop
+        request); wait for their ends."""
+        stop_count = self._stop_requests
         for child in running:
             assert child.proc is not None
-            self._note(child, "stopping (SIGTERM)")
-            _killpg(child.proc.pid, signal.SIGTERM)
+            self._note(child, why)
+            killpg(child.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_seconds
         while running and time.monotonic() < deadline and self._stop_requests <= stop_count:
             running = [c for c in running if self._poll(c) is None]
@@ -462,22 +461,10 @@ class Supervisor:
         for child in running:
             assert child.proc is not None
             self._note(child, "did not stop in time; SIGKILL")
-            _killpg(child.proc.pid, signal.SIGKILL)
+            killpg(child.proc.pid, signal.SIGKILL)
         for child in running:
             while self._poll(child) is None:
                 time.sleep(self.poll_seconds)
-
-    def _stop_child(self, child: _Child) -> None:
-        """SIGTERM one child's process group, SIGKILL after the grace period; wait for its end."""
-        if child.proc is None:
-            return
-        self._note(child, "stopping (SIGTERM): its role has failed")
-        _killpg(child.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_seconds
-        while self._poll(child) is None:
-            if time.monotonic() > deadline:
-                _killpg(child.proc.pid, signal.SIGKILL)
-            time.sleep(self.poll_seconds)
 
     def _install_signal_handlers(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():
@@ -521,7 +508,7 @@ class Supervisor:
         write_json_atomic(self.exp_dir / STATE_FILE, self.state())
 
 
-def _killpg(pgid: int, sig: int) -> None:
+def killpg(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
