@@ -195,8 +195,6 @@ def make_atari(env_id: str, seed: int, *, training: bool, **kwargs: Any) -> gym.
             f"obs_type={kwargs['obs_type']!r} is not allowed for Atari: the preprocessing reads the "
             f"screen itself and observes {FRAME_STACK} stacked {SCREEN_SIZE}x{SCREEN_SIZE} grayscale frames"
         )
-    if not is_atari(env_id):
-        raise ValueError(f"'{env_id}' is not an Atari environment registered by ale_py")
     make_kwargs: dict[str, Any] = {"disable_env_checker": True, **kwargs}
     env: gym.Env = gym.make(env_id, frameskip=1, obs_type="grayscale", **make_kwargs)
     env = GameEpisodeStatistics(env)

@@ -15,49 +15,48 @@ from surreal.algorithms.envs.obs_leaves import ObsLeaf, summary
 from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv, as_env_ref
 from surreal.algorithms.es.config import ESConfig
 
-# Serial harness, 8 agents, seed 0: eval 500 from 100k steps on; `es-cp` in docs/algorithms/es.md.
-CARTPOLE = ESConfig(
-    policy="linear",
-    population=16,
-    sigma=0.1,
-    learning_rate=0.05,
-    eval_interval=100_000,
-)
-
-# Swing-up needs a nonlinear policy; relu trained faster than tanh here. Serial harness, 8 agents:
-# eval -171 at 1.5M steps (seed 0), -210 at 2M (seed 1); the 32x32 tanh MLP stayed near -900.
-PENDULUM = ESConfig(
-    policy="mlp",
-    hidden_sizes=(64, 64),
-    activation="relu",
-    population=64,
-    sigma=0.05,
-    learning_rate=0.03,
-    eval_interval=200_000,
-)
-
-# ARS-style: a linear policy on normalized observations. Serial harness, 16 agents, seed 0: eval
-# 2,949 at 3M steps; `surreal create --agents 16 --steps 20000000`: 5,323 and 6,015 (two sessions).
-HALFCHEETAH = ESConfig(
-    policy="linear",
-    population=32,
-    sigma=0.03,
-    learning_rate=0.02,
-    eval_interval=500_000,
-)
-
-# ARS's recipe for Hopper: a linear policy, the alive bonus (1 per step) subtracted before ranking
-# (otherwise standing still is a local optimum), the better half of the pairs. Serial harness,
-# 8 agents, seed 0: eval 3,000 at 0.8M steps, 3,504 at 4M (one dip to 1,250 at 1.6M).
-HOPPER = ESConfig(
-    policy="linear",
-    population=16,
-    sigma=0.025,
-    learning_rate=0.02,
-    reward_shift=1.0,
-    top_fraction=0.5,
-    eval_interval=500_000,
-)
+PRESETS: dict[str, ESConfig] = {
+    # Serial harness, 8 agents, seed 0: eval 500 from 100k steps on; `es-cp` in docs/algorithms/es.md.
+    "CartPole-v1": ESConfig(
+        policy="linear",
+        population=16,
+        sigma=0.1,
+        learning_rate=0.05,
+        eval_interval=100_000,
+    ),
+    # Swing-up needs a nonlinear policy; relu trained faster than tanh here. Serial harness, 8 agents:
+    # eval -171 at 1.5M steps (seed 0), -210 at 2M (seed 1); the 32x32 tanh MLP stayed near -900.
+    "Pendulum-v1": ESConfig(
+        policy="mlp",
+        hidden_sizes=(64, 64),
+        activation="relu",
+        population=64,
+        sigma=0.05,
+        learning_rate=0.03,
+        eval_interval=200_000,
+    ),
+    # ARS-style: a linear policy on normalized observations. Serial harness, 16 agents, seed 0: eval
+    # 2,949 at 3M steps; `surreal create --agents 16 --steps 20000000`: 5,323 and 6,015 (two sessions).
+    "HalfCheetah-v5": ESConfig(
+        policy="linear",
+        population=32,
+        sigma=0.03,
+        learning_rate=0.02,
+        eval_interval=500_000,
+    ),
+    # ARS's recipe for Hopper: a linear policy, the alive bonus (1 per step) subtracted before ranking
+    # (otherwise standing still is a local optimum), the better half of the pairs. Serial harness,
+    # 8 agents, seed 0: eval 3,000 at 0.8M steps, 3,504 at 4M (one dip to 1,250 at 1.6M).
+    "Hopper-v5": ESConfig(
+        policy="linear",
+        population=16,
+        sigma=0.025,
+        learning_rate=0.02,
+        reward_shift=1.0,
+        top_fraction=0.5,
+        eval_interval=500_000,
+    ),
+}
 
 # With many agents (rounds: ESConfig.round_pairs), 20M steps are only ~39 updates of 256 pairs.
 # HalfCheetah then needs ARS's top directions (the best eighth of the pairs; keeping all ended at
@@ -67,14 +66,6 @@ HOPPER = ESConfig(
 MANY_AGENTS: dict[str, dict[str, object]] = {
     "HalfCheetah-v5": {"top_fraction": 0.125, "anneal_lr": True},
 }
-
-PRESETS: dict[str, ESConfig] = {
-    "CartPole-v1": CARTPOLE,
-    "Pendulum-v1": PENDULUM,
-    "HalfCheetah-v5": HALFCHEETAH,
-    "Hopper-v5": HOPPER,
-}
-
 
 # Env steps a run trains for when `--steps` is not given (what the results in docs/algorithms/es.md
 # were measured with).
