@@ -101,25 +101,14 @@ def grpc_probes(port: int) -> dict[str, Any]:
     }
 
 
-def component_volumes(names: Mapping[str, str], exp_dir_volume: dict[str, Any]) -> list:
+def component_volumes(names: Mapping[str, str], exp_dir_volume: dict[str, Any]) -> list[dict[str, Any]]:
     """Volumes of a component pod; `exp_dir_volume` is its exp dir (a claim, or an emptyDir)."""
-    volumes: list[dict[str, Any]] = [
+    return [
         {"name": "spec", "configMap": {"name": names["spec"]}},
         {"name": "token", "secret": {"secretName": names["token"], "defaultMode": 0o440}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
-    ]
-    volumes.append({"name": "data", **exp_dir_volume})
-    return volumes
-
-
-def component_mounts() -> list[dict[str, Any]]:
-    return [
-        {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
-        {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True},
-        {"name": "tmp", "mountPath": "/tmp"},
-        {"name": "shm", "mountPath": "/dev/shm"},
-        {"name": "data", "mountPath": EXP_DIR},
+        {"name": "data", **exp_dir_volume},
     ]
 
 
@@ -149,7 +138,13 @@ def component_container(
         container.update(grpc_probes(ports[0]))
     container["resources"] = {kind: dict(v) for kind, v in resources.items()}
     container["securityContext"] = container_security()
-    container["volumeMounts"] = component_mounts()
+    container["volumeMounts"] = [
+        {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
+        {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "data", "mountPath": EXP_DIR},
+    ]
     # A learner's final status is written there (surreal.component); a crash writes nothing, and
     # then the message is the log's tail, which names the error: `kubectl get pod -o jsonpath`.
     container["terminationMessagePath"] = TERMINATION_LOG

@@ -10,16 +10,10 @@ its component's argv with exactly its env, so a pod cannot tell it is not a loca
 applies them, and helm/surreal renders the same objects.
 
 An experiment is batch work (docs/decisions.md, "Run-to-completion objects"): learner, actors and
-evaluator are batch/v1 Jobs whose pods exit when the run is done, so the Jobs complete and free
-their nodes and GPUs. Each Job's backoffLimit and podFailurePolicy are the failure policy of its
-role (policy.py, `job_failure_policy`): the learner's Job fails the experiment past its retries;
-disruptions (a drained or preempted node, a SIGTERM the learner answered with a checkpoint) do not
-count; a PodDisruptionBudget keeps voluntary evictions off the running learner. Actors are one
-Indexed Job (each pod's index is its worker index; `scale` patches completions and parallelism
-together), each index with its own retries; workers whose learner is gone for good exit
-EXIT_LEARNER_GONE, which fails their Job at once. Each component watches the Job it depends on
-(watch.py): a learner whose actors' Job failed exits EXIT_NO_ACTORS (its Job fails at once),
-workers whose learner's Job ended exit 0 (their Jobs complete).
+evaluator are Indexed batch/v1 Jobs whose pods exit when the run is done, so the Jobs complete and
+free their nodes and GPUs. Each Job carries its role's failure policy (policy.py,
+`job_failure_policy`); the actors' pod index is the worker index (`scale` patches completions and
+parallelism together); each component watches the Job it depends on (watch.py).
 """
 
 from __future__ import annotations
@@ -63,7 +57,6 @@ __all__ = [
 
 # Used when the spec names no image: what `make image` builds and `make kind-load` loads.
 DEFAULT_IMAGE = "surreal:local"
-MANAGED_BY = "surreal"
 ROLES = ("learner", "actor", "evaluator", "tensorboard")
 # TensorBoard is not a program component (it runs no surreal code), so its size is set here.
 TENSORBOARD_RESOURCES = {"cpu": "250m", "memory": "512Mi"}
@@ -133,9 +126,8 @@ def object_names(name: str) -> dict[str, str]:
 
 
 def job_names(name: str, queued: bool) -> dict[str, str]:
-    """The Job of each role (JOB_ROLES): its own `NAME-ROLE`, or in a queued experiment's JobSet the
-    name the JobSet controller gives it (`<jobset>-<replicatedJob>-<index>`; the JobSet is named
-    after the experiment and holds one Job of each)."""
+    """The Job of each role (JOB_ROLES): `NAME-ROLE`, or in a queued experiment's JobSet (named
+    after the experiment) the name its controller gives it, `<jobset>-<replicatedJob>-<index>`."""
     parts = (*JOB_ROLES, "learner-peers")
     if queued:
         return {part: f"{name}-{part}-0" for part in parts}
@@ -144,20 +136,19 @@ def job_names(name: str, queued: bool) -> dict[str, str]:
 
 
 def learner_pod_hosts(spec: ExperimentSpec) -> list[str]:
-    """Each learner pod's stable name, pod by pod (--learner-pods > 1): an Indexed Job's pod is
-    named `<job>-<index>` and, with `subdomain`, resolves as `<job>-<index>.<subdomain>` through
-    the headless Service of that name. Pod 0 is the learner Job's, pods 1.. the peers Job's."""
+    """Each learner pod's stable name (--learner-pods > 1), `<job>-<index>.<subdomain>`
+    (ranks_service): pod 0 is the learner Job's, pods 1.. the peers Job's."""
     names, jobs = object_names(spec.name), job_names(spec.name, bool(spec.queue))
     peers = [f"{jobs['learner-peers']}-{i}" for i in range(spec.learner_pods - 1)]
     return [f"{host}.{names['ranks']}" for host in (f"{jobs['learner']}-0", *peers)]
 
 
-def labels(name: str, component: str, managed_by: str = MANAGED_BY) -> dict[str, str]:
+def labels(name: str, component: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "surreal",
         "app.kubernetes.io/instance": name,
         "app.kubernetes.io/component": component,
-        "app.kubernetes.io/managed-by": managed_by,
+        "app.kubernetes.io/managed-by": "surreal",
         "surreal.io/experiment": name,
         "surreal.io/component": component,
     }
@@ -233,11 +224,10 @@ def job_failure_policy(container: str, policy: RolePolicy) -> dict[str, Any]:
 
 
 def jobset_failure_policy(parts: Sequence[str] = JOB_ROLES) -> dict[str, Any]:
-    """What a failed Job of a queued experiment's JobSet does (policy.py's `fails_experiment`):
-    the learner's or the actors' fails the JobSet (the experiment); the evaluator's never fails it
-    (JobSet has no rule that ignores a failed Job): the JobSet is restarted without counting, so
-    the learner saves on SIGTERM and resumes from its checkpoint with 0 updates lost, and the
-    evaluator starts again with its retries. No other failure restarts it (maxRestarts 0)."""
+    """What a failed Job of a queued experiment's JobSet does (policy.py's `fails_experiment`): the
+    learner's or the actors' fails the JobSet; the evaluator's restarts it without counting (JobSet
+    has no rule that ignores a failed Job), the learner resuming from the checkpoint it saves on
+    SIGTERM. No other failure restarts it (maxRestarts 0)."""
 
     def role(part: str) -> str:  # the learner's peers are the learner
         return "learner" if part == "learner-peers" else part
@@ -285,7 +275,9 @@ def render(
     program = kube_program(spec)
     ctx = _Ctx(spec, settings, placement)
     actors = [c for c in program.components if c.role == "actor"]
-    _check_actors_alike(actors)
+    # One pod template serves every actor worker; the program must not tell them apart by env.
+    if len({(c.env, c.cpu, c.memory_mb) for c in actors}) != 1:
+        raise RenderError("actor workers differ in env or size; one Deployment cannot run them")
     pvc = settings.storage == "pvc"
     objects = [ctx.config_map(), ctx.secret(token), ctx.network_policy(), *ctx.watch_access()]
     if pvc:
@@ -303,12 +295,6 @@ def render(
     if pvc:  # TensorBoard reads the learner's claim
         objects += [ctx.service("tensorboard", {"http": pods.TB_PORT}), ctx.tensorboard()]
     return objects
-
-
-def _check_actors_alike(actors: list[Component]) -> None:
-    # One pod template serves every actor worker; the program must not tell them apart by env.
-    if len({(c.env, c.cpu, c.memory_mb) for c in actors}) != 1:
-        raise RenderError("actor workers differ in env or size; one Deployment cannot run them")
 
 
 @dataclass(frozen=True)
@@ -346,9 +332,8 @@ class _Ctx:
         }
 
     def watch_access(self) -> list[dict[str, Any]]:
-        """What the components' watch of the experiment's Jobs may do (orchestrator/kube/watch.py):
-        list the learner's and the actors' Jobs by name, nothing else. The ServiceAccount mounts
-        no token by default: only the pods that watch ask for it (`pod_template`)."""
+        """What the components' watch of the experiment's Jobs (watch.py) may do: list the learner's
+        and the actors' Jobs by name. Only the pods that watch mount its token (`pod_template`)."""
         name, jobs = self.names["watch"], job_names(self.spec.name, bool(self.spec.queue))
         account = {
             "apiVersion": "v1",
@@ -402,15 +387,14 @@ class _Ctx:
 
     @property
     def learner_ports(self) -> tuple[int, ...]:
-        """The port of each learner rank of one learner pod, by its rank there (the program's
-        learner address says them)."""
+        """The port of each learner rank of one learner pod, from the program's learner address."""
         ports = learner_ports(kube_target(self.spec).learner_addr)
         return ports[: len(ports) // self.spec.learner_pods]
 
     def ranks_service(self) -> dict[str, Any]:
-        """The headless Service whose name is the learner pods' `subdomain`: each learner pod
-        resolves as `<job>-<index>.NAME-ranks`, also before it is ready (the pods meet in pod 0's
-        control store before any rank serves)."""
+        """The headless Service named as the learner pods' `subdomain`: each resolves as
+        `<job>-<index>.NAME-ranks`, also before it is ready (the pods meet in pod 0's control store
+        before any rank serves)."""
         ports = {**pods.rank_ports(self.learner_ports), "control": RANKS_CONTROL_PORT}
         service = self.service("learner", ports)
         service["metadata"]["name"] = self.names["ranks"]
@@ -491,12 +475,10 @@ class _Ctx:
         return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
     def jobset(self, jobs: list[dict[str, Any]]) -> dict[str, Any]:
-        """A queued experiment's Jobs as one JobSet (JOB_ROLES' order), the one object that carries
-        the queue label: Kueue admits it as one Workload, a podSet per Job, all or nothing, and
-        unsuspends it; while suspended its Jobs hold no pod. Each Job keeps its failure policy;
-        what a failed Job means for the experiment is policy.py's `fails_experiment`, as on every
-        backend (`jobset_failure_policy`). It succeeds when the learner's Job does (its workers
-        then exit 0 by themselves: watch.py)."""
+        """A queued experiment's Jobs as one JobSet, the one object that carries the queue label:
+        Kueue admits it as one Workload, all or nothing, and unsuspends it. Each Job keeps its
+        failure policy (`jobset_failure_policy`); it succeeds when the learner's Job does (the
+        workers then exit 0 by themselves: watch.py)."""
         meta = self.meta(self.spec.name, "experiment")
         meta["labels"][QUEUE_LABEL] = str(self.spec.queue)
         replicated = [
@@ -533,9 +515,8 @@ class _Ctx:
         }
 
     def disruption_budget(self) -> dict[str, Any]:
-        """No voluntary eviction (a drain, an autoscaler's scale-down) of a running, ready learner:
-        it would cost the update in flight and a restart. A learner that is not ready (starting,
-        stuck) may be evicted, so it never blocks a drain for nothing."""
+        """No voluntary eviction (a drain, a scale-down) of a ready learner: it would cost the update
+        in flight and a restart. One not ready may be evicted, so it never blocks a drain for nothing."""
         return {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
