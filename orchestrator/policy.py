@@ -3,23 +3,13 @@
 One pure function, `decide`, says what follows one exit; the local supervisor, the containers
 Job controller and a learner's agent of ranks (rank_agent.py, `LEARNER_GROUP`) call it, and the kube
 renderer turns the same data into each Job's `backoffLimit` (or `backoffLimitPerIndex`) and
-`podFailurePolicy`, which Kubernetes' Job controller applies the same way. So a crash has the
-same outcome on every backend:
+`podFailurePolicy`. So a crash has the same outcome on every backend: exit 0 is done; a disruption
+is replaced at once, uncounted; a fatal exit fails the role at once; any other exit counts, and is
+replaced after a backoff until more than `retries` have counted.
 
-- exit 0: the index (or the role) is done;
-- a disruption (143: stopped from outside after a clean save; on Kubernetes also a pod with the
-  DisruptionTarget condition: a drain, a preemption): replaced at once, not counted;
-- an exit that ends the role for good (69: the worker's learner is gone; 70: the learner's ranks
-  did not form their group, as a rank hung before joining would again; 71: no actor is left to
-  feed the learner, which its cluster watch saw in the actors' failed Job; 73: the user's
-  environment failed, which it would again): the role fails at once;
-- any other exit counts; the role (each actor index on its own) is replaced after a backoff until
-  more than `retries` exits have counted, then it has failed.
-
-What its roles' ends mean for the experiment is `outcome`, the one rule every backend applies to
+What the roles' ends mean for the experiment is `outcome`, the one rule every backend applies to
 what it sees (processes, containers, Jobs): a failed role fails it as `role_failure` says (the
-learner's failure does, the evaluator's never does: the learner evaluates its final version
-itself; the actors' does once no actor index is left to feed the learner); otherwise it has
+evaluator's never does: the learner evaluates its final version itself); otherwise it has
 succeeded once the learner is done.
 """
 

@@ -1,18 +1,8 @@
 """The status contract: what `surreal status NAME -o json` holds, the same on every backend.
 
-One object per experiment (docs/getting-started.md#status-reference lists it, and a test holds
-that section to this module):
-
-- identity: `name, algo, env, backend, agents, target_steps`;
-- `phase`: one of `Phase` (Pending, Running, Succeeded, Failed, Stopped), and a command that
-  waited for the end exits with `exit_code(phase)`;
-- the learner's metrics `METRIC_FIELDS` (None until it reports), and those of `EXTRA_METRICS` it
-  reports;
-- `components`: one row per process or pod, `{name, role, state, restarts, detail}`, its state
-  one of `ComponentState` whatever runs it, and `detail` the backend's own word for it (an exit
-  code, a waiting reason such as ImagePullBackOff) or "";
-- where the backend knows them: `problem` (why it failed or waits), `jobs`, `queued`, `admission`,
-  `learner_status`, `actor_pods`, `namespace`.
+One object per experiment: its identity, `phase`, the learner's metrics, one row per component
+(its state one of `ComponentState` whatever runs it) and what the backend knows besides.
+docs/getting-started.md#status-reference lists every field, and a test holds it to this module.
 """
 
 from __future__ import annotations
@@ -67,21 +57,16 @@ METRIC_FIELDS = (
 )  # fmt: skip
 
 
-# Reported by the ES master only: logical agents whose results arrived, the result ledger, how
-# many versions old the results of recent updates were, rounds updated without all their pairs,
-# and the hand-out sizes for the agent count.
-ES_METRICS = (
-    "agents_reporting", "results_accepted", "results_rejected", "staleness", "short_rounds",
-    "pairs_per_update", "round_pairs", "pairs_per_agent", "max_staleness", "step_size",
-)  # fmt: skip
-
-
-# Passed through when the learner reports them: what it dropped or refused, and why.
+# Passed through when the learner reports them: what it dropped or refused, and why; then the ES
+# master's only: logical agents whose results arrived, the result ledger, how many versions old
+# the results of recent updates were, rounds updated without all their pairs, and the hand-out
+# sizes for the agent count.
 EXTRA_METRICS = (
     "dropped_fragments", "connected_actors", "rejected_fragments", "skipped_updates",
     "wire_rejections", "checkpoint_version", "checkpoint_age_seconds", "learners", "group_restarts",
     "waiting_for",
-    *ES_METRICS,
+    "agents_reporting", "results_accepted", "results_rejected", "staleness", "short_rounds",
+    "pairs_per_update", "round_pairs", "pairs_per_agent", "max_staleness", "step_size",
 )  # fmt: skip
 
 IDENTITY_FIELDS = ("name", "algo", "env", "backend", "agents", "target_steps")

@@ -74,13 +74,10 @@ def helm_values(
     placement: Mapping[str, Placement] | None = None,
     settings: RenderSettings | None = None,
 ) -> dict[str, Any]:
-    """Values for helm/surreal that make the chart render what `render` renders for `spec`
-    (`surreal create ... --dry-run -o helm-values`); the release name is the experiment name.
-    `resolved` is the spec file's section of what create found by resolving the environment,
-    which the chart copies into the spec so that no pod builds an environment to learn it. It is
-    left out for a spec without one (built by hand) and for infinite action bounds, which Helm
-    cannot read from a values file (YAML's .inf has no JSON form): the components then resolve
-    the environment at start, as with `helm install --set`."""
+    """Values for helm/surreal that make the chart render what `render` renders for `spec`; the
+    release name is the experiment name. `resolved` (what create found by resolving the
+    environment) is left out for a spec without one and for infinite action bounds, which Helm
+    cannot read from a values file: the components then resolve the environment at start."""
     settings = settings or RenderSettings()
     spec = kube_spec(spec)
     program = kube_program(spec)

@@ -2,22 +2,16 @@
 cluster (docs/decisions.md, "Components watch their Jobs").
 
 The local supervisor and the containers' Job controller end a run's other components when a role
-has failed for good; on Kubernetes each Job is on its own, so each component looks itself, every
-POLL_SECONDS (about: jittered, so that hundreds of actor pods do not ask at once):
-- the learner at the actors' Job: Failed (every index past its retries, or a worker's fatal exit)
-  means no actor is left to feed it: it ends with EXIT_NO_ACTORS, a fatal exit of its role (its
-  Job's podFailurePolicy fails it at once), and a reason that names the actors' Job;
-- actors and the evaluator at the learner's Job: Complete or Failed means nothing is left to do:
-  they exit 0, so their Jobs complete (an actor that ends because its learner failed must not make
-  the actors' Job look failed). A worker that starts after its learner's Job ended exits at once:
-  the first look is at start.
+has failed for good; on Kubernetes each Job is on its own, so each component looks itself, at
+start and then every POLL_SECONDS (jittered, so that hundreds of actor pods do not ask at once):
+the learner at the actors' Job (`ending_of`: Failed ends it with EXIT_NO_ACTORS, a fatal exit of
+its role), actors and the evaluator at the learner's (Complete or Failed: they exit 0, so that
+their Jobs complete rather than look failed).
 
 A Job is read with a list of one name (a `metadata.name` field selector) at resourceVersion 0:
-the API server answers from its cache, and the pods' Role can name the Jobs (`resourceNames`),
-which RBAC allows for a list only with such a selector. An API error (unreachable, forbidden, a
-Job not there yet) is logged, at most once per LOG_EVERY_SECONDS unless it changes, and the watch
-goes on: a component never fails for it (the workers' GIVE_UP_SECONDS stays the bound where the
-API cannot be reached).
+the API server answers from its cache, and RBAC lets the pods' Role name the Jobs
+(`resourceNames`) for a list only with such a selector. An API error is logged, at most once per
+LOG_EVERY_SECONDS unless it changes, and the watch goes on: a component never fails for it.
 """
 
 from __future__ import annotations
@@ -85,9 +79,8 @@ def in_cluster_batch_api() -> client.BatchV1Api:
 
 
 class JobWatch:
-    """A daemon thread: looks at `job` in `namespace` at start and then every ~`interval`
-    seconds, until `ending_of` says the component of `role` ends: then `on_end(ending)` is called,
-    once, from the thread, and the watch stops. `api()` makes the BatchV1Api (in-cluster by
+    """A daemon thread that looks at the watched Job until `ending_of` says the component of `role`
+    ends, then calls `on_end(ending)` once and stops. `api()` makes the BatchV1Api (in-cluster by
     default; a test's fake), retried at each look until it can be made."""
 
     def __init__(
