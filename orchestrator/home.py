@@ -4,6 +4,7 @@ status.json, logs/), creating one whole or not at all, and removing one whatever
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -15,20 +16,14 @@ from typing import IO, Any
 
 import psutil
 
-from surreal.algorithms.common.scale import SCALE_FILE, read_scale
+from surreal.algorithms.common.scale import SCALE_FILE
 from surreal.orchestrator.files import read_json, write_json_atomic
 from surreal.orchestrator.launcher import CorruptFile, LauncherError
 from surreal.spec import ExperimentSpec, SpecError, load_spec_file, load_yaml_file, validate_name
 
 LOG_DIR = "logs"
-
-
 SPEC_FILE = "spec.yaml"
-
-
 TOKEN_FILE = "token"
-
-
 STATUS_FILE = "status.json"
 
 
@@ -176,11 +171,6 @@ def write_scale(exp_dir: Path, agents: int) -> None:
     write_json_atomic(exp_dir / SCALE_FILE, {"agents": agents})
 
 
-def scaled_agents(exp_dir: Path, spec_agents: Any) -> Any:
-    """The agents the experiment runs now: as last scaled, else as created."""
-    return read_scale(exp_dir) or spec_agents
-
-
 def read_metrics(exp_dir: Path) -> dict[str, Any]:
     """What the learner last wrote to status.json ({} before its first write); CorruptFile when
     the file is not what it writes."""
@@ -250,16 +240,12 @@ def stop_strays(exp_dir: Path | str, grace: float = 5.0) -> None:
         if any(a == root or a.startswith(root + os.sep) for a in argv):
             strays.append(proc)
     for proc in strays:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(strays, timeout=grace)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=grace)
 
 
@@ -290,7 +276,7 @@ def tail_log(
 
 def list_experiment_dirs(home: Path | str) -> list[Path]:
     """Experiment directories under `home/experiments` (home = $SURREAL_HOME), sorted by name."""
-    root = Path(home) / "experiments"
+    root = experiments_root(Path(home))
     if not root.is_dir():
         return []
     # symbolic links too (listed with their problem), but not create's hidden staging folders

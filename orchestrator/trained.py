@@ -223,16 +223,6 @@ class Episode:
     frames: int
 
 
-def _frame(env: gym.Env) -> np.ndarray:
-    frame = env.render()
-    if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[2] in (3, 4)):
-        raise ExperimentError(
-            f"{env.spec.id if env.spec else env} cannot render frames: render() gave "
-            f"{type(frame).__name__}{getattr(frame, 'shape', '')}, not an RGB image (render_mode='rgb_array')"
-        )
-    return np.ascontiguousarray(frame[:, :, :3], np.uint8)
-
-
 def play(
     policy: TrainedPolicy, episodes: int, *, seed: int = 0, deterministic: bool = True
 ) -> Generator[tuple[np.ndarray | None, Episode | None], None, None]:
@@ -264,13 +254,17 @@ def play(
 
 
 def _rendered(env: gym.Env) -> np.ndarray:
+    name = env.spec.id if env.spec else str(env)
     try:
-        return _frame(env)
-    except ExperimentError:
-        raise
+        frame = env.render()
     except Exception as exc:  # a renderer's missing library (pygame, an OpenGL context), as one line
-        name = env.spec.id if env.spec else str(env)
         raise ExperimentError(f"{name} cannot render frames: {error_line(exc)}") from None
+    if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[2] in (3, 4)):
+        raise ExperimentError(
+            f"{name} cannot render frames: render() gave {type(frame).__name__}"
+            f"{getattr(frame, 'shape', '')}, not an RGB image (render_mode='rgb_array')"
+        )
+    return np.ascontiguousarray(frame[:, :, :3], np.uint8)
 
 
 GIF_MAX_WIDTH = 400  # a GIF holds every frame in memory as it is written: a quick look, kept small

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from surreal.algorithms.common.scale import read_scale
 from surreal.orchestrator.home import (
     SPEC_FILE,
     TOKEN_FILE,
@@ -25,7 +26,6 @@ from surreal.orchestrator.home import (
     read_metrics,
     read_spec,
     remove_dir,
-    scaled_agents,
     stop_strays,
     user_import_path,
 )
@@ -143,7 +143,7 @@ def status(exp_dir: Path) -> dict[str, Any]:
         phase=local.current_phase(state),
         metrics=read_metrics(exp_dir),
         components=rows,
-        agents=scaled_agents(exp_dir, spec.get("agents")),
+        agents=read_scale(exp_dir) or spec.get("agents"),  # as last scaled, else as created
         problem=(state or {}).get("problem") or None,
     )
 
