@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -102,9 +103,8 @@ def find_engine() -> str:
 
 
 class Run:
-    """Starts a plan's containers and removes everything it made when closed (also on SIGINT and
-    SIGTERM). `pods()` reports them as the API would, so kube_status can read them as `surreal
-    status` does."""
+    """Starts a plan's containers, runs its Jobs, and removes everything it made when closed.
+    `pods()` and `jobs()` report them as the API would, for kube.observe."""
 
     def __init__(
         self,
@@ -131,8 +131,7 @@ class Run:
 
     def start(self) -> None:
         plan, engine = self.plan, self.engine
-        images = {p.image for p in plan.pods}
-        for image in images:
+        for image in {p.image for p in plan.pods}:
             if not engine.image_exists(image):
                 raise ContainersError(
                     f"image {image} does not exist in {engine.name}'s store (make image IMAGE={image})"
@@ -156,9 +155,8 @@ class Run:
                      timeout=pod.grace_seconds + 60)  # fmt: skip
 
     def retire_pod(self, pod: PodRun, stopped: bool = False) -> None:
-        """A pod of an index that a scale dropped: stopped within its grace period (unless
-        `stopped` already), its log kept in the run's logs/ folder, the container removed (the Job
-        controller deletes such pods)."""
+        """A pod of an index that a scale dropped, deleted as the Job controller would: stopped
+        (unless `stopped` already), its log kept in the run's logs/ folder, the container removed."""
         if not stopped:
             self.stop_pod(pod)
         logs = self.plan.workdir / "logs"
@@ -169,13 +167,12 @@ class Run:
         self.started.remove(pod)
 
     def suspend(self) -> None:
-        """The JobSet suspended (a queued experiment's resize): every Job pod gets SIGTERM at once
-        and the longest grace period among them, as when the JobSet controller deletes a suspended
-        JobSet's Jobs (the learner saves its checkpoint and leaves); their logs are kept, their
-        containers removed, and nothing is replaced or started until `resume`."""
+        """The JobSet suspended (a queued experiment's resize): as its controller deletes the Jobs,
+        every Job pod gets SIGTERM at once and the longest grace period among them; their pods are
+        retired, and nothing is replaced or started until `resume`."""
         self.suspended = True
         self._due.clear()
-        pods = [p for p in self.started if self.is_job_pod(p) and p.name not in self.handled]
+        pods = self.live_job_pods()
         if pods:
             grace = max(p.grace_seconds for p in pods)
             names = [p.name for p in pods]
@@ -198,6 +195,10 @@ class Run:
     def is_job_pod(self, pod: PodRun) -> bool:
         return pod.workload in self.controller.jobs
 
+    def live_job_pods(self) -> list[PodRun]:
+        """The Job pods the controller has not decided on: running, or ended since it last looked."""
+        return [p for p in self.started if self.is_job_pod(p) and p.name not in self.handled]
+
     def reconcile(self) -> bool:
         """What the Job controller does, once: decide on every Job pod that ended, start the
         replacements that are due and the indexes a scale added, stop the pods of a failed Job
@@ -206,9 +207,9 @@ class Run:
             return False
         changed = False
         running: dict[tuple[str, int], PodRun] = {}
-        infos = {c["Name"]: c for c in self.engine.inspect(p.name for p in self.started if self.is_job_pod(p)
-                                                             and p.name not in self.handled)}  # fmt: skip
-        for pod in [p for p in self.started if self.is_job_pod(p) and p.name not in self.handled]:
+        live = self.live_job_pods()
+        infos = {c["Name"]: c for c in self.engine.inspect(p.name for p in live)}
+        for pod in live:
             state = (infos.get(pod.name) or {}).get("State") or {}
             if state.get("Running") or state.get("Status") not in ("exited", "stopped"):
                 running[(pod.workload, pod.index)] = pod
@@ -269,11 +270,7 @@ class Run:
 
     def jobs(self) -> list[dict[str, Any]]:
         """The Jobs as the API shows them."""
-        active: dict[str, int] = {}
-        for pod in self.started:
-            if self.is_job_pod(pod) and pod.name not in self.handled:
-                active[pod.workload] = active.get(pod.workload, 0) + 1
-        return self.controller.as_api(active)
+        return self.controller.as_api(Counter(p.workload for p in self.live_job_pods()))
 
     def close(self, keep_volumes: bool = False) -> None:
         """Remove the containers, the network and the pods' folders (ConfigMap and Secret copies);
