@@ -41,15 +41,6 @@ class PlotError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Point:
-    """One scalar event: what the learner logged at `step`, and when (seconds since the epoch)."""
-
-    step: int
-    value: float
-    wall_time: float
-
-
-@dataclass(frozen=True)
 class Curve:
     """One scalar of one experiment in step order, one point per env step."""
 
@@ -77,15 +68,15 @@ class Life:
 
     started: float  # wall time of its first event, seconds since the epoch
     first_step: int | None  # the lowest step of any scalar it logged; None: none yet
-    points: dict[str, list[Point]]
+    points: dict[str, list[ea.ScalarEvent]]  # its (wall_time, step, value) by tag
 
 
-def continued(lives: Sequence[Life], tag: str) -> list[Point]:
+def continued(lives: Sequence[Life], tag: str) -> list[ea.ScalarEvent]:
     """One tag's curve across learner lives, in the order they started. A restarted learner goes
     back to its checkpoint's step and logs again from there: every point an earlier life wrote at
     or after that step is replaced (as TensorBoard's purge does), and within a life a point
     replaces the earlier ones at its step or later."""
-    out: list[Point] = []
+    out: list[ea.ScalarEvent] = []
     for life in lives:
         if life.first_step is not None:
             out = [p for p in out if p.step < life.first_step]
@@ -96,7 +87,7 @@ def continued(lives: Sequence[Life], tag: str) -> list[Point]:
     return out
 
 
-def curve(points: Sequence[Point], start: float) -> Curve:
+def curve(points: Sequence[ea.ScalarEvent], start: float) -> Curve:
     return Curve(
         steps=tuple(p.step for p in points),
         values=tuple(p.value for p in points),
@@ -114,11 +105,7 @@ def _load(path: Path) -> Life | None:
         return None
     scalars = {tag: acc.Scalars(tag) for tag in acc.Tags()["scalars"]}
     first_step = min((events[0].step for events in scalars.values() if events), default=None)
-    points = {
-        tag: [Point(e.step, e.value, e.wall_time) for e in scalars.get(tag, [])]
-        for tag in (TRAIN_TAG, EVAL_TAG)
-    }
-    return Life(started, first_step, points)
+    return Life(started, first_step, {tag: scalars.get(tag, []) for tag in (TRAIN_TAG, EVAL_TAG)})
 
 
 def read_events(tb_dir: Path, name: str) -> RunCurves:

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
+from tensorboard.backend.event_processing import event_accumulator as ea
 
 from surreal.algorithms.common.tb import Scalars
 from surreal.orchestrator import plot
-from surreal.orchestrator.plot import Curve, PlotError, Point, RunCurves
+from surreal.orchestrator.plot import Curve, PlotError, RunCurves
 
 # Values a float32 holds exactly: TensorBoard stores scalars as float32.
 TRAIN_A = [(100, 10.0), (200, 12.5), (300, 20.0), (400, 31.25)]
@@ -45,7 +46,8 @@ def pairs(c: Curve) -> list[tuple[int, float]]:
 
 def test_a_restart_replaces_what_came_after_its_step_in_every_curve() -> None:
     def life(start: float, first: int, points: list[tuple[int, float]]) -> plot.Life:
-        return plot.Life(start, first, {"t": [Point(s, v, start + i) for i, (s, v) in enumerate(points)]})
+        events = [ea.ScalarEvent(start + i, s, v) for i, (s, v) in enumerate(points)]
+        return plot.Life(start, first, {"t": events})
 
     first = life(0.0, 1, [(1, 1.0), (2, 2.0), (3, 3.0), (2, 20.0), (4, 4.0)])  # 2 again: 20 wins
     assert [(p.step, p.value) for p in plot.continued([first], "t")] == [(1, 1.0), (2, 20.0), (4, 4.0)]
