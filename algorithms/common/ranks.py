@@ -1,46 +1,29 @@
 """Learner ranks: N processes that train one policy together (data parallel), each fed by its own
-share of the actors.
+share of the actors (worker index % N).
 
-Every rank runs the whole learner loop: its own server, its own actors (worker index % N), its own
-batch. An update is collective: the ranks combine their counters and normalization statistics, then
-sum gradients minibatch by minibatch (`sum_grads`, the algorithm's reduce hook: api.Reduce;
-torch.distributed, gloo on CPU), so that
-after every update each rank holds the same weights, optimizer state and version. The group of one
-(`RankGroup()`, a single learner) runs the same update: its collectives are the identity.
+Every rank runs the whole learner loop: its own server, actors and batch. An update is collective:
+the ranks combine their counters and normalization statistics, then sum gradients minibatch by
+minibatch (`sum_grads`, the algorithm's reduce hook: api.Reduce; gloo on CPU), so that after every
+update each rank holds the same weights, optimizer state and version. The group of one
+(`RankGroup()`, a single learner) runs the same update with identity collectives.
 
 An update is due when the group as a whole holds a batch (`add_steps` counts each rank's intake in
-the store), whichever ranks' actors sent it: as with one learner, a faster actor fills more of it
-and nothing waits for the slowest, so the data is as fresh as one learner's; a rank whose actors
-sent nothing takes part with no rows. Collectives start only when every rank has committed to the
-same update (`commit`, then `all_committed` until true): a commitment is a key in the group's
-store, polled without blocking, so a rank waiting for its peers keeps serving, reporting status
-and hearing SIGTERM. Once all have committed the collectives of the update run at once, each
-bounded by COLLECTIVE_TIMEOUT. A peer that stops heart-beating for PEER_TIMEOUT_SECONDS, or that
-leaves, ends the wait with `PeerLost`: the group is restarted (orchestrator/rank_agent.py's
-`launch_ranks`, the agent in the learner's process or pod) and resumes from rank 0's checkpoint,
-which rank 0 broadcasts to the others at start. A group that does not form fails the learner at
-once (`GroupNotFormed`, exit EXIT_GROUP_NOT_FORMED: a fatal exit of the learner role, restarted
-neither by `launch_ranks` nor by the backend), with a reason that names the ranks: one has not
-joined JOIN_TIMEOUT after the group was started, or they all joined and some are still inside
-init_process_group FORM_TIMEOUT later (hung there), or init_process_group failed.
+the store), whichever ranks' actors sent it: nothing waits for the slowest actor, and a rank whose
+actors sent nothing takes part with no rows. Collectives start only once every rank has committed
+to the same update (`commit`, then `all_committed`): keys in the store, polled without blocking, so
+a waiting rank keeps serving and hears SIGTERM. A peer that stops heart-beating for
+PEER_TIMEOUT_SECONDS, or leaves, ends the wait with `PeerLost`: the group is restarted
+(orchestrator/rank_agent.py) and resumes from rank 0's checkpoint, which rank 0 broadcasts at start.
+A group that does not form fails the learner at once (`GroupNotFormed`, EXIT_GROUP_NOT_FORMED,
+restarted by nobody), naming the ranks that did not join or hung in init_process_group.
 
-The process group is formed from what torch's elastic agent gives every worker (RANK, WORLD_SIZE,
-TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT), the group's restarts (SURREAL_GROUP_RESTARTS)
-and a store named by SURREAL_RANKS_STORE: a folder for FileStores (one machine or pod; no port is
-opened but gloo's, on the loopback). The agent's side (starting, watching and restarting the
-ranks; the learner pods' control store) is orchestrator/rank_agent.py.
-
-Ranks across learner pods (SURREAL_LEARNER_POD of SURREAL_LEARNER_PODS, each pod's agent running
-its N/P ranks, global rank = pod x N/P + local rank): pod 0's agent serves a TCPStore at
-SURREAL_RANKS_CONTROL ("HOST:PORT"; inside a pod it listens on the pod's interfaces, as torch's
-store does), every agent and rank is its client. The agents agree on a generation there before
-each group (`PodControl.next_generation`: all pods arrive, or GroupNotFormed names those that did
-not within POD_JOIN_TIMEOUT), and the ranks' store is that generation's prefix of it, so a
-restarted group starts from an empty one on every pod. A pod that is lost (killed, preempted,
-rescheduled) ends the group on the others (its ranks' `left` keys, or their silence); each agent
-then starts its ranks again in the next generation, which waits for the lost pod's replacement,
-and rank 0 resumes from its checkpoint. A group that ends because a peer pod left is not this
-pod's failure: it does not count against the group's budget (policy.LEARNER_GROUP).
+The group is formed from the elastic agent's variables (RANK, WORLD_SIZE, TORCHELASTIC_RUN_ID,
+TORCHELASTIC_RESTART_COUNT), SURREAL_GROUP_RESTARTS and the store SURREAL_RANKS_STORE names: a
+folder of FileStores on one machine or pod. Across learner pods (global rank = pod x N/P + local
+rank), pod 0's agent serves a TCPStore at SURREAL_RANKS_CONTROL; the agents agree on a generation
+there before each group (`PodControl.next_generation`), and the ranks' store is that generation's
+prefix of it, so a restarted group starts from an empty one on every pod. A group that ends because
+a peer pod left is not this pod's failure (policy.LEARNER_GROUP).
 """
 
 from __future__ import annotations
@@ -123,7 +106,6 @@ class RankGroup:
         self.rank, self.size, self.store = rank, size, store
         self.restarts = 0  # times the elastic agent restarted the group before this one
         self.collective_seconds = 0.0  # spent in collectives (waiting for the slowest rank included)
-        self._beats = 0
         self._beat_at = float("-inf")
         # peer -> (its last heartbeat count seen, when it changed: local monotonic clock)
         self._peers: dict[int, tuple[int, float]] = {}
@@ -200,10 +182,7 @@ class RankGroup:
 
     def group_steps(self, round_: int) -> int:
         """Env steps the whole group has taken for update `round_` so far."""
-        if self.size == 1:
-            raise RuntimeError("a group of one counts its own steps")
-        assert self.store is not None
-        return int(self.store.add(f"steps/{round_}", 0))
+        return self.add_steps(round_, 0)
 
     def commit(self, round_: int) -> None:
         """This rank will run update `round_`'s collectives as soon as every rank has committed."""
@@ -232,7 +211,7 @@ class RankGroup:
             return
         assert self.store is not None
         self._beat_at = time.monotonic()
-        self._beats = int(self.store.add(f"alive/{self.rank}", 1))
+        self.store.add(f"alive/{self.rank}", 1)
 
     def _check_peers(self) -> None:
         now = time.monotonic()
