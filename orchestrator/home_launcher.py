@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from surreal.orchestrator import home, plot
 from surreal.orchestrator.launcher import (
@@ -22,8 +21,6 @@ from surreal.orchestrator.launcher import (
     check_agents,
     check_port_free,
 )
-
-T = TypeVar("T")
 
 
 class HomeLauncher(Launcher):
@@ -131,13 +128,3 @@ class LocalTensorBoard:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-
-
-def wait_until(what: str, predicate: Callable[[], T], timeout: float, poll: float = 0.2) -> T:
-    """Wait for a condition and return its (truthy) value, or raise LauncherError naming it."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise LauncherError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(poll)
-    return value

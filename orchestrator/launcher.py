@@ -14,11 +14,12 @@ import importlib
 import logging
 import os
 import socket
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from surreal.orchestrator.program import ENV_JOBS_WATCH
 from surreal.orchestrator.status import exit_code
@@ -27,6 +28,8 @@ from surreal.spec import check_agents as spec_check_agents
 
 if TYPE_CHECKING:
     from surreal.spec import ExperimentSpec
+
+T = TypeVar("T")
 
 
 class LauncherError(RuntimeError):
@@ -187,3 +190,13 @@ def start_jobs_watch(role: str, on_end: Callable[[Any], None]) -> Any:
         logging.getLogger(__name__).warning("no watch of the experiment's Jobs (%s=%r): %s",
                                             ENV_JOBS_WATCH, value, exc)  # fmt: skip
         return None
+
+
+def wait_until(what: str, predicate: Callable[[], T], timeout: float, poll: float = 0.2) -> T:
+    """Wait for a condition and return its (truthy) value, or raise LauncherError naming it."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise LauncherError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(poll)
+    return value

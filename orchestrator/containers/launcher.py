@@ -54,7 +54,7 @@ from surreal.orchestrator.containers.run import (
 )
 from surreal.orchestrator.files import read_json, write_atomic, write_json_atomic
 from surreal.orchestrator.home import LOG_DIR
-from surreal.orchestrator.home_launcher import HomeLauncher, read_log, wait_until
+from surreal.orchestrator.home_launcher import HomeLauncher, read_log
 from surreal.orchestrator.kube import observe as kube_status
 from surreal.orchestrator.kube import output as kube_output
 from surreal.orchestrator.kube import render as kube_render
@@ -65,6 +65,7 @@ from surreal.orchestrator.launcher import (
     Placement,
     UsageError,
     Watcher,
+    wait_until,
 )
 from surreal.orchestrator.policy import outcome
 from surreal.orchestrator.program import pod_split, workers_problem
@@ -206,53 +207,13 @@ class ContainersLauncher(HomeLauncher):
     # --- change -----------------------------------------------------------------------------
 
     def scale_of(self, exp_dir: Path, agents: int, learner_pods: int | None) -> str:
-        """The learner takes the count first (scale.json on its claim); then the actors' Job gets
-        its completions and parallelism in objects.yaml, as `kubectl patch` would, and the run's
-        controller starts the new indexes or stops the dropped ones. A queued experiment is resized
-        by orchestrator/resize.py's rule instead (`_QueuedResize`)."""
-        name = exp_dir.name
-        record = read_record(exp_dir)
-        if "phase" in record:
-            raise LauncherError(
-                f"experiment {name!r} is not running (phase {record['phase']}); nothing to scale"
-            )
-        spec = home.load_spec(exp_dir)
-        plan = plan_from_dict(record["plan"])
-        if spec.queue:
-            return self._resize(exp_dir, plan, spec, agents, learner_pods)
-        resize.check_in_place(name, learner_pods, spec.learner_pods)
-        per_pod = spec.agents_per_pod
-        if agents % per_pod:
-            raise UsageError(
-                f"--agents must be a positive multiple of agents_per_pod ({per_pod}), got {agents}"
-            )
-        problem = workers_problem(spec, pod_split(agents, per_pod), "pod", f"agents_per_pod ({per_pod})")
-        if problem is not None:
-            raise UsageError(f"experiment {name!r}: {problem}")
-        _check_not_done(name, plan)
-        home.write_scale(claim_dir(plan), agents)
-        wait_until(
-            f"the learner of {name!r} to take {agents} agents (scale.json holds the count)",
-            lambda: learner_metrics(plan).get("agents") == agents or bool(learner_metrics(plan).get("done")),
-            SCALE_WAIT_SECONDS,
-        )
-        pods = agents // per_pod
-        actor = kube_render.object_names(name)["actor"]
-        objects = _objects(exp_dir)
-        for obj in objects:
-            if obj["kind"] == "Job" and obj["metadata"]["name"] == actor:
-                obj["spec"]["completions"] = obj["spec"]["parallelism"] = pods
-        write_atomic(exp_dir / OBJECTS, kube_output.to_yaml(objects), PRIVATE)
-
-        def taken() -> bool:
-            latest = read_record(exp_dir)
-            if "phase" in latest:
-                return True
-            jobs = {j["job"]: j for j in latest.get("jobs") or []}
-            return int(jobs.get(actor, {}).get("completions", -1)) == pods
-
-        wait_until(f"the controller of {name!r} to run {pods} actor pods", taken, SCALE_WAIT_SECONDS)
-        return f"experiment {name!r}: {agents} agents in {pods} actor containers"
+        """In place by resize.py's rule, or, for a queued experiment, by its resize."""
+        steps = _InPlace(exp_dir, home.load_spec(exp_dir), plan_from_dict(read_record(exp_dir)["plan"]))
+        if not steps.spec.queue:
+            return resize.scale_in_place(steps, agents, learner_pods, SCALE_WAIT_SECONDS)
+        if (ended := steps.not_running()) is not None:
+            raise LauncherError(f"experiment {exp_dir.name!r} {ended}; nothing to scale")
+        return self._resize(exp_dir, steps.plan, steps.spec, agents, learner_pods)
 
     def _resize(
         self, exp_dir: Path, plan: Plan, spec: ExperimentSpec, agents: int, learner_pods: int | None
@@ -261,7 +222,6 @@ class ContainersLauncher(HomeLauncher):
         with nothing changed, where they cannot be) before resize.py's steps begin; then it waits
         for the controller to start the new pods."""
         name = exp_dir.name
-        _check_not_done(name, plan)
         pods = spec.learner_pods if learner_pods is None else learner_pods
         try:
             changed = {"name": name, "agents": agents, "learner_pods": pods}
@@ -353,11 +313,6 @@ def _suspended(objects: list[dict[str, Any]], suspend: bool) -> list[dict[str, A
     return objects
 
 
-def _check_not_done(name: str, plan: Plan) -> None:
-    if learner_metrics(plan).get("done"):
-        raise LauncherError(f"experiment {name!r} has done its steps; nothing to scale")
-
-
 def admission_of(exp_dir: Path, spec: dict[str, Any]) -> str | None:
     """Where a queued experiment is with its queue (kube.status.admission's words): suspended for a
     resize, or admitted (the stand-in admits at once); None without a queue."""
@@ -369,6 +324,51 @@ def admission_of(exp_dir: Path, spec: dict[str, Any]) -> str | None:
 
 def _objects(exp_dir: Path) -> list[dict[str, Any]]:
     return [o for o in yaml.safe_load_all((exp_dir / OBJECTS).read_text()) if o]
+
+
+class _InPlace:
+    """resize.py's in-place steps in containers: the learner takes the count from scale.json on its
+    claim; then the actors' Job gets its completions and parallelism in objects.yaml, as `kubectl
+    patch` would, and the run's controller starts the new indexes or stops the dropped ones."""
+
+    def __init__(self, exp_dir: Path, spec: ExperimentSpec, plan: Plan) -> None:
+        self.exp_dir, self.name, self.spec, self.plan = exp_dir, exp_dir.name, spec, plan
+        self.learner_pods = spec.learner_pods
+        self.actor = kube_render.object_names(self.name)["actor"]
+
+    def problem(self, agents: int) -> str | None:
+        per_pod = self.spec.agents_per_pod
+        return resize.pods_problem(agents, per_pod) or workers_problem(
+            self.spec, pod_split(agents, per_pod), "pod", f"agents_per_pod ({per_pod})"
+        )
+
+    def not_running(self) -> str | None:
+        record = read_record(self.exp_dir)
+        if "phase" in record:
+            return f"is not running (phase {record['phase']})"
+        return "has done its steps" if learner_metrics(self.plan).get("done") else None
+
+    def tell_learner(self, agents: int) -> None:
+        home.write_scale(claim_dir(self.plan), agents)
+
+    def learner_took(self, agents: int) -> bool:
+        metrics = learner_metrics(self.plan)
+        return metrics.get("agents") == agents or bool(metrics.get("done"))
+
+    def resize_actors(self, agents: int) -> str:
+        objects = _objects(self.exp_dir)
+        for obj in objects:
+            if obj["kind"] == "Job" and obj["metadata"]["name"] == self.actor:
+                obj["spec"]["completions"] = obj["spec"]["parallelism"] = agents // self.spec.agents_per_pod
+        write_atomic(self.exp_dir / OBJECTS, kube_output.to_yaml(objects), PRIVATE)
+        return f"{agents // self.spec.agents_per_pod} actor containers"
+
+    def actors_run(self, agents: int) -> bool:
+        latest = read_record(self.exp_dir)
+        jobs = {j["job"]: j for j in latest.get("jobs") or []}
+        return "phase" in latest or int(jobs.get(self.actor, {}).get("completions", -1)) == (
+            agents // self.spec.agents_per_pod
+        )
 
 
 class _QueuedResize:

@@ -41,6 +41,7 @@ from surreal.orchestrator.kube.errors import (
 from surreal.orchestrator.kube.exec import Exec, pod_exec
 from surreal.orchestrator.kube.pods import EXP_DIR, TB_PORT, Placement
 from surreal.orchestrator.kube.portforward import Dial, PortForward, pod_dialer
+from surreal.orchestrator.launcher import UsageError
 from surreal.orchestrator.program import LEARNER_PORT, ranks_problem
 from surreal.provisioner.pools import GPU_RESOURCE
 from surreal.spec import ExperimentSpec, SpecError, spec_from_dict
@@ -348,55 +349,23 @@ class KubeClient:
             time.sleep(self.poll_seconds)
 
     def scale(self, name: str, namespace: str, agents: int, learner_pods: int | None = None) -> int:
-        """Run `agents` logical agents: the learner takes the count first (scale.json on its claim,
-        written in its container), then the root gets the count (for `list`) and the actors'
-        Indexed Job its completions and parallelism, together (an elastic Indexed Job: pods of
-        the indexes dropped are stopped, new indexes start). Returns the actor pods."""
-        spec = self.spec_of(name, namespace)
-        per_pod = int(spec.get("agents_per_pod", 1))
-        if agents < 1 or agents % per_pod:
-            raise KubeError(
-                f"--agents must be a positive multiple of agents_per_pod ({per_pod}), got {agents}"
-            )
-        replicas = agents // per_pod
-        # A pod's fragments are agents_per_pod's, which create checked against the message limit and
-        # scale does not change (the chart's specs name no resolved spaces to check them with).
-        problem = ranks_problem(int(spec.get("learners", 1)), replicas, "pod")
-        if problem is not None:
-            raise KubeError(f"experiment {name!r}: {problem}")
-        if spec.get("queue"):
-            return self.resize(name, namespace, agents, replicas, learner_pods)
-        resize.check_in_place(name, learner_pods, int(spec.get("learner_pods", 1)))
-        learner = ks.ready_pod(self.pods(namespace, f"surreal.io/experiment={name}"), "learner")
-        if learner is None:
-            raise KubeError(
-                f"experiment {name!r}: its learner pod is not ready, and it must take the new count "
-                "before the actors come (scale again once it runs)"
-            )
-        self._exec(learner, namespace, "learner", ["python3", "-c", _WRITE_SCALE, f"{EXP_DIR}/{SCALE_FILE}",
-                                                   str(agents)])  # fmt: skip
-        # the root first: a Role without patch on configmaps fails before anything has changed
-        annotation = {"metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(agents)}}}
-        self._call(self.core.patch_namespaced_config_map, kr.object_names(name)["spec"], namespace,
-                   annotation, verb="patch", resource="configmaps", ns=namespace)  # fmt: skip
-        job = kr.object_names(name)["actor"]
-        try:
-            self._call(self.batch.patch_namespaced_job, job, namespace,
-                       {"spec": {"completions": replicas, "parallelism": replicas}}, verb="patch",
-                       resource="jobs.batch", ns=namespace)  # fmt: skip
-        except ApiException as exc:
-            if exc.status == 404:
-                raise ExperimentNotFound(f"experiment {name!r} has no actor Job") from None
-            raise
-        return replicas
+        """Run `agents` logical agents: in place by resize.py's rule (`_InPlace`), or a queued
+        experiment by its resize. Returns the actor pods."""
+        steps = _InPlace(self, name, namespace, self.spec_of(name, namespace))
+        if not steps.spec.get("queue"):
+            resize.scale_in_place(steps, agents, learner_pods)
+        elif (problem := steps.problem(agents)) is not None:  # what the in-place rule checks first
+            raise UsageError(f"experiment {name!r}: {problem}")
+        else:
+            self.resize(name, namespace, agents, learner_pods)
+        return agents // steps.per_pod
 
-    def resize(self, name: str, ns: str, agents: int, replicas: int, learner_pods: int | None = None) -> int:
-        """Resize a queued experiment (one JobSet, one Workload) to `replicas` actor pods, and
-        `learner_pods` where given, by the rule of orchestrator/resize.py (suspend, the learner
+    def resize(self, name: str, ns: str, agents: int, learner_pods: int | None = None) -> None:
+        """Resize a queued experiment (one JobSet, one Workload) to `agents`, and `learner_pods`
+        where given, by the rule of orchestrator/resize.py (suspend, the learner
         saves and leaves, made again at the new size, admitted again, the learner resumes: 0
         updates lost), its steps `_QueuedResize`'s. A Job's size cannot change while it exists, even
-        suspended, hence the new JobSet, which Kueue admits as a new Workload. Returns the actor
-        pods."""
+        suspended, hence the new JobSet, which Kueue admits as a new Workload."""
         root = self._root(name, ns)
         if root["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "Helm":
             raise KubeError(f"experiment {name!r} was installed with Helm: its size is the chart's "
@@ -404,7 +373,6 @@ class KubeClient:
         steps = _QueuedResize(self, name, ns, root, agents, learner_pods)
         resize.resize(steps, stop_seconds=self.resize_stop_seconds, poll_seconds=self.poll_seconds,
                       error=KubeError)  # fmt: skip
-        return replicas
 
     def _suspend(self, name: str, ns: str) -> None:
         """Deactivate the JobSet's Workloads (Kueue then evicts them and suspends the JobSet), or,
@@ -564,6 +532,59 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return obj["kind"], obj["metadata"]["name"]
 
 
+class _InPlace:
+    """resize.py's in-place steps on Kubernetes: the root gets the count (for `list`; first, so that
+    a Role without patch on configmaps fails before anything has changed) and the learner its
+    scale.json, written in its container, which it reads before its next update; then the actors'
+    Indexed Job its completions and parallelism, together (an elastic Indexed Job: pods of the
+    indexes dropped are stopped, new indexes start)."""
+
+    def __init__(self, kube: KubeClient, name: str, ns: str, spec: dict[str, Any]) -> None:
+        self.kube, self.name, self.ns, self.spec = kube, name, ns, spec
+        self.learner_pods, self.per_pod = int(spec.get("learner_pods", 1)), int(spec.get("agents_per_pod", 1))
+
+    def problem(self, agents: int) -> str | None:
+        # A pod's fragments are agents_per_pod's, which create checked against the message limit and
+        # scale does not change (the chart's specs name no resolved spaces to check them with).
+        return resize.pods_problem(agents, self.per_pod) or ranks_problem(
+            int(self.spec.get("learners", 1)), agents // self.per_pod, "pod"
+        )
+
+    def not_running(self) -> str | None:
+        return None  # an ended experiment's learner pod is not ready: tell_learner says so
+
+    def tell_learner(self, agents: int) -> None:
+        learner = ks.ready_pod(self.kube.pods(self.ns, f"surreal.io/experiment={self.name}"), "learner")
+        if learner is None:
+            raise KubeError(
+                f"experiment {self.name!r}: its learner pod is not ready, and it must take the new count "
+                "before the actors come (scale again once it runs)"
+            )
+        annotation = {"metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(agents)}}}
+        self.kube._call(self.kube.core.patch_namespaced_config_map, kr.object_names(self.name)["spec"],
+                        self.ns, annotation, verb="patch", resource="configmaps", ns=self.ns)  # fmt: skip
+        self.kube._exec(learner, self.ns, "learner", ["python3", "-c", _WRITE_SCALE,
+                                                      f"{EXP_DIR}/{SCALE_FILE}", str(agents)])  # fmt: skip
+
+    def learner_took(self, agents: int) -> bool:
+        return True  # the file is in its container: the exec returned once it was written
+
+    def resize_actors(self, agents: int) -> str:
+        replicas = agents // self.per_pod
+        try:
+            patch = {"spec": {"completions": replicas, "parallelism": replicas}}
+            self.kube._call(self.kube.batch.patch_namespaced_job, kr.object_names(self.name)["actor"],
+                            self.ns, patch, verb="patch", resource="jobs.batch", ns=self.ns)  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ExperimentNotFound(f"experiment {self.name!r} has no actor Job") from None
+            raise
+        return f"{replicas} actor pods"
+
+    def actors_run(self, agents: int) -> bool:
+        return True  # the Job controller starts and stops them (status shows them)
+
+
 class _QueuedResize:
     """resize.py's steps on Kubernetes. `begin` renders the experiment at its current and at its
     new size (with the placement its JobSet has) and keeps on the root what differs: the objects to
@@ -603,7 +624,7 @@ class _QueuedResize:
             old = {_key(o): o for o in kr.render(current, placement, token="-")}
             made = {_key(o): o for o in kr.render(new, placement, token="-")}
         except (SpecError, kr.RenderError) as exc:
-            raise KubeError(f"experiment {self.name!r}: {exc}") from None
+            raise UsageError(f"experiment {self.name!r}: {exc}") from None
         differ = [k for k, o in made.items() if k[0] == "JobSet" or (k[0] != "ConfigMap" and old.get(k) != o)]
         remove = [k for k in old if k not in made or (k in differ)]
         return {

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from surreal.orchestrator import home, resize
-from surreal.orchestrator.home_launcher import HomeLauncher, read_log, wait_until
+from surreal.orchestrator.home_launcher import HomeLauncher, read_log
 from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
 from surreal.orchestrator.local import experiment as exps
 from surreal.orchestrator.local import processes as local
@@ -73,51 +73,65 @@ class LocalLauncher(HomeLauncher):
                         running=lambda: local.is_alive(local.read_state(exp_dir)))  # fmt: skip
 
     def scale_of(self, exp_dir: Path, agents: int, learner_pods: int | None) -> str:
-        """A new actor group in program.json, which the supervisor runs (stopping, starting or
-        restarting only actors), and the count in scale.json, which the learner follows."""
-        name = exp_dir.name
-        resize.check_in_place(name, learner_pods, 1)
-        state = local.read_state(exp_dir)
-        phase = local.current_phase(state)
-        if phase in TERMINAL_PHASES or not local.is_alive(state):
-            raise LauncherError(f"experiment {name!r} is not running (phase {phase}); nothing to scale")
-        spec = home.load_spec(exp_dir)
-        split = local_split(agents, learners=spec.learners)
-        problem = workers_problem(spec, split, "process", LOCAL_KNOB)
-        if problem is not None:
-            raise UsageError(f"experiment {name!r}: {problem}")
-        try:
-            program = rescaled(local.load_program(exp_dir), split)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise LauncherError(f"experiment {name!r}: its program.json cannot be scaled ({exc})") from None
-        home.write_scale(exp_dir, agents)  # first, so the learner takes the new streams
-        local.save_program(program, exp_dir)
-        written = os.stat(exp_dir / local.PROGRAM_FILE).st_mtime_ns
-        actors = {c.name for c in program.group(ACTOR_ROLE)}
-
-        def running() -> bool:
-            st = local.read_state(exp_dir) or {}
-            if local.current_phase(st) in TERMINAL_PHASES:
-                return True
-            if st.get("program_mtime_ns") != written:  # the supervisor has not taken it yet
-                return False
-            now = {c["name"]: c["state"] for c in st.get("components", []) if c["role"] == ACTOR_ROLE}
-            return set(now) == actors and all(s == "Running" for s in now.values())
-
-        wait_until(f"the actors of {name!r} to run as {agents} agents (program.json holds them)", running,
-                   SCALE_WAIT_SECONDS)  # fmt: skip
-        wait_until(
-            f"the learner of {name!r} to report {agents} agents",
-            lambda: (
-                home.read_metrics(exp_dir).get("agents") == agents
-                or exps.status(exp_dir)["phase"] != "Running"
-            ),
-            SCALE_WAIT_SECONDS,
-        )
-        return f"experiment {name!r}: {agents} agents in {len(actors)} actor processes"
+        return resize.scale_in_place(_InPlace(exp_dir), agents, learner_pods, SCALE_WAIT_SECONDS)
 
     def delete_of(self, exp_dir: Path) -> None:
         exps.delete(self.home, exp_dir.name)
 
     def tb_dir(self, exp_dir: Path) -> Path:
         return exp_dir / "tb"
+
+
+class _InPlace:
+    """resize.py's in-place steps here: the count in scale.json, which the learner follows, then a
+    new actor group in program.json, which the supervisor runs (stopping, starting or restarting
+    only actors)."""
+
+    learner_pods = 1
+
+    def __init__(self, exp_dir: Path) -> None:
+        self.exp_dir, self.name = exp_dir, exp_dir.name
+        self.spec = home.load_spec(exp_dir)
+        self.written: tuple[int, set[str]] = (0, set())  # program.json's mtime, its actors
+
+    def problem(self, agents: int) -> str | None:
+        return workers_problem(
+            self.spec, local_split(agents, learners=self.spec.learners), "process", LOCAL_KNOB
+        )
+
+    def not_running(self) -> str | None:
+        state = local.read_state(self.exp_dir)
+        phase = local.current_phase(state)
+        running = phase not in TERMINAL_PHASES and local.is_alive(state)
+        return None if running else f"is not running (phase {phase})"
+
+    def tell_learner(self, agents: int) -> None:
+        home.write_scale(self.exp_dir, agents)
+
+    def learner_took(self, agents: int) -> bool:
+        ended = exps.status(self.exp_dir)["phase"] != "Running"
+        return home.read_metrics(self.exp_dir).get("agents") == agents or ended
+
+    def resize_actors(self, agents: int) -> str:
+        try:
+            program = rescaled(
+                local.load_program(self.exp_dir), local_split(agents, learners=self.spec.learners)
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LauncherError(
+                f"experiment {self.name!r}: its program.json cannot be scaled ({exc})"
+            ) from None
+        local.save_program(program, self.exp_dir)
+        actors = {c.name for c in program.group(ACTOR_ROLE)}
+        self.written = (os.stat(self.exp_dir / local.PROGRAM_FILE).st_mtime_ns, actors)
+        return f"{len(actors)} actor processes"
+
+    def actors_run(self, agents: int) -> bool:
+        state = local.read_state(self.exp_dir) or {}
+        if local.current_phase(state) in TERMINAL_PHASES:
+            return True
+        mtime, actors = self.written
+        if state.get("program_mtime_ns") != mtime:  # the supervisor has not taken it yet
+            return False
+        now = {c["name"]: c["state"] for c in state.get("components", []) if c["role"] == ACTOR_ROLE}
+        return set(now) == actors and all(s == "Running" for s in now.values())

@@ -27,6 +27,7 @@ from surreal.orchestrator.kube.client import (
     is_local_cluster,
 )
 from surreal.orchestrator.kube.errors import Forbidden
+from surreal.orchestrator.launcher import UsageError
 from surreal.protocol.server import LearnerServer
 
 
@@ -229,7 +230,7 @@ def test_scale_tells_the_learner_first_then_patches_the_actor_job(tmp_path) -> N
     job = api.objects[("jobs.batch", "default", "exp1-actor")]["spec"]
     assert job["completions"] == job["parallelism"] == 10
     assert k.list_experiments("default")[0]["agents"] == 20  # the root carries the new count
-    with pytest.raises(KubeError, match=r"positive multiple of agents_per_pod \(2\), got 7"):
+    with pytest.raises(UsageError, match=r"positive multiple of agents_per_pod \(2\), got 7"):
         k.scale("exp1", "default", 7)
     with pytest.raises(ExperimentNotFound, match="no experiment 'nope' in namespace 'default'"):
         k.scale("nope", "default", 4)

@@ -19,6 +19,7 @@ from kube_support import make_spec
 from surreal.orchestrator.kube import observe as ks
 from surreal.orchestrator.kube.client import KubeClient, KubeError
 from surreal.orchestrator.kube.pods import Placement
+from surreal.orchestrator.launcher import UsageError
 
 JOBSETS = "jobsets.jobset.x-k8s.io"
 WORKLOADS = "workloads.kueue.x-k8s.io"
@@ -178,7 +179,7 @@ def test_a_learner_that_does_not_go_stops_the_resize_before_anything_is_deleted(
 def test_bad_sizes_are_refused_before_anything_changes(cluster) -> None:
     api, k, kueue = cluster
     kueue.admit()
-    with pytest.raises(KubeError, match=r"positive multiple of agents_per_pod \(1\), got 0"):
+    with pytest.raises(UsageError, match=r"positive multiple of agents_per_pod \(1\), got 0"):
         k.scale("exp1", "default", 0)
     assert not api.sent("patch") and not api.sent("delete")
 
@@ -248,6 +249,6 @@ def test_a_resize_to_more_learner_pods_remakes_what_the_pods_change_and_keeps_th
 def test_a_resize_back_to_one_learner_pod_removes_the_ranks_service(cluster) -> None:
     api, k, kueue = cluster
     kueue.admit()
-    with pytest.raises(KubeError, match=r"learner_pods 3: the 1 learner ranks must spread evenly"):
+    with pytest.raises(UsageError, match=r"learner_pods 3: the 1 learner ranks must spread evenly"):
         k.scale("exp1", "default", 4, learner_pods=3)
     assert not api.sent("patch") and not api.sent("delete")  # refused before anything changed

@@ -67,8 +67,72 @@ def test_again_after_the_unit_was_removed_it_is_made_without_suspending() -> Non
     assert steps.done == ["begin", "remake", "end"]
 
 
-def test_in_place_scaling_refuses_another_count_of_learner_pods() -> None:
-    resize.check_in_place("exp1", None, 2)
-    resize.check_in_place("exp1", 2, 2)
+class InPlaceSteps:
+    """A backend whose learner takes the count at its second look, and whose actors run at theirs."""
+
+    name, learner_pods = "exp1", 1
+
+    def __init__(self, problem: str | None = None) -> None:
+        self.bad, self.done = problem, []
+        self.looks = {"learner": 0, "actors": 0}
+
+    def problem(self, agents: int) -> str | None:
+        self.done.append("check")
+        return self.bad
+
+    def not_running(self) -> str | None:
+        self.done.append("running?")
+        return None
+
+    def tell_learner(self, agents: int) -> None:
+        self.done.append(f"tell {agents}")
+
+    def learner_took(self, agents: int) -> bool:
+        self.looks["learner"] += 1
+        self.done.append("learner?")
+        return self.looks["learner"] >= 2
+
+    def resize_actors(self, agents: int) -> str:
+        self.done.append(f"actors {agents}")
+        return f"{agents} actor pods"
+
+    def actors_run(self, agents: int) -> bool:
+        self.looks["actors"] += 1
+        self.done.append("actors?")
+        return self.looks["actors"] >= 2
+
+
+def test_in_place_the_learner_takes_the_count_before_any_actor_changes() -> None:
+    steps = InPlaceSteps()
+    assert resize.scale_in_place(steps, 4, None) == "experiment 'exp1': 4 agents in 4 actor pods"
+    assert steps.done == [
+        "check",
+        "running?",
+        "tell 4",
+        "learner?",
+        "learner?",
+        "actors 4",
+        "actors?",
+        "actors?",
+    ]
+    assert resize.scale_in_place(InPlaceSteps(), 4, 1).startswith("experiment 'exp1': 4 agents")
+
+
+def test_in_place_refuses_another_count_of_learner_pods_or_a_bad_split_before_anything_changes() -> None:
+    steps = InPlaceSteps()
     with pytest.raises(UsageError, match=r"--learner-pods resizes only an experiment admitted as one unit"):
-        resize.check_in_place("exp1", 3, 1)
+        resize.scale_in_place(steps, 4, 3)
+    bad = InPlaceSteps(problem="a worker of 5,000 agents would step 5,000 environments")
+    with pytest.raises(UsageError, match=r"^experiment 'exp1': a worker of 5,000 agents"):
+        resize.scale_in_place(bad, 5000, None)
+    assert steps.done == [] and bad.done == ["check"]
+
+
+def test_in_place_names_what_it_waited_for_when_it_never_comes() -> None:
+    steps = InPlaceSteps()
+    steps.learner_took = lambda agents: False  # type: ignore[method-assign]
+    with pytest.raises(
+        LauncherError, match=r"timed out after 0 s waiting for the learner of 'exp1' to take 4"
+    ):
+        resize.scale_in_place(steps, 4, None, timeout=0.3)
+    assert "actors 4" not in steps.done
