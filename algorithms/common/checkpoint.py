@@ -31,13 +31,6 @@ def _replace_atomically(path: Path, write: Any) -> None:
         raise
 
 
-def save_checkpoint(state: dict[str, Any], directory: Path) -> Path:
-    """Write `state` (tensors and plain Python values only) as `directory/latest.pt`."""
-    path = directory / LATEST
-    _replace_atomically(path, lambda f: torch.save(state, f))
-    return path
-
-
 def load_checkpoint(directory: Path) -> dict[str, Any] | None:
     """The last saved state, or None if there is none."""
     path = directory / LATEST
@@ -120,7 +113,8 @@ class Envelope:
             "clean": self.clean,
             "saved_at": self.saved_at,
         }
-        return save_checkpoint({**state, **envelope}, directory)
+        _replace_atomically(directory / LATEST, lambda f: torch.save({**state, **envelope}, f))
+        return directory / LATEST
 
     @classmethod
     def open(cls, saved: dict[str, Any]) -> tuple[Envelope, dict[str, Any]]:

@@ -80,10 +80,6 @@ class RunningMeanStd:
         m = self.moments
         return m.m2 / m.count if m.count > 0 else np.ones_like(m.m2)
 
-    def update(self, x: np.ndarray) -> None:
-        """Merge the batch `x` (samples along axis 0)."""
-        self.merge(batch_moments(x))
-
     def merge(self, other: Moments) -> bool:
         """Merge `other` unless it, or the result, is not a valid sample's moments (a negative or
         non-finite count, mean or m2): the statistics stay finite whatever arrives. True if merged

@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 
 from surreal.algorithms.common import bounds
+from surreal.algorithms.common.numpy_mlp import ACTIVATIONS
 
 POLICIES = ("linear", "mlp")
-ACTIVATIONS = ("tanh", "relu")
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,9 @@ class ESConfig:
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field."""
         bounds.check("es", self, BOUNDS)
-        _check(self.policy in POLICIES, "policy", f"must be one of {', '.join(POLICIES)}", self.policy)
-        _check(
-            self.activation in ACTIVATIONS,
-            "activation", f"must be one of {', '.join(ACTIVATIONS)}", self.activation,
-        )  # fmt: skip
+        for name, known in (("policy", POLICIES), ("activation", ACTIVATIONS)):
+            if getattr(self, name) not in known:
+                raise ValueError(f"es.{name} must be one of {', '.join(known)}, got {getattr(self, name)!r}")
         bounds.check_widths("es", self.hidden_sizes, empty=self.policy == "linear")
 
     def pairs_per_agent(self, num_agents: int) -> int:
@@ -111,8 +109,3 @@ BOUNDS: bounds.Bounds = {
     "checkpoint_seconds": (1e-3, bounds.WEEK), "eval_interval": (1, 10**13),
     "eval_episodes": (1, bounds.MAX_EVAL_EPISODES), "final_eval_timeout": (1e-3, bounds.WEEK),
 }  # fmt: skip
-
-
-def _check(ok: bool, name: str, rule: str, value: object) -> None:
-    if not ok:
-        raise ValueError(f"es.{name} {rule}, got {value!r}")

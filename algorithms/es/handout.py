@@ -98,6 +98,3 @@ class Handout:
         if not all(r == r and abs(r) != float("inf") for r in returns):
             return "nan"
         return None
-
-    def reject(self, reason: str, n: int = 1) -> None:
-        self.rejected[reason] += n

@@ -188,7 +188,7 @@ class ESMaster(LearnerProgress):
         problem = check_batch(t, self.cfg.norm_obs)
         if problem is not None:
             why, detail = problem
-            self.handout.reject(why, max(1, len(t["agent_id"])))
+            self.handout.rejected[why] += max(1, len(t["agent_id"]))
             self._rejections.note(worker_id, why, detail)
             return 0
         if self.cfg.norm_obs:  # real states, whatever their results' fate

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from surreal.algorithms.common import numpy_mlp
-from surreal.algorithms.common.numpy_mlp import Layers
+from surreal.algorithms.common.numpy_mlp import Layers, forward
 from surreal.algorithms.envs.act_leaves import ActionLayout
 from surreal.algorithms.envs.make import EnvSpaces
 from surreal.algorithms.es.config import ESConfig
@@ -85,12 +84,6 @@ def unflatten(spec: PolicySpec, flat: np.ndarray) -> Layers:
     return layers
 
 
-def forward(spec: PolicySpec, layers: Layers, x: np.ndarray) -> np.ndarray:
-    """Outputs [N, A] for observations [N, D]: one shared policy (2-D weights) or one policy per
-    row (3-D weights [N, out, in])."""
-    return numpy_mlp.forward(layers, x, spec.activation)
-
-
 def to_actions(spec: PolicySpec, outputs: np.ndarray) -> np.ndarray:
     """Deterministic actions from policy outputs [N, A] (rows for actions of several leaves)."""
     if spec.discrete:
@@ -121,7 +114,7 @@ class BatchPolicy:
         """Actions for observations (already normalized) of all n policies [n, D], or of the
         policies `rows` [len(rows), D]."""
         layers = self._layers if rows is None else unflatten(self.spec, self.params[rows])
-        return to_actions(self.spec, forward(self.spec, layers, obs))
+        return to_actions(self.spec, forward(layers, obs, self.spec.activation))
 
 
 class Policy:
@@ -132,4 +125,4 @@ class Policy:
         self._layers = unflatten(spec, np.asarray(flat, np.float32))
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        return to_actions(self.spec, forward(self.spec, self._layers, obs))
+        return to_actions(self.spec, forward(self._layers, obs, self.spec.activation))
