@@ -387,7 +387,7 @@ def _build_spec(
         algorithm = get_algorithm(algo_name)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
-    env_id = _coerce("env", str, top.get("env") or _default_env(algo_name))
+    env_id = _coerce("env", str, top.get("env") or "CartPole-v1")
     # Presets and the default step budget follow the number of agents (docs/algorithms/<algo>.md).
     agents = _coerce("agents", int, top.get("agents", ExperimentSpec.agents))
     if agents < 1:
@@ -420,7 +420,8 @@ def _build_spec(
     config = _apply(base_config, algo_values, prefix=algo_name)
 
     top[ENV_KWARGS] = dict(env.kwargs)
-    spec_values = {k: _coerce(f"{k}", _field_type(ExperimentSpec, k), v) for k, v in top.items()}
+    hints = typing.get_type_hints(ExperimentSpec)
+    spec_values = {k: _coerce(k, hints[k], v) for k, v in top.items()}
     if spec_values.get("gpu", 0) > 0 and getattr(config, "device", None) == "auto":
         # A learner given GPUs trains on one, or fails saying why: never silently on the CPU.
         config = dataclasses.replace(config, device="cuda")
@@ -470,10 +471,6 @@ def _env_kwarg(key: str, text: Any) -> dict[str, Any]:
     return {name: value}
 
 
-def _default_env(algo: str) -> str:
-    return "CartPole-v1"
-
-
 def _apply(config: Any, values: Mapping[str, Any], prefix: str) -> Any:
     known = {f.name: f for f in dataclasses.fields(config)}
     changes: dict[str, Any] = {}
@@ -483,17 +480,13 @@ def _apply(config: Any, values: Mapping[str, Any], prefix: str) -> Any:
                 f"unknown setting {short(key)} (not an experiment key nor a field of the {prefix} config; "
                 f"see `surreal create --help` and docs/algorithms/{prefix}.md)"
             )
-        changes[key] = _coerce(f"{prefix}.{key}", _field_type(type(config), key), value)
+        changes[key] = _coerce(f"{prefix}.{key}", typing.get_type_hints(type(config))[key], value)
     new = dataclasses.replace(config, **changes)
     try:
         new.validate()
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     return new
-
-
-def _field_type(cls: type, name: str) -> Any:
-    return typing.get_type_hints(cls)[name]
 
 
 def _coerce(key: str, target: Any, value: Any) -> Any:
@@ -588,8 +581,7 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
 def _validate(spec: ExperimentSpec) -> None:
     check_agents(spec.agents)
     _check_range("steps", spec.steps, 1, MAX_STEPS)
-    if not 1 <= spec.learners <= MAX_LEARNERS:
-        raise SpecError(f"learners must be an integer from 1 to {MAX_LEARNERS}, got {spec.learners}")
+    _check_range("learners", spec.learners, 1, MAX_LEARNERS)
     if spec.learners > 1:
         if not get_algorithm(spec.algo).ranks:
             raise SpecError(
@@ -657,7 +649,8 @@ def _resolved_section(value: Any) -> ResolvedEnv:
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if f.name not in value and required:
             raise SpecError(f"{RESOLVED}: {f.name} is missing")
-    values = {k: _coerce(f"{RESOLVED}.{k}", _field_type(ResolvedEnv, k), v) for k, v in value.items()}
+    hints = typing.get_type_hints(ResolvedEnv)
+    values = {k: _coerce(f"{RESOLVED}.{k}", hints[k], v) for k, v in value.items()}
     resolved = ResolvedEnv(**values)
     try:
         resolved.validate()
@@ -667,14 +660,9 @@ def _resolved_section(value: Any) -> ResolvedEnv:
 
 
 def load_spec_file(path: Path) -> ExperimentSpec:
-    """Load a spec written by `ExperimentSpec.to_yaml` (what every component reads at start).
-
-    The file's keys and values are checked (a SpecError names the file and the problem), the
-    algorithm's preset fills what its section leaves out, and the `resolved` section is taken as
-    it is: no environment is resolved or built. A spec without that section (Helm's chart writes
-    none: it cannot resolve an environment; so did surreal before it existed) is resolved here,
-    once, as `surreal create` does.
-    """
+    """Load a spec written by `ExperimentSpec.to_yaml` (what every component reads at start),
+    checked as at create (a SpecError names the file). A spec without a `resolved` section (Helm's
+    chart writes none: it cannot resolve an environment) is resolved here, once, as create does."""
     try:
         return spec_from_dict(load_yaml_file(path, "spec file"))
     except SpecError as exc:
