@@ -1,13 +1,8 @@
 """The program of an experiment: `make_program(spec)` builds it as role groups of components, the same
-for every backend; a `Program` is plain data (every component frozen and hashable, round-tripping
-through JSON, so a detached supervisor loads the exact program the CLI built from
-exp_dir/program.json).
-
-Pure: no file, process or network is touched. A launcher decides how to pack the agents into
-workers (`local_split`: one process per core at most; `pod_split`: `agents_per_pod` to a pod) and
-how to run the components (subprocesses, containers, Kubernetes objects); what each one runs — the
-one entry point `surreal component ROLE --spec FILE --index I` — and which variables it reads come
-from here.
+for every backend. A `Program` is plain data that round-trips through JSON (a detached supervisor
+loads exp_dir/program.json). Pure: a launcher decides how to pack the agents into workers
+(`local_split`, `pod_split`) and how to run the components; what each one runs and which variables
+it reads come from here.
 """
 
 from __future__ import annotations
@@ -241,8 +236,7 @@ def pod_split(agents: int, agents_per_pod: int) -> list[int]:
 
 def ranks_problem(learners: int, workers: int, unit: str) -> str | None:
     """Why `workers` actor workers (processes, pods: `unit`) cannot feed `learners` learner ranks
-    (each serves the workers whose index modulo `learners` is its rank: a rank without one would
-    hold every update of the group), or None."""
+    (a rank serves the workers whose index modulo `learners` is its rank), or None."""
     if workers >= learners:
         return None
     return (f"{learners} learner ranks need an actor {unit} each, and there would be {workers} "
@@ -251,8 +245,7 @@ def ranks_problem(learners: int, workers: int, unit: str) -> str | None:
 
 def fragment_problem(spec: ExperimentSpec, split: Sequence[int], knob: str) -> str | None:
     """Why the workers of `split` could not send their experience (a fragment over the protocol's
-    message limit, which the learner would refuse whole at every try), or None. `knob`: how the
-    user lowers the agents of one worker on this backend."""
+    message limit), or None. `knob`: how the user lowers the agents of one worker on this backend."""
     if spec.resolved is None or not split:
         return None
     size = get_algorithm(spec.algo).fragment_bytes(spec.config, spec.resolved, max(split))

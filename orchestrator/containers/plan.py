@@ -307,9 +307,8 @@ def translate(
     rng: Callable[[int], str] = _random_suffix,
 ) -> Plan:
     """The containers that a cluster would run for `objects`. Services become network aliases of
-    the pods they select (the only way the components address each other); the NetworkPolicy is
-    kept by the network itself, which holds this experiment's pods and nothing else; node
-    selectors, tolerations and affinity have one node to choose from."""
+    the pods they select; the network, which holds this experiment's pods only, keeps the
+    NetworkPolicy; placement has one node to choose from."""
     run_id = run_id or _random_suffix(8)
     objects = expand_jobsets(objects)
     for obj in objects:
@@ -348,9 +347,8 @@ def jobset_of(objects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
 
 
 def expand_jobsets(objects: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Each JobSet as the Jobs its controller makes: replica i of replicated Job R of JobSet S is the
-    Job `S-R-i`, its template's labels and spec (kube.render.job_names). A suspended JobSet holds
-    no pod: only an admitted one is translated (the containers launcher admits it first)."""
+    """Each JobSet as the Jobs its controller makes, `S-R-i` (kube.render.job_names). Only an
+    admitted JobSet is translated: a suspended one holds no pod."""
     out: list[Mapping[str, Any]] = []
     for obj in objects:
         if obj["kind"] != "JobSet":

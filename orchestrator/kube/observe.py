@@ -169,8 +169,8 @@ def _learner_messages(pods: Sequence[Mapping[str, Any]]) -> list[tuple[bool, str
 
 
 def final_metrics(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """What an ended learner left as its termination message (surreal.component): the final
-    status of a run whose learner pod is gone. The last Succeeded one, else the newest."""
+    """The final status of a run whose learner pod is gone, from the ended learners' termination
+    messages: the last Succeeded one, else the newest."""
     found = _learner_messages(pods)
     return max(found, key=lambda f: f[:2])[2] if found else {}
 
@@ -220,9 +220,8 @@ def phase(
 def role_ends(
     jobs: Sequence[Mapping[str, Any]], failure: Callable[[str], str] = lambda role: ""
 ) -> list[RoleEnd]:
-    """The Jobs' roles as policy.outcome takes them (a Job is its role as one worker: Kubernetes
-    has applied the role's policy to its pods): done when Complete, failed when Failed, and why
-    (`failure(role)`)."""
+    """The Jobs' roles as policy.outcome takes them, a Job as one worker (Kubernetes has applied the
+    role's policy to its pods); `failure(role)` says why a Failed one failed."""
     ends = []
     for job in jobs:
         role, state = role_of(job), job_state(job)

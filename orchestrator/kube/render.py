@@ -420,13 +420,10 @@ class _Ctx:
     def placement_of(self, role: str) -> Placement:
         return self.placement.get(role, Placement())
 
-    def gpus(self, role: str) -> int:
-        default = self.spec.gpu if role == "learner" else 0
-        return self.placement_of(role).gpu or default
-
     def resources(self, component: Component) -> dict[str, dict[str, str]]:
-        base = self.settings.resources.get(component.role) or pods.default_resources(component)
-        return pods.with_gpu(base, self.gpus(component.role))
+        role = component.role
+        base = self.settings.resources.get(role) or pods.default_resources(component)
+        return pods.with_gpu(base, self.placement_of(role).gpu or (self.spec.gpu if role == "learner" else 0))
 
     def pod_template(self, component: Component, peer: bool = False) -> dict[str, Any]:
         container = pods.component_container(
@@ -437,14 +434,9 @@ class _Ctx:
             container["ports"].append(
                 {"name": "control", "containerPort": RANKS_CONTROL_PORT, "protocol": "TCP"}
             )
-        if component.role == "learner" and not peer:
-            data = (
-                {"persistentVolumeClaim": {"claimName": self.names["claim"]}}
-                if self.settings.storage == "pvc"
-                else {"emptyDir": {}}
-            )
-        else:  # actors and the evaluator keep nothing: their exp dir is scratch space
-            data = {"emptyDir": {}}
+        data: dict[str, Any] = {"emptyDir": {}}  # workers and learner peers keep nothing in theirs
+        if component.role == "learner" and not peer and self.settings.storage == "pvc":
+            data = {"persistentVolumeClaim": {"claimName": self.names["claim"]}}
         spec = pods.pod_spec(
             [container], pods.component_volumes(self.names, data), self.placement_of(component.role)
         )
@@ -539,10 +531,7 @@ class _Ctx:
             {"name": "tmp", "emptyDir": {}},
             # ReadWriteOnce means one node, not one pod: sharing the learner's node lets this pod
             # mount the learner's claim read-only, on kind, minikube and clouds alike.
-            {
-                "name": "data",
-                "persistentVolumeClaim": {"claimName": self.names["claim"], "readOnly": True},
-            },
+            {"name": "data", "persistentVolumeClaim": {"claimName": self.names["claim"], "readOnly": True}},
         ]
         same_node = {
             "labelSelector": {"matchLabels": selector(self.spec.name, "learner")},
