@@ -108,9 +108,6 @@ class PortForward:
         threading.Thread(target=_pump, args=(remote, client), daemon=True).start()
         _pump(client, remote)
 
-    def __repr__(self) -> str:
-        return f"PortForward({self.address})"
-
 
 def _pump(src: Any, dst: Any) -> None:
     """Copy src -> dst until either side ends, then end both (which stops the other pump)."""
