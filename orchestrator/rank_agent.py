@@ -56,13 +56,12 @@ PEER_LEFT_WAIT_SECONDS = 3.0
 
 class PodControl:
     """The learner pods' agents' agreement, in pod 0's control store (`store`): which generation
-    the next group is. A store is one pod 0's life (`store_id`): a restarted pod 0 starts a new
-    one, which the other agents take as a fresh start."""
+    the next group is. A store is one pod 0's life: a restarted pod 0 starts a new one, which the
+    other agents take as a fresh start."""
 
     def __init__(self, store: dist.Store, pods: Pods, ranks: Sequence[int] = ()) -> None:
         self.store, self.pods, self.ranks = store, pods, ranks  # `ranks`: this pod's
         self.last: int | None = None  # the generation this agent last took part in
-        self.store_id = store.get("store_id").decode()
 
     def next_generation(self, timeout: datetime.timedelta = POD_JOIN_TIMEOUT, poll: float = 0.05) -> int:
         """The generation of this pod's next group, once every pod has arrived at it. A fresh
@@ -122,7 +121,10 @@ class PodControl:
         self.store.set(f"finished/{self.pods.pod}", "1")
 
     def finished(self) -> bool:
-        return bool(self.store.check(["finished"]))
+        try:
+            return bool(self.store.check(["finished"]))
+        except Exception:  # noqa: BLE001 - pod 0's store is gone: next_generation will tell
+            return False
 
     def wait_finished(self, seconds: float, poll: float = 0.2) -> None:
         """Pod 0, at the end: keep the store until every pod has seen the end (or `seconds`)."""
@@ -198,16 +200,6 @@ def notformed(unformed: Sequence[int], size: int, timeout: datetime.timedelta) -
 # --- starting the ranks on one machine: torch's elastic agent ---
 
 MONITOR_SECONDS = 0.5  # how often the agent looks at its ranks
-
-
-def loopback_interface() -> str | None:
-    """The name of the interface that holds 127.0.0.1 (gloo listens there, never elsewhere)."""
-    import psutil
-
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.address == "127.0.0.1" for a in addrs):
-            return name
-    return None
 
 
 def _started_here() -> list[Any]:
@@ -324,19 +316,15 @@ def launch_ranks(
     pod_join_timeout: datetime.timedelta = POD_JOIN_TIMEOUT,
 ) -> int:
     """Run this very component (sys.argv; `argv`: other arguments of the interpreter) as
-    `learners` ranks under torch's elastic agent, on this machine: a rank that fails (or is
-    killed) makes the agent stop the others, and the whole group is started again
-    (as LEARNER_GROUP's budget allows) from rank 0's last checkpoint. A group whose ranks have not all
-    joined `join_timeout` after its start is not restarted: GroupNotFormed names them (the learner
-    exits EXIT_GROUP_NOT_FORMED). The rendezvous and the ranks' store are files in a private
-    temporary folder (a pod's /tmp: never the checkpoint volume, which may be a network
-    filesystem); gloo listens on the loopback. Returns 0 when every rank finished, EXIT_PREEMPTED
-    after SIGTERM or a stop request (preemption.stop_for; each rank got SIGTERM, rank 0 saved), 1
-    when the group failed for good (the log names the rank and why).
+    `learners` ranks under torch's elastic agent: a rank that fails makes the agent stop the
+    others, and the group starts again from rank 0's last checkpoint (as LEARNER_GROUP's budget
+    allows). A group not all joined `join_timeout` after its start raises GroupNotFormed. The
+    ranks' store and rendezvous are files in a private temporary folder (never the checkpoint
+    volume, maybe a network filesystem). Returns 0 when every rank finished, EXIT_PREEMPTED after
+    SIGTERM or a stop request (each rank got SIGTERM, rank 0 saved), 1 when the group failed for good.
 
-    Across learner pods (`pods`, default from the environment: Pods.from_environ) this agent runs
-    its pod's learners / pods ranks, in the generation the pods agree on in pod 0's control store
-    (the ranks' store is that generation's part of it; gloo on the interface that reaches pod 0)."""
+    Across learner pods (`pods`, default Pods.from_environ) this agent runs its pod's share of the
+    ranks, in the generation the pods agree on in pod 0's control store."""
     import shutil
     import tempfile
 
@@ -353,7 +341,7 @@ def launch_ranks(
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     os.environ[ENV_STORE] = f"file:{folder}"
     os.environ[ENV_MARKS] = str(folder)
-    iface = loopback_interface() if pods.pods == 1 else interface_towards(split_addr(pods.control)[0])
+    iface = interface_towards("127.0.0.1" if pods.pods == 1 else split_addr(pods.control)[0])
     if iface is not None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
     control: PodControl | None = None
@@ -383,7 +371,7 @@ def launch_ranks(
                 others = [r for r in range(learners) if not first <= r < first + local]
                 peer_lost = peer_lost or control.peer_left(generation, others, PEER_LEFT_WAIT_SECONDS)
                 control.lost(generation, range(first, first + local))
-                if _finished(control):  # the run is over: a peer's end only looked like a loss
+                if control.finished():  # the run is over: a peer's end only looked like a loss
                     _finish(control, server is not None)
                     return 0
             # A peer pod's loss is a disruption of this pod's group, not its failure.
@@ -409,15 +397,9 @@ def _finish(control: PodControl, serving: bool) -> None:
             control.wait_finished(FINISH_LINGER_SECONDS)
 
 
-def _finished(control: PodControl) -> bool:
-    try:
-        return control.finished()
-    except Exception:  # noqa: BLE001 - pod 0's store is gone: next_generation will tell
-        return False
-
-
 def interface_towards(host: str) -> str | None:
-    """The name of the interface this machine reaches `host` through (gloo's, across pods)."""
+    """The name of the interface this machine reaches `host` through (gloo listens there: the
+    loopback on one machine, the one that reaches pod 0 across pods)."""
     import socket
 
     import psutil
