@@ -17,6 +17,7 @@ import numpy as np
 
 from surreal.algorithms.common.bounds import MAX_EVAL_EPISODES
 from surreal.algorithms.common.exits import EXIT_LEARNER_GONE
+from surreal.algorithms.common.reconnect import GIVE_UP_SECONDS  # a worker's bound, the evaluator's too
 from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
 from surreal.algorithms.envs.make import EnvBatch, Obs
 from surreal.protocol.client import LearnerClient, ProtocolError
@@ -30,10 +31,6 @@ PolicyFactory = Callable[[Params], Policy]
 # A checkpoint's policy (each algorithm's evaluator.checkpoint_policy): raw observations [N, ...] and
 # whether to take the mode -> actions [N, ...].
 TrainedAct = Callable[[Obs, bool], np.ndarray]
-# An evaluator that cannot reach the learner this long exits EXIT_LEARNER_GONE. The backstop:
-# on Kubernetes the component's watch of the learner's Job (orchestrator/kube/watch.py) ends it
-# within seconds of that Job's end; this bound stays for a cluster whose API it cannot read.
-GIVE_UP_SECONDS = 900.0
 # The longest a live evaluator goes without a call to the learner: it asks for parameters every
 # `poll_seconds` (0.5) while it waits for a version, every FAILED_POLL_SECONDS while the learner
 # does not answer, and every HEARTBEAT_SECONDS during an evaluation (which may take minutes). At

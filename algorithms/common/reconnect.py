@@ -11,7 +11,7 @@ from surreal.protocol.client import ExperienceStream, LearnerClient, ProtocolErr
 
 log = logging.getLogger(__name__)
 
-# A worker that cannot reach the learner this long exits EXIT_LEARNER_GONE. The backstop:
+# A worker (or the evaluator) that cannot reach the learner this long exits EXIT_LEARNER_GONE. The backstop:
 # on Kubernetes the component's watch of the learner's Job (orchestrator/kube/watch.py) ends it
 # within seconds of that Job's end; this bound stays for a cluster whose API it cannot read.
 GIVE_UP_SECONDS = 900.0

@@ -270,8 +270,7 @@ class ServingLoop:
 
     def await_final_eval(self, timeout: float) -> None:
         """Wait for the evaluator's report on the final version, at most `timeout` and only while
-        the evaluator is alive (`evaluator_alive`). Keep taking fragments so that workers blocked
-        on credits get to refresh parameters and see `done`."""
+        `evaluator_alive`, taking fragments so that workers blocked on credits get to see `done`."""
         deadline = time.monotonic() + timeout
         self.waiting_for = ("the evaluator's report on the final version", time.monotonic(), timeout)
         while not self.core.final_evaluated and time.monotonic() < deadline:
@@ -288,11 +287,8 @@ class ServingLoop:
             self.tick()
 
     def release_workers(self, timeout: float) -> None:
-        """Serve until every worker has seen `done` and hung up (or `timeout`), so that none of
-        them is left retrying a learner that is gone: those with a stream open, and those the run
-        knows (WORKERS_FILE) that had no stream open at the end (they see `done` on the stream
-        they open next). A stream still open HANG_UP_SECONDS after the end
-        (or after it opened) belongs to a worker that does not listen: it is not waited for."""
+        """Serve until every worker has seen `done` and hung up (or `timeout`): those with a stream
+        open but for HANG_UP_SECONDS, and those owed the end (`owed_at_end`) until they open one."""
         done_at = self._done_at if self._done_at is not None else time.monotonic()
         # Not those whose stream was open at the end and closed since: they saw `done` on it.
         missing = set(self._away_at_end)

@@ -85,21 +85,13 @@ def _ale(env: gym.Env) -> Any:
 
 
 class GameEpisodeStatistics(RecordEpisodeStatistics):
-    """gymnasium's RecordEpisodeStatistics, directly around the raw game.
-
-    A class of its own so that `reports_game_episodes` can find it: `info["episode"]` = {"r": the
-    game's unclipped score, "l": its length in emulator frames, "t": seconds since it started} appears
-    on the agent step where the game (not a life) ends.
-    """
+    """RecordEpisodeStatistics around the raw game (item 2 above), a class of its own so that
+    `reports_game_episodes` can find it. `info["episode"]["l"]` counts emulator frames."""
 
 
 def reports_game_episodes(env: gym.Env) -> bool:
-    """Whether `env` reports each real game in `info["episode"]` (every `make_atari` stack does).
-
-    For such an env the returns to report are `info["episode"]["r"]`, not sums of the step rewards:
-    in training those are sign-clipped and an episode is one life; in evaluation the rewards of the
-    no-op and FIRE frames taken on reset are missing from the sum.
-    """
+    """Whether `env` reports each real game in `info["episode"]` (every `make_atari` stack does),
+    whose returns are the ones to report (see the module docstring's end)."""
     while isinstance(env, gym.Wrapper):
         if isinstance(env, GameEpisodeStatistics):
             return True
@@ -108,12 +100,9 @@ def reports_game_episodes(env: gym.Env) -> bool:
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the agent's episode (terminated); the next reset continues the same game.
-
-    As baselines' EpisodicLifeEnv: the value of a state then never counts rewards earned after losing a
-    life, which speeds learning, while the game keeps its real length. Only a game over (or a reset
-    with a new seed) resets the game underneath.
-    """
+    """A lost life ends the agent's episode (terminated); the next reset continues the same game
+    (item 4 above). As baselines' EpisodicLifeEnv: a state's value never counts rewards earned after
+    losing a life, which speeds learning. Only a game over (or a new seed) resets the game."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -146,11 +135,8 @@ class EpisodicLife(gym.Wrapper):
 
 
 class FireReset(gym.Wrapper):
-    """Press FIRE, then action 2, after each reset: some games (Breakout) wait for FIRE to start.
-
-    Without it a new policy can spend a whole life doing nothing. The two steps' rewards are dropped
-    from the agent's stream (as in baselines); the innermost statistics still count them.
-    """
+    """Press FIRE, then action 2, after each reset (item 5 above): without it a new policy can
+    spend a whole life doing nothing. The two steps' rewards are dropped, as in baselines."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)

@@ -4,10 +4,8 @@
 and the rare episode-end bookkeeping kept out of the common case.
 
 An environment is the user's code. `surreal create` builds one (`resolve_env`) and checks it against
-everything a component will rely on: its spaces, and what a reset and one step give, put into a batch
-row as EnvBatch puts them. In a component, whatever the user's environment raises, and an actor's
-environments that give nothing but non-finite data (BROKEN_STEPS), fail its role for good with a
-reason naming the environment (EnvFailed): retrying would run the same code again.
+everything a component will rely on (_probe). In a component, what it raises, or nothing but
+non-finite data, fails the role for good (EnvFailed): retrying would run the same code again.
 """
 
 from __future__ import annotations
@@ -406,15 +404,13 @@ class EnvBatch:
 
     Box actions are clipped to the action bounds here, so callers keep the unclipped samples
     (whose log-probabilities the policy computed); action rows of several leaves become the
-    environment's own actions here (act_leaves.py). Observations come as [N, D] float32 vectors, or
-    as [N, C, H, W] uint8 images (channels-last ones are transposed here).
+    environment's own actions here (act_leaves.py). Observations come as [N, D] float32 vectors,
+    [N, C, H, W] uint8 images (channels-last ones transposed here), or leaf arrays (obs_leaves.py).
 
     An environment whose step returns a non-finite observation or reward (a MuJoCo simulation gone
     unstable does) ends its episode there, as terminated with reward 0, and is reset: NaN never
     leaves the batch, and one broken episode does not spoil its neighbours' experience.
-    `broken_episodes` counts them; they are logged at a bounded rate. A batch every one of whose
-    environments broke at each of BROKEN_STEPS steps in a row raises EnvFailed, as does any exception
-    of the environments' own.
+    `broken_episodes` counts them (logged at a bounded rate; BROKEN_STEPS says when it fails).
 
     Episode returns are the sums of the rewards the batch saw, except where the environment says
     what a whole game scored (Atari's training stack: a life lost ends the agent's episode and
@@ -437,7 +433,6 @@ class EnvBatch:
         except ValueError as exc:  # the user's module or constructor failed (env_ref names it)
             raise EnvFailed(str(exc)) from None
         self.num_envs = num_envs
-        # Observations of several leaves (obs_leaves.py) come as leaf arrays [N, ...] by name.
         self.spaces = env_spaces(self.envs[0]).keep(obs_keys, str(env))
         self._layout = obs_layout(self.envs[0].observation_space)
         if self.spaces.structured:

@@ -146,21 +146,15 @@ class ESMaster(LearnerProgress):
         self.handout.open(self.counters.version)
 
     def set_agents(self, num_agents: int) -> None:
-        """`surreal scale`: size the hand-outs and updates for `num_agents` agents.
+        """`surreal scale`: size the hand-outs and updates for `num_agents` agents: pairs per agent
+        and the staleness window for versions opened from now on (a version keeps its hand-out, so
+        results in flight still count), pairs per update and round at once (pooled results stay).
+        Not the config (presets.MANY_AGENTS was decided at create) nor Adam's `step_size`: changing
+        the optimizer mid-run would change the run, not just its throughput.
 
-        What follows the count: pairs per agent and the staleness window (for versions opened
-        from now on: a version keeps the hand-out it was published with, so results in flight
-        still count), pairs per update and round (at once, on the pool as it is: results already
-        pooled stay and count in the current round). What does not: the config (the spec's,
-        with presets.MANY_AGENTS decided at create, e.g. HalfCheetah's top_fraction and
-        anneal_lr), and Adam's step size (`step_size`, from the create-time count): changing the
-        optimizer mid-run would change the run, not just its throughput.
-
-        When each agent now has more pairs to evaluate (fewer agents), the current version's
-        hand-out cannot fill an update without the agents that are gone: a new version (the same
-        weights, the new hand-out) is opened at once, and every version accepted until then stays
-        acceptable, so neither the pooled results nor those being evaluated are lost. More agents need no new
-        version: new workers start on the current one."""
+        With fewer agents the current hand-out cannot fill an update without those that are gone:
+        a new version (the same weights, the new hand-out) is opened at once, and every version
+        accepted until then stays acceptable. More agents need no new version."""
         if num_agents < 1:
             raise ValueError(f"num_agents must be >= 1, got {num_agents}")
         cfg = self.cfg
