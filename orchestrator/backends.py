@@ -13,10 +13,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from surreal.orchestrator import home
+from surreal.orchestrator import home, plot
 from surreal.orchestrator.containers.launcher import ContainersLauncher
-from surreal.orchestrator.home_launcher import HomeLauncher
-from surreal.orchestrator.launcher import Forward, Launched, Launcher, LauncherError, Placement, Watcher
+from surreal.orchestrator.home_launcher import HomeLauncher, LocalTensorBoard
+from surreal.orchestrator.launcher import (
+    Forward,
+    Launched,
+    Launcher,
+    LauncherError,
+    Placement,
+    Watcher,
+    check_agents,
+    check_port_free,
+)
 from surreal.orchestrator.local.launcher import LocalLauncher
 from surreal.spec import BACKENDS, ExperimentSpec
 
@@ -84,7 +93,8 @@ class HomeDispatch(Launcher):
         return rows
 
     def status(self, name: str) -> dict[str, Any]:
-        return self._owner(name)[1].status(name)
+        exp_dir, owner = self._owner(name)
+        return owner.status_of(exp_dir)
 
     def logs(
         self,
@@ -95,16 +105,24 @@ class HomeDispatch(Launcher):
         lines: int | None = 100,
         previous: bool = False,
     ) -> Iterator[str]:
-        return self._owner(name)[1].logs(name, component, follow=follow, lines=lines, previous=previous)
+        exp_dir, owner = self._owner(name)
+        return owner.logs_of(exp_dir, component, follow=follow, lines=lines, previous=previous)
 
     def scale(self, name: str, agents: int, learner_pods: int | None = None) -> str:
-        return self._owner(name)[1].scale(name, agents, learner_pods)
+        check_agents(agents)
+        exp_dir, owner = self._owner(name)
+        return owner.scale_of(exp_dir, agents, learner_pods)
 
     def delete(self, name: str) -> str:
-        return self._owner(name)[1].delete(name)
+        exp_dir, owner = self._owner(name)
+        owner.delete_of(exp_dir)
+        return f"experiment {name!r} deleted"
 
     def tensorboard(self, name: str, port: int) -> Forward:
-        return self._owner(name)[1].tensorboard(name, port)
+        exp_dir, owner = self._owner(name)
+        check_port_free(port)
+        return LocalTensorBoard(owner.tb_dir(exp_dir), port)
 
     def events(self, name: str) -> Any:
-        return self._owner(name)[1].events(name)
+        exp_dir, owner = self._owner(name)
+        return plot.read_events(owner.tb_dir(exp_dir), name)

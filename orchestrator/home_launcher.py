@@ -6,28 +6,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from surreal.orchestrator import home, plot
-from surreal.orchestrator.launcher import (
-    Forward,
-    Launcher,
-    LauncherError,
-    Placement,
-    UsageError,
-    check_agents,
-    check_port_free,
-)
+from surreal.orchestrator import home
+from surreal.orchestrator.launcher import Launched, LauncherError, Placement, UsageError, Watcher
+
+if TYPE_CHECKING:
+    from surreal.spec import ExperimentSpec
 
 
-class HomeLauncher(Launcher):
-    """What the local and containers launchers share for the experiments of their backend in the
-    home: each command on one experiment through the backend's `*_of` method, TensorBoard and
-    plots read from the event files on this machine. Which backend made an experiment is the
-    dispatcher's question (backends.HomeDispatch), not this class's."""
+class HomeLauncher(ABC):
+    """A backend whose experiments live in the home (local, containers): what it does with one
+    experiment's folder. backends.HomeDispatch takes each command by name to the backend that
+    made the experiment."""
+
+    backend: str
 
     def __init__(self, home: Path) -> None:
         self.home = home
@@ -36,41 +32,13 @@ class HomeLauncher(Launcher):
         if placement.given:
             raise UsageError("--pools and --provider place pods on a cluster: they need --backend kube")
 
-    def list_experiments(self) -> list[dict[str, Any]]:
-        return [self.status_of(d) for d in home.list_experiment_dirs(self.home)]
+    @abstractmethod
+    def dry_run(self, spec: ExperimentSpec, output: str, placement: Placement) -> str: ...
 
-    def status(self, name: str) -> dict[str, Any]:
-        return self.status_of(home.existing_dir(self.home, name))
-
-    def logs(
-        self,
-        name: str,
-        component: str,
-        *,
-        follow: bool = False,
-        lines: int | None = 100,
-        previous: bool = False,
-    ) -> Iterator[str]:
-        exp_dir = home.existing_dir(self.home, name)
-        return self.logs_of(exp_dir, component, follow=follow, lines=lines, previous=previous)
-
-    def scale(self, name: str, agents: int, learner_pods: int | None = None) -> str:
-        check_agents(agents)
-        return self.scale_of(home.existing_dir(self.home, name), agents, learner_pods)
-
-    def delete(self, name: str) -> str:
-        self.delete_of(home.existing_dir(self.home, name))
-        return f"experiment {name!r} deleted"
-
-    def tensorboard(self, name: str, port: int) -> Forward:
-        exp_dir = home.existing_dir(self.home, name)
-        check_port_free(port)
-        return LocalTensorBoard(self.tb_dir(exp_dir), port)
-
-    def events(self, name: str) -> Any:
-        return plot.read_events(self.tb_dir(home.existing_dir(self.home, name)), name)
-
-    # --- per backend ------------------------------------------------------------------------
+    @abstractmethod
+    def create(
+        self, spec: ExperimentSpec, *, detach: bool, placement: Placement, watch: Watcher | None = None
+    ) -> Launched: ...
 
     @abstractmethod
     def status_of(self, exp_dir: Path) -> dict[str, Any]: ...

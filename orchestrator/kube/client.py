@@ -561,8 +561,7 @@ class _InPlace:
                 "before the actors come (scale again once it runs)"
             )
         annotation = {"metadata": {"annotations": {ks.AGENTS_ANNOTATION: str(agents)}}}
-        self.kube._call(self.kube.core.patch_namespaced_config_map, kr.object_names(self.name)["spec"],
-                        self.ns, annotation, verb="patch", resource="configmaps", ns=self.ns)  # fmt: skip
+        self.kube._patch("ConfigMap", kr.object_names(self.name)["spec"], self.ns, annotation)
         self.kube._exec(learner, self.ns, "learner", ["python3", "-c", _WRITE_SCALE,
                                                       f"{EXP_DIR}/{SCALE_FILE}", str(agents)])  # fmt: skip
 
@@ -573,8 +572,7 @@ class _InPlace:
         replicas = agents // self.per_pod
         try:
             patch = {"spec": {"completions": replicas, "parallelism": replicas}}
-            self.kube._call(self.kube.batch.patch_namespaced_job, kr.object_names(self.name)["actor"],
-                            self.ns, patch, verb="patch", resource="jobs.batch", ns=self.ns)  # fmt: skip
+            self.kube._patch("Job", kr.object_names(self.name)["actor"], self.ns, patch)
         except ApiException as exc:
             if exc.status == 404:
                 raise ExperimentNotFound(f"experiment {self.name!r} has no actor Job") from None
