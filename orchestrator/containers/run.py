@@ -375,11 +375,8 @@ class Run:
                 and info.get("HostConfig", {}).get("RestartPolicy", {}).get("Name") in ("", "no")
             ):
                 name = info["Name"]
-                tail = [
-                    line
-                    for line in self.logs(next(p for p in self.started if p.name == name)).splitlines()
-                    if line.strip()
-                ]
+                pod = next(p for p in self.started if p.name == name)
+                tail = [line for line in self.logs(pod).splitlines() if line.strip()]
                 raise ContainersError(
                     f"container {name} exits at start (exit code {info['State'].get('ExitCode')}, "
                     f"{info.get('RestartCount', 0)} restarts): {tail[-1] if tail else 'no output'}"

@@ -34,7 +34,6 @@ class Forbidden(KubeError):
             f"forbidden: your Kubernetes user may not {verb} {resource}{where} "
             "(RBAC; manifests/rbac.yaml has the Role surreal needs)"
         )
-        self.verb, self.resource, self.namespace = verb, resource, namespace
 
 
 class NamespaceMissing(KubeError):
@@ -42,7 +41,6 @@ class NamespaceMissing(KubeError):
         super().__init__(
             f"namespace {namespace!r} does not exist (create it: kubectl create namespace {namespace})"
         )
-        self.namespace = namespace
 
 
 class ExperimentExists(KubeError):
