@@ -387,29 +387,34 @@ class SoloIntake:
 
     def __init__(self, learner: Learner) -> None:
         self.learner = learner
+        self.into: Learner | Pending = learner  # what take() counts into
         self.batch: list[Entry] = []
         self.steps = 0  # env steps in `batch`
 
     def take(self, t: dict[str, np.ndarray], entry: Entry | None) -> None:
-        """Count fragment `t`; keep `entry` for the next update (None: stale, dropped)."""
-        learner, c = self.learner, self.learner.counters
-        steps = t["rewards"].size
+        """Count fragment `t`; keep `entry` for an update (None: stale, dropped)."""
+        into, steps = self.into, t["rewards"].size
+        c = into.counters
         c.env_steps += steps
         c.episodes += len(t["episode_returns"])
-        learner.train_returns.extend(t["episode_returns"].tolist())
+        into.train_returns.extend(t["episode_returns"].tolist())
         # Stale or not, the fragment saw real states: the statistics take them either way.
-        learner.obs_rms.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
-        learner.ret_rms.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
-        learner._note_steps()
+        into.obs_rms.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
+        into.ret_rms.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
         if entry is None:
             c.dropped_fragments += 1
         else:
-            self.batch.append(entry)
-            self.steps += steps
+            self._keep(entry, steps)
+        if into is self.learner:  # a rank's counters move when its group combines them
+            self.learner._note_steps()
+
+    def _keep(self, entry: Entry, steps: int) -> None:
+        self.batch.append(entry)
+        self.steps += steps
 
     def reject(self, reason: str) -> None:
         """Count a fragment rejected whole (its steps do not count)."""
-        rejected = self.learner.counters.rejected
+        rejected = self.into.counters.rejected
         rejected[reason] = rejected.get(reason, 0) + 1
 
     def ready(self) -> bool:
@@ -429,20 +434,18 @@ class SoloIntake:
 
 @dataclasses.dataclass
 class Pending:
-    """What one rank took in since its group last combined counters (every update): the group's
-    counters and statistics change only then, the same way on every rank."""
+    """What one rank took in since its group last combined counters (every update), under the
+    learner's names: the group's counters and statistics change only then, the same way on every
+    rank."""
 
-    obs: RunningMeanStd
-    ret: RunningMeanStd
-    env_steps: int = 0
-    episodes: int = 0
-    dropped_fragments: int = 0
-    rejected: dict[str, int] = dataclasses.field(default_factory=dict)
-    returns: list[float] = dataclasses.field(default_factory=list)
+    obs_rms: RunningMeanStd
+    ret_rms: RunningMeanStd
+    counters: Counters = dataclasses.field(default_factory=Counters)
+    train_returns: list[float] = dataclasses.field(default_factory=list)
     streams: int = 0  # experience streams open on this rank's server (its last status)
 
 
-class GroupIntake:
+class GroupIntake(SoloIntake):
     """A rank's intake. What it takes is counted in `Pending` and combined with the other ranks'
     at each update, in rank order (the same counters and statistics on every rank). An update is
     due when the group as a whole holds a batch (RankGroup.add_steps counts every rank's intake)
@@ -450,11 +453,12 @@ class GroupIntake:
     peer left or went silent). A fragment taken once the group's batch was full is the next
     update's, as with one learner, whose batch ends with the fragment that fills it."""
 
+    into: Pending
+
     def __init__(self, learner: Learner, group: RankGroup) -> None:
-        self.learner, self.group = learner, group
-        self.pending = self._new_pending(streams=0)
-        self.batch: list[Entry] = []
-        self.steps = 0  # env steps in `batch`
+        super().__init__(learner)
+        self.group = group
+        self.into = self._new_pending(streams=0)
         self.carry: list[Entry] = []  # taken once the group's batch was full: the next update's
         self.round = 0  # updates this group did since it formed: the commitment's key
         self.holding = False  # committed to the next update, waiting for the others
@@ -464,30 +468,15 @@ class GroupIntake:
 
     def _new_pending(self, streams: int) -> Pending:
         dim = (obs_stats_dim(self.learner.spaces),)
-        return Pending(obs=RunningMeanStd(dim), ret=RunningMeanStd((1,)), streams=streams)
+        return Pending(obs_rms=RunningMeanStd(dim), ret_rms=RunningMeanStd((1,)), streams=streams)
 
-    def take(self, t: dict[str, np.ndarray], entry: Entry | None) -> None:
-        """Count fragment `t`; keep `entry` for an update (None: stale, dropped)."""
-        p, steps = self.pending, t["rewards"].size
-        p.env_steps += steps
-        p.episodes += len(t["episode_returns"])
-        p.returns.extend(t["episode_returns"].tolist())
-        # Stale or not, the fragment saw real states: the statistics take them either way.
-        p.obs.merge(RunningMeanStd.moments_from_arrays(t, "obs"))
-        p.ret.merge(RunningMeanStd.moments_from_arrays(t, "ret"))
-        if entry is None:
-            p.dropped_fragments += 1
-        elif self.group.add_steps(self.round, steps) - steps >= self.learner.cfg.steps_per_update:
+    def _keep(self, entry: Entry, steps: int) -> None:
+        if self.group.add_steps(self.round, steps) - steps >= self.learner.cfg.steps_per_update:
             # The group's batch was full before this fragment came: it is the next update's.
             self.carry.append(entry)
             self.group.add_steps(self.round + 1, steps)
         else:
-            self.batch.append(entry)
-            self.steps += steps
-
-    def reject(self, reason: str) -> None:
-        """Count a fragment rejected whole (its steps do not count)."""
-        self.pending.rejected[reason] = self.pending.rejected.get(reason, 0) + 1
+            super()._keep(entry, steps)
 
     def ready(self) -> bool:
         if self.learner.done:  # the group ends together, after the update that reached total_steps
@@ -513,26 +502,26 @@ class GroupIntake:
     def _combine(self) -> None:
         """Every rank's Pending into the counters and statistics, in rank order."""
         learner, c = self.learner, self.learner.counters
-        mine, self.pending = self.pending, self._new_pending(self.pending.streams)
+        mine, self.into = self.into, self._new_pending(self.into.streams)
         everyone = self.group.gather(mine)
         for rank, p in enumerate(everyone):
-            c.env_steps += p.env_steps
-            c.episodes += p.episodes
-            c.dropped_fragments += p.dropped_fragments
-            for reason, n in p.rejected.items():
+            c.env_steps += p.counters.env_steps
+            c.episodes += p.counters.episodes
+            c.dropped_fragments += p.counters.dropped_fragments
+            for reason, n in p.counters.rejected.items():
                 c.rejected[reason] = c.rejected.get(reason, 0) + n
-            learner.train_returns.extend(p.returns)
-            learner.obs_rms.merge(p.obs.moments)
-            learner.ret_rms.merge(p.ret.moments)
-            self.rank_env_steps[rank] += p.env_steps
+            learner.train_returns.extend(p.train_returns)
+            learner.obs_rms.merge(p.obs_rms.moments)
+            learner.ret_rms.merge(p.ret_rms.moments)
+            self.rank_env_steps[rank] += p.counters.env_steps
             self.rank_streams[rank] = p.streams
-        if any(p.env_steps for p in everyone):
+        if any(p.counters.env_steps for p in everyone):
             learner._note_steps()
 
     def status(self, connected_actors: int) -> dict[str, Any]:
         """The group's fields: its streams (this rank's now, the others' as of the last update),
         what each rank took in, and (since this rank started) its time in collectives."""
-        self.pending.streams = connected_actors  # the others hear it at the next update
+        self.into.streams = connected_actors  # the others hear it at the next update
         streams = list(self.rank_streams)
         streams[self.group.rank] = connected_actors
         per_pod = self.group.size // self.pods  # ranks of one learner pod (--learner-pods)
