@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from surreal.algorithms.common.normalization import batch_moments
 from surreal.algorithms.common.run import extras_done, extras_env_steps
 from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.onpolicy.actor import Actor
@@ -61,7 +62,7 @@ def test_truncations_are_reported_with_their_final_observation():
 
 def test_actor_normalizes_with_the_published_statistics():
     learner, actor = make()
-    learner.obs_rms.update(np.random.default_rng(0).normal(5.0, 3.0, size=(1000, 3)))
+    learner.obs_rms.merge(batch_moments(np.random.default_rng(0).normal(5.0, 3.0, size=(1000, 3))))
     actor.set_params(learner.params())
     raw = actor._obs.copy()
     tensors = actor.collect()
