@@ -36,10 +36,6 @@ def _container(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return next((c for c in statuses if c.get("name") == role), statuses[0] if statuses else {})
 
 
-def restarts(pod: Mapping[str, Any]) -> int:
-    return int(_container(pod).get("restartCount") or 0)
-
-
 def is_ready(pod: Mapping[str, Any]) -> bool:
     c = _container(pod)
     return bool(c.get("ready")) and "running" in (c.get("state") or {})
@@ -244,7 +240,8 @@ def components(pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for pod in _sorted(pods):
         state, detail = component_state(pod)
-        rows.append(component(pod["metadata"]["name"], role_of(pod), state, restarts(pod), detail))
+        restarts = int(_container(pod).get("restartCount") or 0)
+        rows.append(component(pod["metadata"]["name"], role_of(pod), state, restarts, detail))
     return rows
 
 
