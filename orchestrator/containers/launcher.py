@@ -615,45 +615,30 @@ def _never_seen(pod: dict[str, Any]) -> bool:
 
 
 @contextmanager
-def _shielded() -> Iterator[None]:
+def _signals(handler: Any, *signals: signal.Signals) -> Iterator[None]:
+    """`handler` for `signals` meanwhile, in the main thread (the only one that may set them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, before in old.items():
+            signal.signal(sig, before)
+
+
+def _shielded() -> Any:
     """Ctrl-C, SIGTERM and SIGHUP are ignored while what was started is being removed: a second
     Ctrl-C must not leave containers behind."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+    return _signals(signal.SIG_IGN, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-@contextmanager
-def _interrupts() -> Iterator[None]:
+def _interrupts() -> Any:
     """SIGTERM (and SIGHUP) raise KeyboardInterrupt in the main thread, as Ctrl-C does, so what
     was started is removed however the CLI is stopped."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+    return _signals(_interrupt, signal.SIGTERM, signal.SIGHUP)
 
 
-__all__ = [
-    "ContainersLauncher",
-    "PodRun",
-    "claim_dir",
-    "control",
-    "learner_metrics",
-    "load_run",
-    "read_record",
-]
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
