@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 _SERVICES = pb.DESCRIPTOR.services_by_name
 EXPERIENCE_SERVICE: str = _SERVICES["Experience"].full_name
 HEALTH_SERVICE: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-_SERVING = health_pb2.HealthCheckResponse.SERVING
-_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+_HEALTH_REPLY = health_pb2.HealthCheckResponse
+_SERVING, _NOT_SERVING = _HEALTH_REPLY.SERVING, _HEALTH_REPLY.NOT_SERVING
 _START_TIMEOUT_SECONDS = 30.0
 # How long stop() waits, past its grace period, for grpc to finish the cancelled calls.
 _STOP_TIMEOUT_SECONDS = 5.0
@@ -86,6 +86,14 @@ def eval_report_problem(report: pb.EvalReport) -> str | None:
     if report.std_return < 0 or report.mean_length < 0:
         return "std_return and mean_length must be >= 0"
     return None
+
+
+def _unary(handler: Any, request: Any, reply: Any = None) -> grpc.RpcMethodHandler:
+    """A unary method's handler whose request deserializer is tolerant (messages.py)."""
+    serialize = reply.SerializeToString if reply is not None else None
+    return grpc.unary_unary_rpc_method_handler(
+        handler, request_deserializer=tolerant(request.FromString), response_serializer=serialize
+    )
 
 
 def _address(host: str, port: int) -> str:
@@ -230,32 +238,16 @@ class LearnerServer:
                     response_serializer=pb.Credit.SerializeToString,
                 )
             },
-            _SERVICES["Parameters"].full_name: {
-                # No response serializer: the answers are the bytes publish() serialized once.
-                "Get": grpc.unary_unary_rpc_method_handler(
-                    self._get_params, request_deserializer=tolerant(pb.GetParams.FromString)
-                )
-            },
+            # No reply type: the answers are the bytes publish() serialized once.
+            _SERVICES["Parameters"].full_name: {"Get": _unary(self._get_params, pb.GetParams)},
             _SERVICES["Status"].full_name: {
-                "Get": grpc.unary_unary_rpc_method_handler(
-                    self._get_status,
-                    request_deserializer=tolerant(pb.StatusRequest.FromString),
-                    response_serializer=pb.StatusReply.SerializeToString,
-                ),
-                "ReportEval": grpc.unary_unary_rpc_method_handler(
-                    self._report_eval,
-                    request_deserializer=tolerant(pb.EvalReport.FromString),
-                    response_serializer=pb.Ack.SerializeToString,
-                ),
+                "Get": _unary(self._get_status, pb.StatusRequest, pb.StatusReply),
+                "ReportEval": _unary(self._report_eval, pb.EvalReport, pb.Ack),
             },
             # Check only: what Kubernetes' grpc probes call. Watch would let any client, without a
             # token (health stays open for probes), hold a call open for as long as it likes.
             HEALTH_SERVICE: {
-                "Check": grpc.unary_unary_rpc_method_handler(
-                    self._health_check,
-                    request_deserializer=tolerant(health_pb2.HealthCheckRequest.FromString),
-                    response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
-                )
+                "Check": _unary(self._health_check, health_pb2.HealthCheckRequest, _HEALTH_REPLY)
             },
         }
         for service, methods in handlers.items():
@@ -360,7 +352,7 @@ class LearnerServer:
         status = self._health.get(request.service)
         if status is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
-        return health_pb2.HealthCheckResponse(status=status)
+        return _HEALTH_REPLY(status=status)
 
     async def _get_params(self, request: pb.GetParams, context: grpc.aio.ServicerContext) -> bytes:
         request = await self._decoded(request, context)
