@@ -10,7 +10,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 import numpy as np
@@ -70,14 +70,7 @@ class EvalResult:
     episodes: int
 
     def report(self, policy_version: int, env_steps: int) -> EvalReport:
-        return EvalReport(
-            policy_version=policy_version,
-            env_steps=env_steps,
-            mean_return=self.mean_return,
-            std_return=self.std_return,
-            episodes=self.episodes,
-            mean_length=self.mean_length,
-        )
+        return EvalReport(policy_version=policy_version, env_steps=env_steps, **asdict(self))
 
 
 def evaluate(

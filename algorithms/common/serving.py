@@ -191,15 +191,13 @@ class ServingLoop:
         core, server = self.core, self.server
         server.publish(params := core.params())
         while not core.done:
-            # A learner rank that committed to the group's next update runs it before it stops: the
-            # others may be in its collectives already (leaving then failed them, and rank 0 saved
-            # nothing clean: seen in CI). A peer that stopped first is PeerLost, as clean.
-            if preemption.requested() and not core.holding:
-                return self._preempted()
-            # A learner rank that committed to the group's next update takes nothing more until
-            # the group runs it (what came now would be the next update's): its workers wait for
-            # credits meanwhile.
+            # A learner rank that committed to the group's next update takes nothing more (what came
+            # now would be the next update's) and runs it before it stops: the others may be in its
+            # collectives already (leaving then failed them, and rank 0 saved nothing clean: seen in
+            # CI). A peer that stopped first is PeerLost, as clean.
             holding = core.holding
+            if preemption.requested() and not holding:
+                return self._preempted()
             fragment = None if holding else server.next_fragment(timeout=self._fragment_wait)
             if fragment is not None:
                 if fragment.worker_id in self._known:

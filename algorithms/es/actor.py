@@ -79,7 +79,6 @@ class ESWorker:
         # into the batch's moments when its pair finishes, so that they describe exactly the rows.
         self._ep_sum, self._ep_sq = np.zeros((2 * n, d)), np.zeros((2 * n, d))
         self._obs_n, self._obs_sum, self._obs_sq = 0, np.zeros(d), np.zeros(d)
-        self.env_steps = 0  # steps taken by this worker (all versions)
         self.broken_pairs = 0  # pairs dropped for a non-finite observation or reward
         self._broken_in_a_row = 0  # of them since a pair last finished (BROKEN_STEPS)
         self._broken_log = RejectionLog(log, "pair", interval=60.0)
@@ -161,7 +160,6 @@ class ESWorker:
                 self._active[i] = False
                 if not self._active[i ^ 1]:  # both episodes of the pair are over
                     self._finish(i // 2)
-        self.env_steps += len(rows)
 
     def _finish(self, a: int) -> None:
         task = self._tasks[a]
