@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from surreal.algorithms import ppo
 from surreal.algorithms.common.evaluator import eval_seed
 from surreal.algorithms.envs.make import make_env, spaces_for
 from surreal.algorithms.envs.ref import EnvRef
@@ -162,7 +163,7 @@ def main() -> None:
         ours, theirs = [], []
         for seed in seeds:
             start = time.monotonic()
-            mine = train_serial(cfg, ref, total_steps=case.steps, seed=seed).final_return
+            mine = train_serial(cfg, ref, algo=ppo.PPO(), total_steps=case.steps, seed=seed).final_return
             ours.append((mine, time.monotonic() - start))
             theirs.append(sb3_run(case, ref, cfg, seed))
             print(f"{case.name:20s} seed {seed}: surreal {mine:8.3f} ({ours[-1][1]:5.0f} s)   "

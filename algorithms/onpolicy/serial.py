@@ -47,7 +47,7 @@ def train_serial(
     cfg: OnPolicyConfig,
     env_id: EnvRef | str,
     *,
-    algo: OnPolicy | None = None,
+    algo: OnPolicy,
     total_steps: int,
     seed: int = 0,
     num_agents: int = 2,
@@ -59,10 +59,8 @@ def train_serial(
     """Train for `total_steps` env steps; evaluate every `cfg.eval_interval` steps and at the end.
 
     `num_agents` logical agents are spread over `workers` actors that take turns sending one
-    fragment each, like the distributed workers but in lockstep. `algo`: PPO unless given.
+    fragment each, like the distributed workers but in lockstep.
     """
-    algo = algo or get_algorithm("ppo")  # type: ignore[assignment]
-    assert isinstance(algo, OnPolicy)
     start = time.monotonic()
     torch.set_num_threads(cfg.learner_threads)  # one process does everything; tiny ops
     learner = Learner(

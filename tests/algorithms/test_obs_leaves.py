@@ -224,4 +224,4 @@ def test_frozen_lake_is_solved_from_its_discrete_cell() -> None:
     bar leaves room for 5 of 10 evaluation episodes lost."""
     ref = EnvRef("FrozenLake-v1", {"is_slippery": False})
     cfg = dataclasses.replace(preset_for(ref), eval_interval=10**9)
-    assert train_serial(cfg, ref, total_steps=20_000, seed=0).final_return >= 0.5
+    assert train_serial(cfg, ref, algo=PPO(), total_steps=20_000, seed=0).final_return >= 0.5
