@@ -1,12 +1,9 @@
 """What a run trained, in your hands: `surreal.load_policy` and `surreal record`.
 
-A policy is found from an experiment on this machine (its name in $SURREAL_HOME, its folder, or a
-checkpoint file inside it): the spec says which algorithm, environment and settings made it, the
-learner's last checkpoint (`checkpoints/latest.pt`) holds its weights and the observation
-statistics it was trained with. `TrainedPolicy.act` takes raw observations as the environment gives
-them, one or a batch, and returns the actions the evaluator would take (Box actions clipped to
-their bounds, as actors clip them before they step). Local and containers experiments keep their
-checkpoints here; a Kubernetes experiment keeps its own on its volume in the cluster.
+The spec says which algorithm, environment and settings made a policy; the learner's last
+checkpoint (`checkpoints/latest.pt`) holds its weights and the observation statistics it was
+trained with. Local and containers experiments keep their checkpoints here; a Kubernetes
+experiment keeps its own on its volume in the cluster.
 """
 
 from __future__ import annotations

@@ -8,10 +8,9 @@ hands credits back later, when it calls `release()` after dealing with what it t
 update those results completed and its publication), so a credit's `latest_version` tells the
 actor whether its own results are in the version it can fetch now.
 
-Threads: every stream is served on the server's one asyncio event loop (server.py), as a handler
-that sends credits and a task that reads, decodes and checks fragments; the learner takes them
-from another thread through a thread-safe queue, and each take hands the stream's credit back to
-the loop. A stream costs a few objects, not a thread, so hundreds of streams cost little.
+Threads: each stream is a handler that sends credits and a task that reads and checks fragments,
+on the server's event loop (server.py); the learner takes fragments from another thread through a
+thread-safe queue, and each take hands the stream's credit back to the loop.
 """
 
 from __future__ import annotations

@@ -1,15 +1,5 @@
-"""Logging that a peer cannot flood.
-
-Whatever a client sends, authenticated or not, must not grow a log without bound. Two tools:
-
-- `RejectionLog` tallies rejections by source (a worker id, a peer address) and reason. The first
-  one is logged at once (a person sees the problem start); after that one summary line per
-  `interval` names the sources that sent the most, while rejections keep coming. It tracks at most
-  `max_sources` sources per interval (the rest are lumped together), and it never logs more than
-  `max_text` characters of anything a peer chose, so its memory and its lines stay bounded too.
-- `RateLimitFilter` is a `logging.Filter` for code we do not own (grpc's own loggers): at most
-  `burst` records per message template per `interval`, then one line saying how many were held back.
-"""
+"""Logging that a peer cannot flood: whatever a client sends, authenticated or not, must not grow
+a log without bound (RejectionLog for our rejections, RateLimitFilter for grpc's own loggers)."""
 
 from __future__ import annotations
 
@@ -29,7 +19,10 @@ def shown(text: str, max_text: int = MAX_TEXT) -> str:
 
 
 class RejectionLog:
-    """Tally of rejected items, logged at a bounded rate (see the module docstring). Thread-safe."""
+    """Tally of rejected items by source (a worker id, a peer address) and reason: the first is
+    logged at once, then one summary line per `interval` names the sources that sent the most. At
+    most `max_sources` sources are tracked per interval (the rest lumped together) and at most
+    MAX_TEXT characters of what a peer chose are logged, so memory and lines stay bounded. Thread-safe."""
 
     def __init__(
         self,

@@ -201,13 +201,10 @@ class LearnerServer:
         return port
 
     def stop(self, grace: float = 1.0, timeout: float = _STOP_TIMEOUT_SECONDS) -> bool:
-        """Report NOT_SERVING, end the experience streams (clients see UNAVAILABLE), stop.
-        Idempotent; also wakes every next_fragment() caller, which then returns None.
-
-        Bounded whatever clients did: calls still running after `grace` seconds are cancelled; if
-        grpc has not finished them `timeout` seconds later, it is told to stop at once, and given
-        `timeout` more before the server is abandoned. Returns False unless the first stop ended in
-        time (logged)."""
+        """Report NOT_SERVING, end the experience streams (clients see UNAVAILABLE), stop; wake
+        every next_fragment() caller (None). Idempotent, and bounded whatever clients did: calls
+        still running after `grace` s are cancelled, grpc is told to stop at once `timeout` s later,
+        and abandoned after `timeout` more. False unless the first stop ended in time (logged)."""
         with self._lifecycle:
             if self._stopped:
                 return True

@@ -1,10 +1,5 @@
-"""The local backend: run a program as supervised subprocesses, and manage such experiments.
-
-An experiment directory holds `program.json` (what to run), `state.json` (written by the
-supervisor: phase, pids, restarts) and `logs/<component>.log`. The supervisor itself lives in
-`supervisor.py`; this module is what the CLI calls: start one detached, read its state, check it is
-alive, stop it, tail its logs, list experiments.
-"""
+"""The local backend's processes: start a supervisor (supervisor.py) detached, read its
+state.json, tell whether it is alive, and stop it and whatever it left."""
 
 from __future__ import annotations
 

@@ -1,20 +1,13 @@
 """Runs a program's components as supervised local subprocesses.
 
-Each component runs in its own session/process group with stdout+stderr appended to
-`exp_dir/logs/<name>.log`, and (on Linux) with PR_SET_PDEATHSIG=SIGKILL so that a supervisor killed
-with SIGKILL takes its children with it. The supervisor records everything it knows in
-`exp_dir/state.json` (atomically replaced on every change) so other processes (`surreal status`,
-`surreal delete`) can read it.
+Each component runs in its own process group, its output appended to `exp_dir/logs/<name>.log`,
+and (on Linux) with PR_SET_PDEATHSIG=SIGKILL so that a supervisor killed with SIGKILL takes its
+children with it. Everything it knows is in `exp_dir/state.json` (replaced atomically), which
+`surreal status` and `surreal delete` read.
 
-Outcomes: every exit goes through the failure policy (policy.py), as on the other backends:
-- the "learner" exits 0 -> Succeeded (the others are stopped);
-- a crash is retried after a backoff within its role's budget, a disruption (143) at once and
-  uncounted; past the budget, or on an exit that ends its role (69), the component is Failed, and
-  the experiment is Failed if its role's failure fails it (the learner; the actors once no index is
-  left; never the evaluator), with the reason in state.json's `problem`;
-- a component with restart=False has no budget: its first crash fails it;
-- every component ended on its own -> Succeeded if none failed, else Failed;
-- SIGINT/SIGTERM/SIGHUP or `request_stop()` -> Stopped. A second signal skips the grace period.
+Every exit goes through the failure policy (policy.py), as on the other backends; a component with
+restart=False fails on its first crash. SIGINT/SIGTERM/SIGHUP or `request_stop()` -> Stopped; a
+second signal skips the grace period.
 
 A new `exp_dir/program.json` (what `surreal scale` writes) is taken while running: components it no
 longer has are retired (SIGTERM, SIGKILL after the grace period), new ones started, and changed ones
