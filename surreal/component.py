@@ -35,13 +35,6 @@ class ComponentError(RuntimeError):
     pass
 
 
-def _require(name: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        raise ComponentError(f"environment variable {name} is not set (the launcher sets it)")
-    return value
-
-
 def read_token() -> str:
     token = os.environ.get(prog.ENV_TOKEN)
     if token:
@@ -53,19 +46,22 @@ def read_token() -> str:
 
 
 def build_context(spec: ExperimentSpec, index: int) -> RunContext:
-    bind_host = os.environ.get(prog.ENV_BIND_HOST, "127.0.0.1")
-    exp_dir = Path(os.environ.get(prog.ENV_EXP_DIR, "."))
+    learner_addr = os.environ.get(prog.ENV_LEARNER_ADDR)
+    if not learner_addr:
+        raise ComponentError(
+            f"environment variable {prog.ENV_LEARNER_ADDR} is not set (the launcher sets it)"
+        )
     return RunContext(
         env_id=spec.env,
         seed=spec.seed,
         total_steps=spec.steps,
         num_agents=spec.agents,
-        exp_dir=exp_dir,
-        learner_addr=_require(prog.ENV_LEARNER_ADDR),
+        exp_dir=Path(os.environ.get(prog.ENV_EXP_DIR, ".")),
+        learner_addr=learner_addr,
         token=read_token(),
         index=index,
         agents_in_worker=int(os.environ.get(prog.ENV_AGENTS_IN_WORKER, "1")),
-        bind_all=bind_host == "0.0.0.0",
+        bind_all=os.environ.get(prog.ENV_BIND_HOST) == "0.0.0.0",
         env_kwargs=dict(spec.env_kwargs),
         learners=spec.learners,
         rank=learner_rank(),
@@ -104,12 +100,10 @@ FINAL_FIELDS = (
 def write_termination_message(
     exp_dir: Path, code: int, failed: RoleFailed | None = None, *, learner: bool = True
 ) -> None:
-    """The learner's last status.json, cut to FINAL_FIELDS, into SURREAL_TERMINATION_LOG (the
-    pod's /dev/termination-log), with how it ended: Succeeded, Preempted (it saved and will be
-    replaced), or Failed for good (`failed`: its `reason`, which the local supervisor puts in the
-    run's `problem`). Another role (not `learner`) writes only that it failed for good, and why. A
-    crash writes nothing here: the pod's terminationMessagePolicy then falls back to the log's
-    tail, which names the error."""
+    """The learner's last status.json, cut to FINAL_FIELDS, into SURREAL_TERMINATION_LOG (the pod's
+    /dev/termination-log), with how it ended: Succeeded, Preempted or Failed for good (`failed`'s
+    reason, the local supervisor's `problem`); another role writes only a failure for good. A crash
+    writes nothing: the pod's terminationMessagePolicy falls back to the log's tail."""
     path = os.environ.get(prog.ENV_TERMINATION_LOG)
     if not path or (failed is None and (code not in (0, EXIT_PREEMPTED) or not learner)):
         return
