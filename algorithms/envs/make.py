@@ -184,6 +184,15 @@ class EnvSpaces(NamedTuple):
     def obs_dtype(self) -> type[np.generic]:
         return np.uint8 if self.image_shape is not None else np.float32
 
+    def env_actions(self, space: gym.Space, actions: np.ndarray) -> Any:
+        """Actions [N, ...] as the environments' `step` takes them: python ints for a Discrete
+        (cheapest for Discrete.contains), rows of leaves rebuilt (act_leaves.py), a Box's clipped."""
+        if self.discrete:
+            return actions.tolist()
+        if self.act_leaves:
+            return [self.action_layout.to_env(space, row) for row in actions]
+        return np.clip(actions, self.action_low, self.action_high)
+
     def keep(self, obs_keys: Iterable[str], env: str = "the environment") -> EnvSpaces:
         """These spaces as a policy observing the top-level keys `obs_keys` sees them (every key
         when empty): ValueError naming the key the policy cannot take (obs_leaves.select)."""
@@ -470,13 +479,7 @@ class EnvBatch:
     def step(self, actions: np.ndarray) -> StepResult:
         """Step every env with `actions` [N, ...]; reset those whose episode ended."""
         n, sp = self.num_envs, self.spaces
-        if sp.discrete:
-            acts = actions.tolist()  # python ints: cheapest for Discrete.contains
-        elif sp.act_leaves:  # rows of categorical indices and Gaussian values (act_leaves.py)
-            layout, space = sp.action_layout, self.envs[0].action_space
-            acts = [layout.to_env(space, row) for row in actions]
-        else:
-            acts = np.clip(actions, sp.action_low, sp.action_high)
+        acts = sp.env_actions(self.envs[0].action_space, actions)
         obs = _new_obs(sp, n)
         rewards = np.empty(n, np.float32)
         terminated = np.zeros(n, bool)

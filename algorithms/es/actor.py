@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
 
 import numpy as np
 
@@ -138,12 +137,7 @@ class ESWorker:
             self._ep_sq[rows] += np.square(obs, dtype=np.float64)
         x = self._norm(obs) if self._norm is not None else obs
         actions = self.policy.act(x, rows if len(rows) < len(self._active) else None)
-        acts: Any
-        if self.spec.layout is not None:  # rows: the environment's own actions (act_leaves.py)
-            space = self.envs[0].action_space
-            acts = [self.spec.layout.to_env(space, row) for row in actions]
-        else:
-            acts = actions.tolist() if self.spec.discrete else actions
+        acts = self.spaces.env_actions(self.envs[0].action_space, actions)
         for k, i in enumerate(rows.tolist()):
             if not self._active[i]:  # its partner broke earlier in this step
                 continue
