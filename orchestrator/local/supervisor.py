@@ -79,13 +79,9 @@ def _child_preexec(
 
 
 def actor_cpus(program: Program, pin: bool = True) -> dict[str, int]:
-    """CPU per actor component: actor i on the i-th allowed CPU, round robin (Linux only).
-
-    Pinned actors keep their envs' caches: with the learner floating between cores, unpinned
-    actors migrate and each step costs ~15% more CPU (2 cores, HalfCheetah; see docs/decisions.md).
-    The learner and evaluator stay unpinned, so they run wherever a core is free. SURREAL_PIN_ACTORS=0
-    turns pinning off (e.g. when something else on the machine is pinned to the same cores).
-    """
+    """CPU per actor component: actor i on the i-th allowed CPU, round robin (Linux only); the
+    learner and evaluator float. Pinned actors keep their envs' caches (unpinned, each step costs
+    ~15% more CPU: docs/decisions.md). SURREAL_PIN_ACTORS=0 turns pinning off."""
     if not pin or not hasattr(os, "sched_getaffinity") or os.environ.get("SURREAL_PIN_ACTORS") == "0":
         return {}
     cpus = sorted(os.sched_getaffinity(0))
@@ -107,7 +103,6 @@ class _Child:
     pid: int | None = None
     pid_create_time: float | None = None
     exit_code: int | None = None
-    started: float = 0.0  # time.monotonic() of the last start, for the backoff
     restart_at: float = 0.0  # time.monotonic() at which a Restarting child is started again
     replaces: _Child | None = None  # the retiring process of the same name this one waits for
     retire_by: float = 0.0  # time.monotonic() after which a retiring child is SIGKILLed
@@ -169,10 +164,6 @@ class Supervisor:
         }
         self._retiring: list[_Child] = []  # left the program; stopping
         self._program_mtime = _mtime(self.exp_dir / PROGRAM_FILE)
-
-    @property
-    def phase(self) -> Phase:
-        return self._phase
 
     def request_stop(self) -> None:
         """Stop every component and end as Stopped; a second request skips the grace period."""
@@ -283,7 +274,6 @@ class Supervisor:
         child.pid_create_time = _create_time(proc.pid)
         child.exit_code = None
         child.state = ComponentState.RUNNING
-        child.started = time.monotonic()
         log.info("started %s (pid %d)", component.name, proc.pid)
         return True
 
