@@ -43,16 +43,20 @@ class Batch:
         several = count > 1
         return (x - mean.where(several, 0.0).to(x.dtype)) / (std + 1e-8).where(several, 1.0).to(x.dtype)
 
-    def minibatches(self, n: int, reduce: Reduce) -> Iterator[Batch]:
-        """The batch shuffled and cut into `n` minibatches of the group, one after the other: each
-        rank holds its own piece of each (a piece may be empty) and knows the group's rows in it."""
+    def epochs(self, epochs: int, n: int, reduce: Reduce) -> Iterator[list[Batch]]:
+        """`epochs` passes over the batch, each shuffled anew and cut into `n` minibatches of the
+        group: each rank holds its own piece of each (a piece may be empty) and knows the group's
+        rows in it (the same every epoch: reduced once)."""
         rows = len(self.obs)
-        perm = torch.randperm(rows, device=self.obs.device)
         sizes = [rows // n + (i < rows % n) for i in range(n)]
         group = reduce.sum(torch.tensor(sizes, dtype=torch.float64)).tolist() if n > 1 else [self.group_rows]
-        pieces = {f.name: getattr(self, f.name)[perm].tensor_split(n) for f in TENSORS}
-        for i in range(n):
-            yield Batch(**{name: piece[i] for name, piece in pieces.items()}, group_rows=int(group[i]))
+        for _ in range(epochs):
+            perm = torch.randperm(rows, device=self.obs.device)
+            pieces = {f.name: getattr(self, f.name)[perm].tensor_split(n) for f in TENSORS}
+            yield [
+                Batch(**{k: piece[i] for k, piece in pieces.items()}, group_rows=int(group[i]))
+                for i in range(n)
+            ]
 
 
 TENSORS = [f for f in dataclasses.fields(Batch) if f.name != "group_rows"]

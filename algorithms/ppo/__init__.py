@@ -44,9 +44,9 @@ class PPO(OnPolicy):
         params = list(net.parameters())
         n = max(1, round(batch.group_rows / cfg.minibatch_size))
         epochs = []  # per epoch: [n, 5] the group's means of each minibatch's statistics
-        for _ in range(cfg.epochs):
+        for minibatches in batch.epochs(cfg.epochs, n, reduce):
             epoch = []
-            for mb in batch.minibatches(n, reduce):
+            for mb in minibatches:
                 new_logp, entropy, new_values = net.evaluate(mb.obs, mb.actions)
                 logratio = (new_logp - mb.logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
                 ratio = logratio.exp()
