@@ -9,11 +9,9 @@ with keyword arguments (`env_kwargs`) passed to the environment's constructor. E
 go wrong is raised as one ValueError naming the module, the id and the cause, so `surreal create`
 refuses before anything exists: whatever the user's code raises (`users_code`), SystemExit included
 (a module that calls sys.exit or runs argparse when imported), is named as theirs; only a Ctrl-C
-interrupts. Components resolve the same string, so every one of them builds
-the same environment; they find the user's module on the import path the launcher gives them
-(`SURREAL_IMPORT_PATH` locally, the image on Kubernetes). What the algorithms need to know about
-the environment before they build their own (its spaces, Atari or images) is a `ResolvedEnv`,
-found once by `surreal create` and carried in the spec file.
+interrupts. Components resolve the same string, so every one of them builds the same environment;
+they find the user's module on the import path the launcher gives them (`SURREAL_IMPORT_PATH`
+locally, the image on Kubernetes).
 """
 
 from __future__ import annotations

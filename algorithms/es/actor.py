@@ -2,13 +2,11 @@
 
 Each logical agent owns two environments and evaluates the antithetic pairs the current version
 hands it (theta + sigma eps on one, theta - sigma eps on the other, both from the same start
-state), one pair after another. All agents' environments are stepped together and their policies
-run in one batched call. Finished pairs and the moments of the observations seen in their episodes
-go up the experience stream every `flush_interval` seconds. A pair during which an environment
-returned a non-finite observation or reward (an unstable simulation) is dropped here, counted and
-logged at a bounded rate; BROKEN_STEPS pairs dropped in a row with none finished, or an exception of
-the environment's own, fail the worker for good (envs.EnvFailed). Workers are stateless: a restarted
-worker, or one whose master restarted, simply fetches the parameters again.
+state), one pair after another; all agents' environments step together, their policies in one
+batched call. Finished pairs and the moments of their episodes' observations go up the experience
+stream every `flush_interval` seconds; a pair whose environment went non-finite is dropped
+(`_drop_broken`). Workers are stateless: a restarted worker, or one whose master restarted, simply
+fetches the parameters again.
 """
 
 from __future__ import annotations

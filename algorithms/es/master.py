@@ -27,7 +27,7 @@ from surreal.algorithms.es.handout import Handout
 from surreal.algorithms.es.maths import adam_step, ascent_direction
 from surreal.algorithms.es.networks import PolicySpec, init_params
 from surreal.algorithms.es.noise import perturbations
-from surreal.algorithms.es.results import check_batch
+from surreal.algorithms.es.results import RESULT_KEYS, check_batch
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Params
 
@@ -190,8 +190,7 @@ class ESMaster(LearnerProgress):
         if self.done:
             return 0
         accepted = 0
-        rows = zip(*(t[k].tolist() for k in ("agent_id", "pair", "seed", "version", "returns",
-                                              "lengths")), strict=True)  # fmt: skip
+        rows = zip(*(t[k].tolist() for k in RESULT_KEYS), strict=True)
         for agent, pair, seed, version, rets, lengths in rows:
             reason = self.handout.check(version, agent, pair, seed, (rets[0], rets[1]))
             if reason is None:
