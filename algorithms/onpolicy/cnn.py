@@ -20,21 +20,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from surreal.algorithms.envs.act_leaves import ActionLayout
 from surreal.algorithms.envs.make import EnvSpaces
 from surreal.algorithms.envs.obs_leaves import image_slice
 from surreal.algorithms.onpolicy.config import FEATURES, OnPolicyConfig
-from surreal.algorithms.onpolicy.networks import log_prob_entropy, mlp, set_actions
+from surreal.algorithms.onpolicy.networks import TrunkActorCritic, init_layer, mlp
 
 NATURE_MIN_SIZE = 36  # the smallest height and width the Nature trunk's strides leave a pixel of
-
-
-def _init(layer: nn.Conv2d | nn.Linear, gain: float, ortho: bool) -> nn.Module:
-    if ortho:
-        nn.init.orthogonal_(layer.weight, gain)
-        if layer.bias is not None:
-            nn.init.zeros_(layer.bias)
-    return layer
 
 
 def cnn_trunk(image_shape: tuple[int, int, int], ortho: bool = True) -> nn.Sequential:
@@ -43,58 +34,18 @@ def cnn_trunk(image_shape: tuple[int, int, int], ortho: bool = True) -> nn.Seque
     g = math.sqrt(2)
     if min(h, w) >= NATURE_MIN_SIZE:
         convs: list[nn.Module] = [
-            _init(nn.Conv2d(c, 32, 8, stride=4), g, ortho), nn.ReLU(),
-            _init(nn.Conv2d(32, 64, 4, stride=2), g, ortho), nn.ReLU(),
-            _init(nn.Conv2d(64, 64, 3, stride=1), g, ortho), nn.ReLU(),
+            init_layer(nn.Conv2d(c, 32, 8, stride=4), g, ortho), nn.ReLU(),
+            init_layer(nn.Conv2d(32, 64, 4, stride=2), g, ortho), nn.ReLU(),
+            init_layer(nn.Conv2d(64, 64, 3, stride=1), g, ortho), nn.ReLU(),
         ]  # fmt: skip
     else:
         convs = [
-            _init(nn.Conv2d(c, 16, 3, stride=1, padding=1), g, ortho), nn.ReLU(),
-            _init(nn.Conv2d(16, 32, 3, stride=2, padding=1), g, ortho), nn.ReLU(),
+            init_layer(nn.Conv2d(c, 16, 3, stride=1, padding=1), g, ortho), nn.ReLU(),
+            init_layer(nn.Conv2d(16, 32, 3, stride=2, padding=1), g, ortho), nn.ReLU(),
         ]  # fmt: skip
     with torch.no_grad():
         flat = nn.Sequential(*convs, nn.Flatten())(torch.zeros(1, c, h, w)).shape[1]
-    return nn.Sequential(*convs, nn.Flatten(), _init(nn.Linear(flat, FEATURES), g, ortho), nn.ReLU())
-
-
-class TrunkActorCritic(nn.Module):
-    """A policy head and a value head on features computed once per batch (`features`, each
-    subclass's): what the CNN actor-critic and the mixed one share. Subclasses set `policy`,
-    `critic`, and the action's facts (networks.set_actions)."""
-
-    discrete: bool
-    layout: ActionLayout | None
-    policy: nn.Module
-    critic: nn.Module
-
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def head(self, obs: torch.Tensor) -> torch.Tensor:
-        """The policy head's output: logits, or Gaussian means."""
-        return self.policy(self.features(obs))  # type: ignore[no-any-return]
-
-    def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probabilities of `actions`, entropies and values [B], through the trunk once."""
-        x = self.features(obs)
-        logp, entropy = log_prob_entropy(
-            self.policy(x), actions, self.discrete, getattr(self, "log_std", None), self.layout
-        )
-        return logp, entropy, self.critic(x).squeeze(-1)
-
-    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logp, entropy, _ = self.evaluate(obs, actions)
-        return logp, entropy
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """State values [B]."""
-        return self.critic(self.features(obs)).squeeze(-1)  # type: ignore[no-any-return]
-
-    def weights_numpy(self) -> dict[str, np.ndarray]:
-        """Parameters as float32 numpy arrays (copies), for publishing."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+    return nn.Sequential(*convs, nn.Flatten(), init_layer(nn.Linear(flat, FEATURES), g, ortho), nn.ReLU())
 
 
 class CNNActorCritic(TrunkActorCritic):
@@ -108,9 +59,9 @@ class CNNActorCritic(TrunkActorCritic):
         if spaces.image_shape is None:
             raise ValueError("CNNActorCritic needs image observations")
         self.trunk = cnn_trunk(spaces.image_shape, ortho_init)
-        self.policy = _init(nn.Linear(FEATURES, spaces.head_dim), 0.01, ortho_init)
-        self.critic = _init(nn.Linear(FEATURES, 1), 1.0, ortho_init)
-        set_actions(self, spaces, log_std_init)
+        self.policy = init_layer(nn.Linear(FEATURES, spaces.head_dim), 0.01, ortho_init)
+        self.critic = init_layer(nn.Linear(FEATURES, 1), 1.0, ortho_init)
+        self.set_actions(spaces, log_std_init)
 
     @classmethod
     def from_config(cls, cfg: OnPolicyConfig, spaces: EnvSpaces) -> CNNActorCritic:
@@ -149,7 +100,7 @@ class MixedActorCritic(TrunkActorCritic):
         joined = FEATURES + spaces.obs_dim - self.image_size
         self.policy = mlp(joined, hidden_sizes, spaces.head_dim, activation, 0.01, ortho_init)
         self.critic = mlp(joined, hidden_sizes, 1, activation, 1.0, ortho_init)
-        set_actions(self, spaces, log_std_init)
+        self.set_actions(spaces, log_std_init)
 
     @classmethod
     def from_config(cls, cfg: OnPolicyConfig, spaces: EnvSpaces) -> MixedActorCritic:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -20,9 +19,6 @@ from torch.nn import functional as F
 from surreal.algorithms.envs.act_leaves import ActionLayout
 from surreal.algorithms.envs.make import EnvSpaces
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
-
-if TYPE_CHECKING:
-    from surreal.algorithms.onpolicy.cnn import CNNActorCritic, MixedActorCritic
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -85,16 +81,17 @@ def mlp(
     layers: list[nn.Module] = []
     sizes = (in_dim, *hidden)
     for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [_linear(a, b, math.sqrt(2), ortho), act()]
-    layers.append(_linear(sizes[-1], out_dim, out_gain, ortho))
+        layers += [init_layer(nn.Linear(a, b), math.sqrt(2), ortho), act()]
+    layers.append(init_layer(nn.Linear(sizes[-1], out_dim), out_gain, ortho))
     return MLP(*layers)
 
 
-def _linear(in_dim: int, out_dim: int, gain: float, ortho: bool) -> nn.Linear:
-    layer = nn.Linear(in_dim, out_dim)
+def init_layer(layer: nn.Conv2d | nn.Linear, gain: float, ortho: bool) -> nn.Module:
+    """`layer` with orthogonal weights of `gain` and zero biases (`ortho`), else as torch made it."""
     if ortho:
         nn.init.orthogonal_(layer.weight, gain)
-        nn.init.zeros_(layer.bias)
+        if layer.bias is not None:
+            nn.init.zeros_(layer.bias)
     return layer
 
 
@@ -127,16 +124,6 @@ def _gaussian(
     logp = (-0.5 * z.square() - log_std - _HALF_LOG_2PI).sum(-1)
     entropy = (0.5 + _HALF_LOG_2PI + log_std).sum().expand(means.shape[0])
     return logp, entropy
-
-
-def set_actions(net: nn.Module, spaces: EnvSpaces, log_std_init: float) -> None:
-    """What `net`'s policy head output means (`discrete`, `layout`: log_prob_entropy's arguments),
-    and its Gaussian columns' learned `log_std` (state_dict key `log_std`, which policy.py reads)."""
-    # (nn.Module types its attributes as tensors or modules; these are plain values)
-    net.discrete = spaces.discrete  # type: ignore[assignment]
-    net.layout = spaces.action_layout if spaces.structured_actions else None  # type: ignore[assignment]
-    if spaces.gaussian_dim:
-        net.log_std = nn.Parameter(torch.full((spaces.gaussian_dim,), float(log_std_init)))
 
 
 _LAYOUT_TENSORS: dict[tuple[tuple[int, ...], str], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -177,7 +164,7 @@ def _leaves_log_prob_entropy(
     return logp, entropy
 
 
-def make_network(cfg: OnPolicyConfig, spaces: EnvSpaces) -> ActorCritic | CNNActorCritic | MixedActorCritic:
+def make_network(cfg: OnPolicyConfig, spaces: EnvSpaces) -> TrunkActorCritic:
     """What the learner trains: a CNN actor-critic on images, separate MLPs on vectors (and on the
     packed rows of observations of several leaves), the CNN and the MLPs on an image beside other
     leaves (cnn.MixedActorCritic)."""
@@ -190,15 +177,55 @@ def make_network(cfg: OnPolicyConfig, spaces: EnvSpaces) -> ActorCritic | CNNAct
     return ActorCritic.from_config(cfg, spaces)
 
 
-class ActorCritic(nn.Module):
-    """Categorical policy for Discrete actions, diagonal Gaussian with a free log std for Box, a
-    categorical per column and a Gaussian per column for actions of several leaves (act_leaves.py).
-
-    state_dict keys (`policy.<i>.weight`, `policy.<i>.bias`, `log_std`) are what policy.py reads.
-    """
+class TrunkActorCritic(nn.Module):
+    """A policy head and a value head on features computed once per batch (`features`: the
+    observations themselves in ActorCritic, a CNN's in cnn.py). The policy is categorical for
+    Discrete actions, a diagonal Gaussian with a free log std for Box, a categorical per column and
+    a Gaussian per column for actions of several leaves (act_leaves.py)."""
 
     discrete: bool
     layout: ActionLayout | None
+    policy: nn.Module
+    critic: nn.Module
+
+    def set_actions(self, spaces: EnvSpaces, log_std_init: float) -> None:
+        """What the policy head's output means (`discrete`, `layout`: log_prob_entropy's arguments),
+        and its Gaussian columns' learned `log_std` (state_dict key `log_std`, which policy.py reads)."""
+        self.discrete = spaces.discrete
+        self.layout = spaces.action_layout if spaces.structured_actions else None
+        if spaces.gaussian_dim:
+            self.log_std = nn.Parameter(torch.full((spaces.gaussian_dim,), float(log_std_init)))
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def head(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head's output: logits, or Gaussian means."""
+        return self.policy(self.features(obs))  # type: ignore[no-any-return]
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probabilities of `actions`, entropies and values [B] (what an update needs), through
+        the trunk once."""
+        x = self.features(obs)
+        logp, entropy = log_prob_entropy(
+            self.policy(x), actions, self.discrete, getattr(self, "log_std", None), self.layout
+        )
+        return logp, entropy, self.critic(x).squeeze(-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State values [B]."""
+        return self.critic(self.features(obs)).squeeze(-1)  # type: ignore[no-any-return]
+
+    def weights_numpy(self) -> dict[str, np.ndarray]:
+        """Parameters as float32 numpy arrays (copies), for publishing."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+
+
+class ActorCritic(TrunkActorCritic):
+    """Separate policy and value MLPs on the observations. state_dict keys (`policy.<i>.weight`,
+    `policy.<i>.bias`, `log_std`) are what policy.py reads."""
 
     def __init__(
         self,
@@ -213,28 +240,11 @@ class ActorCritic(nn.Module):
         # The small policy head starts the policy near uniform / zero-mean (Andrychowicz et al.).
         self.policy = mlp(d, hidden_sizes, a, activation, 0.01, ortho_init)
         self.critic = mlp(d, hidden_sizes, 1, activation, 1.0, ortho_init)
-        set_actions(self, spaces, log_std_init)
+        self.set_actions(spaces, log_std_init)
 
     @classmethod
     def from_config(cls, cfg: OnPolicyConfig, spaces: EnvSpaces) -> ActorCritic:
         return cls(spaces, cfg.hidden_sizes, cfg.activation, cfg.log_std_init, cfg.ortho_init)
 
-    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probabilities of `actions` under the current policy, and the policy entropy [B]."""
-        return log_prob_entropy(
-            self.policy(obs), actions, self.discrete, getattr(self, "log_std", None), self.layout
-        )
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """State values [B]."""
-        return self.critic(obs).squeeze(-1)
-
-    def evaluate(
-        self, obs: torch.Tensor, actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Log-probabilities of `actions`, entropies and values [B] (what an update needs)."""
-        return (*self.log_prob_entropy(obs, actions), self.value(obs))
-
-    def weights_numpy(self) -> dict[str, np.ndarray]:
-        """Parameters as float32 numpy arrays (copies), for publishing."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs

@@ -129,7 +129,7 @@ def test_actions_of_every_kind_travel_as_rows_and_the_actor_s_log_probs_are_the_
     assert rejection is None and opened is not None
     obs = torch.from_numpy(opened["obs"][:-1].reshape(-1, spaces.obs_dim))
     with torch.no_grad():
-        logp, _ = learner.net.log_prob_entropy(obs, torch.from_numpy(fragment["actions"].reshape(-1, 9)))
+        logp, _, _ = learner.net.evaluate(obs, torch.from_numpy(fragment["actions"].reshape(-1, 9)))
     np.testing.assert_allclose(logp.numpy(), fragment["logprobs"].reshape(-1), atol=1e-5)
     while not learner.ready():
         assert learner.add_fragment(Fragment("w0", actor.version, decode_map(encode_map(actor.collect()))))

@@ -24,7 +24,7 @@ def test_categorical_logprob_and_entropy_match_torch():
     obs = torch.randn(64, 5)
     actions = torch.randint(0, 3, (64,))
     dist = Categorical(logits=net.policy(obs))
-    new_logp, entropy = net.log_prob_entropy(obs, actions)
+    new_logp, entropy, _ = net.evaluate(obs, actions)
     torch.testing.assert_close(new_logp, dist.log_prob(actions))
     torch.testing.assert_close(entropy, dist.entropy())
 
@@ -34,7 +34,7 @@ def test_gaussian_logprob_and_entropy_match_torch():
     obs = torch.randn(64, 5)
     actions = torch.randn(64, 2)
     dist = Normal(net.policy(obs), net.log_std.exp())
-    new_logp, entropy = net.log_prob_entropy(obs, actions)
+    new_logp, entropy, _ = net.evaluate(obs, actions)
     torch.testing.assert_close(new_logp, dist.log_prob(actions).sum(-1))
     torch.testing.assert_close(entropy, dist.entropy().sum(-1))
 

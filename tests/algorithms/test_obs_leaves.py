@@ -213,7 +213,7 @@ def test_the_actor_s_log_probs_are_the_mixed_learner_s() -> None:
     obs = torch.from_numpy(opened["obs"][:-1].reshape(-1, spaces.obs_dim)).to(learner.device)
     actions = torch.from_numpy(fragment["actions"].reshape(-1)).to(learner.device)
     with torch.no_grad():
-        logp, _ = learner.net.log_prob_entropy(obs, actions)
+        logp, _, _ = learner.net.evaluate(obs, actions)
     np.testing.assert_allclose(logp.cpu().numpy(), fragment["logprobs"].reshape(-1), atol=1e-5)
 
 

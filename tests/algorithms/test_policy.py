@@ -33,7 +33,7 @@ def test_gaussian_samples_have_the_log_probs_the_learner_computes(activation):
     obs = np.random.default_rng(1).standard_normal((256, 5)).astype(np.float32)
     actions, logp = policy.act(obs)
     assert actions.dtype == np.float32 and logp.dtype == np.float32 and logp.shape == (256,)
-    learner_logp, _ = net.log_prob_entropy(torch.from_numpy(obs), torch.from_numpy(actions))
+    learner_logp, _, _ = net.evaluate(torch.from_numpy(obs), torch.from_numpy(actions))
     np.testing.assert_allclose(logp, learner_logp.detach().numpy(), atol=1e-4)
     mode, _ = policy.act(obs, deterministic=True)
     np.testing.assert_allclose(mode, net.policy(torch.from_numpy(obs)).detach().numpy(), atol=1e-5)
@@ -59,7 +59,7 @@ def test_categorical_samples_follow_the_softmax_and_match_the_learner():
     assert actions.dtype == np.int64
     probs = np.exp([1.0, 0.0, -1.0]) / np.exp([1.0, 0.0, -1.0]).sum()
     np.testing.assert_allclose(np.bincount(actions, minlength=3) / len(actions), probs, atol=0.01)
-    learner_logp, _ = net.log_prob_entropy(torch.from_numpy(obs), torch.from_numpy(actions))
+    learner_logp, _, _ = net.evaluate(torch.from_numpy(obs), torch.from_numpy(actions))
     np.testing.assert_allclose(logp, learner_logp.detach().numpy(), atol=1e-5)
     mode, _ = policy.act(obs[:4], deterministic=True)
     np.testing.assert_array_equal(mode, [0, 0, 0, 0])
