@@ -60,11 +60,13 @@ class NumpyPolicy:
     ) -> None:
         self.spaces = spaces
         self.activation = activation
-        self.head: Callable[[np.ndarray], np.ndarray] = (
-            self._cnn_head(weights, spaces, activation)
-            if spaces.has_image
-            else self._mlp_head(weights, spaces)
-        )
+        self.head: Callable[[np.ndarray], np.ndarray]
+        if spaces.has_image:
+            from surreal.algorithms.onpolicy.cnn import CNNHead  # torch: only actors of image environments
+
+            self.head = CNNHead(weights, spaces, activation)
+        else:
+            self.head = self._mlp_head(weights, spaces)
         self.rng = rng
         if spaces.gaussian_dim:
             if "log_std" not in weights:
@@ -88,14 +90,6 @@ class NumpyPolicy:
             )
         return lambda obs: forward(layers, obs, self.activation)
 
-    @staticmethod
-    def _cnn_head(
-        weights: Mapping[str, np.ndarray], spaces: EnvSpaces, activation: str
-    ) -> Callable[[np.ndarray], np.ndarray]:
-        from surreal.algorithms.onpolicy.cnn import CNNHead  # torch: only actors of image environments
-
-        return CNNHead(weights, spaces, activation)
-
     def act(self, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Actions [B] int64 or [B, A] float32 for `obs` [B, ...], and their log-probs [B] float32.
         Actions of several leaves are float32 rows [B, A]: categorical indices, then Gaussian values.
@@ -107,7 +101,7 @@ class NumpyPolicy:
         if not deterministic and rng is None:
             raise RuntimeError("this policy has no random generator, so it can only act deterministically")
         if self.spaces.discrete:
-            return self._categorical(out, rng)
+            return _sample_categorical(out, rng, out.shape[-1])
         if self.spaces.structured_actions:
             return self._leaves(out, rng)
         return self._gaussian(out, rng)
@@ -135,12 +129,6 @@ class NumpyPolicy:
             actions[:, k:], g_logp = self._gaussian(out[:, layout.logits :], rng)
             logp += g_logp
         return actions, logp
-
-    def _categorical(
-        self, logits: np.ndarray, rng: np.random.Generator | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Sample with `rng` (the argmax without one)."""
-        return _sample_categorical(logits, rng, logits.shape[-1])
 
 
 def _sample_categorical(
