@@ -62,11 +62,6 @@ def _read_scale(path: Path) -> tuple[int | None, str | None]:
         return None, f"cannot read it: {e.strerror or e}"
     finally:
         os.close(fd)
-    return parse_scale(data)
-
-
-def parse_scale(data: bytes) -> tuple[int | None, str | None]:
-    """(agents, None) for the bytes of a valid scale file, else (None, why not)."""
     if len(data) > MAX_SCALE_BYTES:
         return None, f"longer than {MAX_SCALE_BYTES} bytes"
     try:

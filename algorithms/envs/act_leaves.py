@@ -186,14 +186,3 @@ def _build(space: gym.Space, row: np.ndarray, cursor: list[int]) -> Any:
 def layout(leaves: tuple[ActLeaf, ...]) -> ActionLayout:
     """The ActionLayout of `leaves` (one per distinct leaves in a process)."""
     return ActionLayout(leaves)
-
-
-def summary(leaves: Sequence[ActLeaf]) -> str:
-    """Leaves for a message: "arm (gaussian 3), grip (categorical 2)"."""
-
-    def kind(leaf: ActLeaf) -> str:
-        if leaf.kind == GAUSSIAN:
-            return f"gaussian {leaf.width}"
-        return f"categorical {'x'.join(map(str, leaf.nvec))}"
-
-    return ", ".join(f"{leaf.path or '(root)'} ({kind(leaf)})" for leaf in leaves)
