@@ -190,21 +190,17 @@ def remove_dir(path: Path) -> None:
     """Remove an experiment's folder. Symbolic links inside are removed, never followed; folders
     the user made read-only are made writable first (they are the user's own). One ExperimentError
     names what could not be removed."""
-    try:
-        shutil.rmtree(path)
-        return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass
-    _make_writable(path)
-    try:
-        shutil.rmtree(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        what = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
-        raise ExperimentError(f"cannot remove {path}: {exc.strerror or exc}{what}") from None
+    for attempt in range(2):
+        try:
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if attempt:
+                what = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
+                raise ExperimentError(f"cannot remove {path}: {exc.strerror or exc}{what}") from None
+            _make_writable(path)
 
 
 def _make_writable(path: Path) -> None:

@@ -376,21 +376,17 @@ def check_output(path: Path) -> None:
     """Refuse (Refused, before anything is played) a video `record` cannot write: not a .mp4 or a
     .gif, a folder, in no folder, or a name the file system will not take."""
     _check_length(str(path))
-    problem = None
     try:
         if path.suffix.lower() not in VIDEO_SUFFIXES:
-            problem = f"{path}: write a .mp4 or a .gif"
-        elif path.is_dir():
-            problem = f"{path} is a folder: name the video in it, e.g. {path / 'agent.mp4'}"
-        elif not path.parent.is_dir():
-            problem = f"no folder {path.parent} to write {path.name} in"
-        else:
-            _partial(path).touch()
-            _partial(path).unlink()
+            raise Refused(f"{path}: write a .mp4 or a .gif")
+        if path.is_dir():
+            raise Refused(f"{path} is a folder: name the video in it, e.g. {path / 'agent.mp4'}")
+        if not path.parent.is_dir():
+            raise Refused(f"no folder {path.parent} to write {path.name} in")
+        _partial(path).touch()
+        _partial(path).unlink()
     except OSError as exc:
-        problem = f"cannot write {path}: {exc.strerror or error_line(exc)}"
-    if problem is not None:
-        raise Refused(problem)
+        raise Refused(f"cannot write {path}: {exc.strerror or error_line(exc)}") from None
 
 
 def _partial(path: Path) -> Path:

@@ -27,14 +27,12 @@ _POOL_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 _CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 # What each provider names its places and containers (us-central1, us-central1-a, eu-west-2,
 # eastus; a GCP project id; an Azure resource group): anything else is not one, whatever it holds.
-_LOCATION_NAMES = {
-    "region": re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"),
-    "zone": re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"),
-    "project": re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"),
-    "resource_group": re.compile(r"^[-\w.()]{0,89}[-\w()]$"),
+_LOCATION_NAMES = {  # and an example of each
+    "region": (re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"), "us-west-2"),
+    "zone": (re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"), "us-central1-a"),
+    "project": (re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"), "my-project-123"),
+    "resource_group": (re.compile(r"^[-\w.()]{0,89}[-\w()]$"), "rl-rg"),
 }
-_EXAMPLES = {"region": "us-west-2", "zone": "us-central1-a", "project": "my-project-123",
-             "resource_group": "rl-rg"}  # fmt: skip
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
@@ -179,12 +177,12 @@ class ClusterPlan:
 
     def _check_location(self) -> None:
         where = f"provider {self.provider}"
-        for key, pattern in _LOCATION_NAMES.items():
+        for key, (pattern, example) in _LOCATION_NAMES.items():
             value = getattr(self, key)
             bad = not isinstance(value, str) or len(value) > 90 or not pattern.match(value)
             if value is not None and bad:
                 raise ValueError(f"{key} {str(value)[:64]!r} is not a {key.replace('_', ' ')} name (such as "
-                                 f"{_EXAMPLES[key]})")  # fmt: skip
+                                 f"{example})")  # fmt: skip
         if self.provider in LOCAL_PROVIDERS and (self.region or self.zone):
             raise ValueError(f"region/zone: {where} runs on this machine and takes neither")
         if self.provider == "gke" and bool(self.region) == bool(self.zone):
@@ -229,12 +227,9 @@ _DEFAULT_MACHINES: dict[str, tuple[str, str, str]] = {
 
 
 def default_pools(provider: str) -> tuple[NodePool, ...]:
-    """A CPU pool for actors, evaluator and TensorBoard, and a GPU pool for the learner.
-
-    The GPU pool is tainted `nvidia.com/gpu=present:NoSchedule` (the taint GKE puts on GPU nodes
-    itself), so only pods that tolerate it, i.e. a learner placed there, use the costly nodes; it
-    scales from zero so it costs nothing until a `--gpu` experiment asks for it.
-    """
+    """A CPU pool for actors, evaluator and TensorBoard, and a GPU pool for the learner, tainted
+    as GKE taints GPU nodes (only a learner placed there uses them) and scaled from zero (it costs
+    nothing until a `--gpu` experiment asks for it)."""
     if provider not in _DEFAULT_MACHINES:
         raise ValueError(f"provider {provider!r} is not one of {', '.join(PROVIDERS)}")
     cpu_machine, gpu_machine, gpu_type = _DEFAULT_MACHINES[provider]

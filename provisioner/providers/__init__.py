@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from surreal.provisioner.placement import Placement, placement_for
+from surreal.provisioner.placement import placement_for
 from surreal.provisioner.plans import Plan
 from surreal.provisioner.pools import ClusterPlan
 from surreal.provisioner.providers import aks, eks, gke, kind, minikube
@@ -19,17 +19,12 @@ RENDERERS: dict[str, Callable[[ClusterPlan], Plan]] = {
 }
 
 
-def placement_summary(cluster: ClusterPlan) -> dict[str, Placement]:
-    """Where each role lands on this cluster; `learner-gpu` is the learner of a `--gpu 1` run,
-    shown when the plan has a GPU pool."""
+def plan(cluster: ClusterPlan) -> Plan:
+    """Render what `cluster.provider`'s own tool takes to create the cluster. Pure: runs nothing.
+    Its placement shows where each role lands; `learner-gpu`, when there is a GPU pool, is the
+    learner of a `--gpu 1` run."""
     shown = {role: placement_for(role, 0, cluster.pools, cluster.provider)
              for role in ("learner", "actor", "evaluator", "tensorboard")}  # fmt: skip
     if any(p.is_gpu for p in cluster.pools):
         shown = {"learner-gpu": placement_for("learner", 1, cluster.pools, cluster.provider), **shown}
-    return shown
-
-
-def plan(cluster: ClusterPlan) -> Plan:
-    """Render what `cluster.provider`'s own tool takes to create the cluster. Pure: runs nothing."""
-    rendered = RENDERERS[cluster.provider](cluster)
-    return dataclasses.replace(rendered, placement=placement_summary(cluster))
+    return dataclasses.replace(RENDERERS[cluster.provider](cluster), placement=shown)
