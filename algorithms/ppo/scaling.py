@@ -38,11 +38,6 @@ def _pow2_floor(x: float) -> int:
     return 1 << max(0, math.floor(math.log2(max(1.0, x))))
 
 
-def growth(cfg: PPOConfig, agents: int) -> float:
-    """B / B0: how much larger the batch of `agents` agents is than the preset's."""
-    return scale(cfg, agents).steps_per_update / cfg.steps_per_update
-
-
 def scale(cfg: PPOConfig, agents: int) -> PPOConfig:
     """The preset `cfg` (tuned for REFERENCE_AGENTS agents) for `agents` agents (the rule above)."""
     if agents < 1:
@@ -66,4 +61,4 @@ def scale(cfg: PPOConfig, agents: int) -> PPOConfig:
 
 def scale_steps(steps: int, cfg: PPOConfig, agents: int) -> int:
     """The step budget `steps` (for REFERENCE_AGENTS agents) for `agents` agents."""
-    return round(steps * math.sqrt(growth(cfg, agents)))
+    return round(steps * math.sqrt(scale(cfg, agents).steps_per_update / cfg.steps_per_update))
