@@ -254,12 +254,9 @@ def tail_log(
     running: Callable[[], bool] | None = None,
     poll_seconds: float = 0.2,
 ) -> Iterator[str]:
-    """Lines (without their newline) of `logs/<component>.log`: the last `lines` (None = all).
-
-    With `follow`, keeps yielding new lines as they are written (across restarts, which append)
-    while `running()` says the experiment runs (without it: what is there). Raises
-    FileNotFoundError (naming the logs that exist) at the call if there is no such log.
-    """
+    """Lines (without their newline) of `logs/<component>.log`: the last `lines` (None = all), then
+    with `follow` new ones while `running()` says the experiment runs. FileNotFoundError (naming the
+    logs that exist) at the call if there is no such log."""
     log_dir = Path(exp_dir) / LOG_DIR
     if not LOG_NAME_RE.fullmatch(component):
         raise FileNotFoundError(f"no log for {component!r}: a component is named like learner or actor-0")

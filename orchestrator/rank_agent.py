@@ -230,11 +230,9 @@ class _Watcher:
 
 
 class JoinWatch(_Watcher):
-    """The agent's bound on forming a group: `timeout` after the group's start, the ranks that
-    have not come up (`_came_up`) are named in `missing`; `form_timeout` later, the ranks that
-    came up but whose process group has not formed (`_formed`: hung in init_process_group). Either
-    way `problem` says so and the ranks (`started()`: psutil processes) are killed, which ends the
-    agent's run. A thread; `stop()` once the run is over."""
+    """The agent's bound on forming a group: `timeout` after its start, the ranks that have not
+    come up (`missing`), or `form_timeout` later those hung in init_process_group, are named in
+    `problem` and the ranks (`started()`) are killed, which ends the agent's run."""
 
     name = "surreal-join-watch"
 
@@ -281,10 +279,8 @@ class JoinWatch(_Watcher):
 
 
 class StopForward(_Watcher):
-    """The agent's stop request (preemption.stop_for: the learner's role failed elsewhere, e.g.
-    no actor is left) passed on to its ranks as SIGTERM, once to each rank that is up: they save
-    and leave as on a real SIGTERM (rank 0 checkpoints), and `launch_ranks` restarts no group. A
-    thread; `stop()` once the run is over."""
+    """The agent's stop request (preemption.stop_for: the learner's role failed elsewhere) passed
+    on to each rank that is up as one SIGTERM: they save and leave, and no group is restarted."""
 
     name = "surreal-stop-forward"
 

@@ -1,10 +1,8 @@
 """The learner's gRPC server: experience in, parameters out, status, health and auth.
 
-It runs on grpc's asyncio API, on an event loop in a thread of its own: every call and every
-experience stream is a coroutine of that one loop rather than a thread of a pool, so hundreds of
-streams cost a few objects each and no thread switches (benchmarks/learner_ceiling.py measures
-it). The learner's side stays synchronous: publish(), next_fragment() and stats may be called from
-any thread. On the wire it is any grpc server: clients are unchanged.
+It runs on grpc's asyncio API, on an event loop in a thread of its own: every call and stream is
+a coroutine of that loop, not a thread of a pool, so hundreds of streams cost a few objects each
+(benchmarks/learner_ceiling.py). publish(), next_fragment() and stats may be called from any thread.
 """
 
 from __future__ import annotations

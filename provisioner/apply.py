@@ -66,12 +66,9 @@ def write_files(plan: Plan, workdir: Path) -> None:
 
 
 def apply(plan: Plan, workdir: Path, echo: Callable[[str], None] | None = None) -> None:
-    """Write the files into `workdir`, check every tool is on PATH, then run the commands in order
-    in `workdir`, their output going straight to this process' stdout/stderr.
-
-    Raises ToolNotFoundError (before running anything) when a tool is missing, saying what to
-    install and the command it would have run; CommandFailedError when a command fails.
-    """
+    """Write the files into `workdir`, check every tool is on PATH (ToolNotFoundError before
+    anything runs), then run the commands in order in `workdir`, their output going straight to
+    this process' (CommandFailedError when one fails)."""
     workdir = Path(workdir).resolve()
     try:
         write_files(plan, workdir)

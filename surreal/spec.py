@@ -4,11 +4,8 @@ Precedence, lowest first: the algorithm's tuned preset for the environment, the 
 flags, `--set KEY=VALUE`. Everything is validated here, before anything is created or started, and every
 problem is reported as a `SpecError` whose message names the offending key or value.
 
-The environment is resolved once, by `build_spec` at create (one throwaway instance): what the
-algorithms derive from it (its spaces, whether it is an Atari game or gives images) is the spec's
-`resolved` section, written into the spec file. `load_spec_file`, what every component runs at
-start, checks the file's structure and types and trusts that section: it neither resolves the
-environment nor builds one.
+The environment is resolved once, by `build_spec` at create: what the algorithms derive from it is
+the spec file's `resolved` section, which `load_spec_file` (every component, at start) trusts.
 """
 
 from __future__ import annotations

@@ -49,12 +49,9 @@ def run_supervisor(exp_dir: Path | str, *, grace_seconds: float = 5.0) -> int:
 def spawn_detached(
     exp_dir: Path | str, *, command: Sequence[str] | None = None, wait_seconds: float = 10.0
 ) -> int:
-    """Start a supervisor for `exp_dir/program.json` in a new session; return its pid.
-
-    `command` defaults to `python -m surreal supervise EXP_DIR`. Waits (up to `wait_seconds`) until
-    the supervisor has written state.json, so `is_alive(read_state(exp_dir))` holds on return;
-    raises RuntimeError, quoting logs/supervisor.log, if it exits before that.
-    """
+    """Start a supervisor (`command`, default `python -m surreal supervise EXP_DIR`) in a new
+    session and return its pid once it has written state.json (up to `wait_seconds`); RuntimeError,
+    quoting logs/supervisor.log, if it exits before that."""
     exp_dir = Path(exp_dir).resolve()
     argv = list(command or [sys.executable, "-m", "surreal", "supervise", str(exp_dir)])
     log_path = exp_dir / LOG_DIR / f"{SUPERVISOR_LOG}.log"
@@ -113,12 +110,8 @@ def current_phase(state: dict[str, Any] | None) -> str:
 
 
 def stop_experiment(exp_dir: Path | str, timeout: float = 20.0) -> None:
-    """Stop an experiment: SIGTERM its supervisor and wait; kill leftover components directly.
-
-    If the supervisor does not end within `timeout` it is SIGKILLed. Components whose pids in
-    state.json are still alive (a supervisor killed without its pdeathsig, or a non-Linux host) get
-    their process groups TERMed then KILLed, and state.json is marked Stopped.
-    """
+    """SIGTERM the supervisor (SIGKILL after `timeout`), then the process groups of components
+    still alive (a supervisor killed without its pdeathsig, a non-Linux host); mark it Stopped."""
     state = read_state(exp_dir)
     if state is None:
         return

@@ -122,14 +122,10 @@ class _Child:
 
 
 class Supervisor:
-    """Starts, watches, restarts and stops the components of one program.
-
-    Use: `phase = Supervisor(program, exp_dir).run(on_tick=print_progress)`. `run()` blocks until
-    the experiment ends and returns its phase; `on_tick` is called from the loop about every
-    `tick_seconds` (a foreground CLI draws its progress line there). `request_stop()` may be called
-    from any thread or from `on_tick`. Signal handlers are installed only when `run()` is called
-    from the main thread. A Supervisor runs once.
-    """
+    """Starts, watches, restarts and stops the components of one program: `run()` (once) blocks
+    until the experiment ends and returns its phase, calling `on_tick` about every `tick_seconds`.
+    `request_stop()` may be called from any thread; signal handlers are installed only when `run()`
+    is called from the main thread."""
 
     def __init__(
         self,

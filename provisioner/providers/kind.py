@@ -12,12 +12,8 @@ API_VERSION = "kind.x-k8s.io/v1alpha4"
 
 
 def kind_config(cluster: ClusterPlan) -> dict[str, Any]:
-    """The kind Cluster object: one control-plane node, then `max(1, min_nodes)` workers per CPU pool.
-
-    Workers get the pool's labels through kind's `labels` field; taints, which kind has no field
-    for, go in through a kubeadm JoinConfiguration patch. GPU pools are left out: kind's nodes are
-    containers without GPUs.
-    """
+    """The kind Cluster object: one control-plane node, then `max(1, min_nodes)` workers per CPU
+    pool (kind's nodes have no GPUs), labelled; taints go in by a kubeadm JoinConfiguration patch."""
     nodes: list[dict[str, Any]] = [{"role": "control-plane"}]
     for pool in cluster.local_pools:
         nodes += [_worker(pool) for _ in range(max(1, pool.min_nodes))]
