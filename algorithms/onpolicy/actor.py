@@ -187,9 +187,9 @@ class LeafRows:
         return out
 
 
-def actor_seed(ctx: RunContext) -> int:
-    """Distinct env seeds per worker: worker i's envs use [seed_i, seed_i + num_envs)."""
-    return ctx.seed * 1_000_003 + 10_007 * (ctx.index + 1)
+def actor_seed(seed: int, index: int) -> int:
+    """Distinct env seeds per worker: worker `index`'s envs use [seed_i, seed_i + num_envs)."""
+    return seed * 1_000_003 + 10_007 * (index + 1)
 
 
 def run_actor(cfg: OnPolicyConfig, ctx: RunContext) -> int:
@@ -199,7 +199,7 @@ def run_actor(cfg: OnPolicyConfig, ctx: RunContext) -> int:
     in flight is lost, which an on-policy learner does not miss.
     """
     cfg.validate()
-    actor = Actor(cfg, ctx.env, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx))
+    actor = Actor(cfg, ctx.env, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx.seed, ctx.index))
     client = LearnerClient(ctx.learner_for(ctx.index), ctx.token)
 
     def connected() -> None:

@@ -25,7 +25,7 @@ from surreal.algorithms.api import OnPolicy
 from surreal.algorithms.common.evaluator import EvalResult, eval_seed, evaluate
 from surreal.algorithms.envs.make import EnvBatch, spaces_for
 from surreal.algorithms.envs.ref import EnvRef, extend_import_path
-from surreal.algorithms.onpolicy.actor import Actor
+from surreal.algorithms.onpolicy.actor import Actor, actor_seed
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 from surreal.algorithms.onpolicy.evaluator import eval_policy
 from surreal.algorithms.onpolicy.learner import Learner
@@ -37,7 +37,6 @@ from surreal.protocol.types import Fragment
 class SerialResult:
     env_steps: int
     updates: int
-    evals: tuple[tuple[int, float], ...]  # (env steps, mean eval return), the final one last
     final_return: float  # mean eval return of the final policy
     steps_to_threshold: int | None  # env steps of the first eval reaching the threshold
     seconds: float
@@ -68,27 +67,26 @@ def train_serial(
     )
     shares = [num_agents // workers + (i < num_agents % workers) for i in range(workers)]
     actors = [
-        Actor(cfg, env_id, share * cfg.envs_per_agent, seed=seed * 1_000_003 + 10_007 * (i + 1))
+        Actor(cfg, env_id, share * cfg.envs_per_agent, seed=actor_seed(seed, i))
         for i, share in enumerate(shares)
         if share > 0
     ]
     eval_envs = EnvBatch(
         env_id, cfg.eval_episodes, seed=eval_seed(seed), training=False, obs_keys=cfg.obs_keys
     )
-    evals: list[tuple[int, float]] = []
     reached: int | None = None
 
-    def run_eval() -> None:
+    def run_eval() -> float:
         nonlocal reached
         params = learner.params()
         result = evaluate(eval_envs, eval_policy(cfg, learner.spaces, params, seed))
         steps = learner.counters.env_steps
         learner.record_eval(result.report(params.version, steps))
-        evals.append((steps, result.mean_return))
         if reached is None and threshold is not None and result.mean_return >= threshold:
             reached = steps
         if on_eval is not None:
             on_eval(steps, result, learner)
+        return result.mean_return
 
     params, last_eval = learner.params(), 0
     while not learner.done:
@@ -104,14 +102,14 @@ def train_serial(
             last_eval = learner.counters.env_steps
             run_eval()
     learner.save()
-    run_eval()
+    final_return = run_eval()
     for actor in actors:
         actor.close()
     eval_envs.close()
     learner.close()
     return SerialResult(
-        learner.counters.env_steps, learner.counters.updates, tuple(evals), evals[-1][1],
-        reached, time.monotonic() - start,
+        learner.counters.env_steps, learner.counters.updates, final_return, reached,
+        time.monotonic() - start,
     )  # fmt: skip
 
 
