@@ -294,26 +294,22 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
     if target.jobs_watch:
         common[ENV_JOBS_WATCH] = target.jobs_watch
 
-    def component(role: str, index: int = 0, **extra: object) -> Component:
-        name = role if role in ("learner", "evaluator") else f"{role}-{index}"
-        argv = (*target.command, "component", role, "--spec", target.spec_path, "--index", str(index))
-        env = dict(common)
-        env.update({k: str(v) for k, v in extra.pop("env", {}).items()})  # type: ignore[attr-defined]
-        return Component(name=name, role=role, argv=argv, env=env, index=index, **extra)  # type: ignore[arg-type]
+    def component(role: str, env: Mapping[str, str], **size: Any) -> Component:
+        argv = (*target.command, "component", role, "--spec", target.spec_path, "--index", "0")
+        return Component(name=role, role=role, argv=argv, env={**common, **env}, **size)
 
     ranks = len(learner_ports(target.learner_addr)) // target.learner_pods  # in one learner pod
     learner_env = {ENV_BIND_HOST: target.bind_host}
     if target.termination_log:
         learner_env[ENV_TERMINATION_LOG] = target.termination_log
     if target.learner_pods > 1:
-        learner_env.update(
-            {ENV_LEARNER_PODS: str(target.learner_pods), ENV_RANKS_CONTROL: target.ranks_control}
-        )
+        learner_env[ENV_LEARNER_PODS] = str(target.learner_pods)
+        learner_env[ENV_RANKS_CONTROL] = target.ranks_control
     # Learner ranks run side by side (in one pod on a cluster): a core and a learner's memory each.
-    learner = component("learner", env=learner_env, cpu=float(ranks), memory_mb=LEARNER_MEMORY_MB * ranks,
+    learner = component("learner", learner_env, cpu=float(ranks), memory_mb=LEARNER_MEMORY_MB * ranks,
                         port=learner_ports(target.learner_addr)[0])  # fmt: skip
-    evaluator = component("evaluator", cpu=0.5, memory_mb=1024)
-    template = component("actor", 0, cpu=1.0, memory_mb=1024)
+    evaluator = component("evaluator", {}, cpu=0.5, memory_mb=1024)
+    template = component("actor", {}, cpu=1.0, memory_mb=1024)  # actor_group names each worker
     return Program(experiment=spec.name, components=(learner, *actor_group(template, split), evaluator))
 
 
