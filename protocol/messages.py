@@ -1,11 +1,9 @@
 """Decoding what arrives without letting grpc do it.
 
-A request deserializer that raises makes grpc abort the call itself, log a traceback for every such
-message (an easy way for any client to fill a disk), and, on a bidirectional stream whose handler
-then returns normally, leave the call half-finished so that `server.stop()` never completes
-(grpcio 1.85). So every handler here is registered with `tolerant(...)`: bytes that are not a valid
-message become an `Undecodable` value, which the handler rejects with INVALID_ARGUMENT, counted and
-logged at a bounded rate.
+A request deserializer that raises makes grpc log a traceback for every such message (a way for
+any client to fill a disk) and can leave a stream half-finished so that `server.stop()` never
+completes (grpcio 1.85). So every handler takes `tolerant(...)` requests: bytes that are not a valid
+message become an `Undecodable`, which the handler rejects (INVALID_ARGUMENT, counted, rate-limited).
 """
 
 from __future__ import annotations

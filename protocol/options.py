@@ -1,18 +1,13 @@
 """grpc channel arguments of both ends: message limits, keepalive and reconnect timing.
 
-Without keepalive a connection whose network silently drops packets (a cut link, a node that
-vanished) stays "established" for the kernel's TCP timeout, many minutes: an actor waiting for a
-credit would wait that long, and the learner would count the dead stream as connected. With it,
-the client pings every KEEPALIVE_SECONDS and declares the connection dead when no answer comes
-within KEEPALIVE_TIMEOUT_SECONDS; the server does the same for its side. The server must be told to
-accept pings that often (and without calls in flight), or it answers with GOAWAY "too_many_pings".
+Without keepalive a connection whose network silently drops packets (a cut link, a vanished node)
+stays "established" for the kernel's TCP timeout, many minutes: an actor would wait that long for
+a credit, and the learner count the dead stream as connected. Both ends ping (the server must be
+told to accept the client's pings, or it answers GOAWAY "too_many_pings").
 
-A channel that lost its learner retries with grpc's exponential backoff; its default ceiling is
-120 s, so a learner that came back would be found only minutes later. RECONNECT_SECONDS caps it.
-A learner that comes back may come back at another address (a replaced pod behind a headless
-Service, a new container behind a network alias); grpc re-resolves the name at most every 30 s by
-default, so a worker could keep dialing the dead address for 30 s and miss a learner that served
-the end of the run. RESOLVE_SECONDS bounds that.
+grpc's reconnect backoff reaches 120 s and it re-resolves a name at most every 30 s by default, so
+a learner that came back (maybe at another address: a replaced pod, a new container) would be
+found late; RECONNECT_SECONDS and RESOLVE_SECONDS bound both.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Experiment lifecycle on the local backend: create, list, status, logs, delete.
-
-An experiment lives in `HOME/experiments/NAME/`: spec.yaml, token (0600), program.json, state.json
-(the supervisor's), status.json (the learner's), logs/, checkpoints/, tb/. `create` assembles the
-directory under a temporary name and renames it into place, so a failed create leaves nothing behind.
-"""
+"""Experiment lifecycle on the local backend: create, status, delete. An experiment's folder
+(home.py) holds a token (0600), program.json and the supervisor's state.json besides the rest."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """Long scheduler time slices for local components (Linux, EEVDF scheduler of kernel >= 6.12).
 
-On a desktop the learner shares cores with the actors. With the kernel's default slice (~1.4 ms
-here) an actor and the learner on one core swap hundreds of times per PPO update and each swap
-starts the other on cold caches: on 2 cores, HalfCheetah, both roles then spend ~20-40% more CPU
-per env step than alone. Asking for long slices (`sched_setattr` with `sched_runtime`, honoured for
-normal tasks since Linux 6.12) lets each run for up to `SURREAL_SCHED_SLICE_MS` (default 100, the
-kernel's maximum) before the other gets the core; it changes nothing about CPU shares, only how
-often they switch. 0 keeps the kernel's default. Older kernels accept and ignore the request;
-elsewhere nothing is done. See docs/decisions.md for the measurement.
+With the kernel's default slice (~1.4 ms) an actor and the learner sharing a core swap hundreds
+of times per PPO update, each swap starting the other on cold caches: ~20-40% more CPU per env step
+(2 cores, HalfCheetah; docs/decisions.md). Long slices (`sched_setattr`'s `sched_runtime`) let each
+run up to `SURREAL_SCHED_SLICE_MS` (default 100, the kernel's maximum; 0: the kernel's default)
+before the other gets the core, without changing CPU shares. Older kernels ignore the request.
 """
 
 from __future__ import annotations
