@@ -6,11 +6,6 @@ from surreal.provisioner.plans import Plan
 from surreal.provisioner.pools import LOCAL_MACHINE, ClusterPlan, NodePool
 
 
-def node_name(profile: str, index: int) -> str:
-    """minikube's node names: the profile, then `<profile>-m02`, `-m03`, ..."""
-    return profile if index == 0 else f"{profile}-m{index + 1:02d}"
-
-
 def _size(pool: NodePool) -> tuple[int, int]:
     match = LOCAL_MACHINE.match(pool.machine_type)
     assert match, "ClusterPlan validates minikube machine types"
@@ -28,7 +23,7 @@ def commands(cluster: ClusterPlan) -> list[list[str]]:
              "--cpus", str(cpus), "--memory", f"{memory_gb}g"]]  # fmt: skip
     kubectl = ["kubectl", "--context", cluster.name]
     for index, pool in enumerate(owners):
-        node = node_name(cluster.name, index)
+        node = cluster.name if index == 0 else f"{cluster.name}-m{index + 1:02d}"  # minikube's names
         labels = [f"{k}={v}" for k, v in pool.node_labels.items()]
         argv.append([*kubectl, "label", "node", node, *labels, "--overwrite"])
         if pool.taints:
