@@ -13,7 +13,6 @@ are what make pixels affordable on a CPU. Sampling and log-probabilities are the
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -24,6 +23,7 @@ from surreal.algorithms.envs.make import EnvSpaces
 from surreal.algorithms.envs.obs_leaves import image_slice
 from surreal.algorithms.onpolicy.config import FEATURES, OnPolicyConfig
 from surreal.algorithms.onpolicy.networks import TrunkActorCritic, init_layer, mlp
+from surreal.algorithms.onpolicy.policy import policy_layers
 
 NATURE_MIN_SIZE = 36  # the smallest height and width the Nature trunk's strides leave a pixel of
 
@@ -113,17 +113,6 @@ class MixedActorCritic(TrunkActorCritic):
         return torch.cat([self.trunk(image), obs[:, :a], obs[:, b:]], dim=1)
 
 
-_HIDDEN_KEY = re.compile(r"policy\.(\d+)\.weight")
-
-
-def _hidden_sizes(weights: Mapping[str, np.ndarray]) -> tuple[int, ...]:
-    """The policy MLP's hidden widths, read off its weights (all but the output layer's)."""
-    layers = sorted(
-        (int(m[1]), np.shape(v)[0]) for k, v in weights.items() if (m := _HIDDEN_KEY.fullmatch(k))
-    )
-    return tuple(width for _, width in layers[:-1])
-
-
 class CNNHead:
     """The policy head's output for a batch of uint8 images (or packed rows holding one: the mixed
     network), from published weights, on the CPU in the actor's own process (one torch thread: the
@@ -135,7 +124,8 @@ class CNNHead:
         torch.set_num_threads(1)
         self.net: CNNActorCritic | MixedActorCritic
         if spaces.structured:
-            self.net = MixedActorCritic(spaces, _hidden_sizes(weights) or (64,), activation, ortho_init=False)
+            hidden = tuple(w.shape[0] for w, _ in policy_layers(weights)[:-1])  # all but the output's
+            self.net = MixedActorCritic(spaces, hidden, activation, ortho_init=False)
         else:
             self.net = CNNActorCritic(spaces, ortho_init=False)
         # Decoded weights are read-only views of the message; load_state_dict copies them anyway.
