@@ -1,20 +1,5 @@
-"""Desktop-tuned PPO presets per environment (SURREAL's users asked for exactly these).
-
-Validated on a 2-core machine (final deterministic eval return, 10 episodes):
-- CartPole-v1, 100k steps, 2 agents: 500 for seeds 0-7 with the serial harness
-  (`python -m surreal.algorithms.onpolicy.serial --env CartPole-v1 --steps 100000 --seed S`), first
-  eval >= 475 at 10k-41k steps; 500 for seeds 0-1 with `surreal create NAME --algo ppo
-  --env CartPole-v1 --agents 2 --steps 100000 --seed S`.
-- HalfCheetah-v5, 1M steps, 2 agents, `surreal create NAME --algo ppo --env HalfCheetah-v5
-  --agents 2 --steps 1000000 --seed S`: 4,083 / 3,878 / 3,844 for seeds 0 / 1 / 2 in 61-66 s
-  (~16-18k env steps/s, start-up and evaluations included); with `--set epochs=10
-  --set minibatch_size=512 --set envs_per_agent=4` 6,367 / 4,412 / 5,046 (earlier code: 6,024 /
-  4,906 / 5,295 in 124-155 s).
-- Hopper-v5, 1M steps, 2 agents, the same command: 3,209 for seed 0.
-- Pendulum-v1, serial harness, 200k steps: about -150 to -300 from 100k steps on.
-- MiniGrid (MINIGRID below): DoorKey-5x5 0.967 / 0.965 / 0.964 at 200k steps, seeds 0-2, beside
-  SB3's 0.962 / 0.965 / 0.965 (`python benchmarks/spaces_vs_sb3.py --only doorkey`).
-"""
+"""Desktop-tuned PPO presets per environment (SURREAL's users asked for exactly these). What each
+reaches on a 2-core machine, and the commands that measured it: docs/algorithms/ppo.md, "Results"."""
 
 from __future__ import annotations
 

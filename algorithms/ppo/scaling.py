@@ -1,23 +1,15 @@
-"""How a PPO preset, tuned for REFERENCE_AGENTS agents, follows the number of agents.
+"""How a PPO preset, tuned for REFERENCE_AGENTS agents, follows the number of agents A (the rule's
+reasons and what it gives: docs/algorithms/ppo.md). With the preset's envs per agent e0, fragment
+length T0 and batch B0 (`steps_per_update`):
 
-A preset fixes, for 2 agents, the envs per agent e0, the fragment length T0, the batch B0
-(`steps_per_update`), the minibatch size and the run's step budget S0. With A agents:
+1. Total envs stay at E0 = 2 e0 while they can: e = max(1, E0 // A), so E = A e.
+2. One fragment from every env still makes about one batch: T = clamp(B0 / E, MIN_FRAGMENT, T0), a
+   power of two.
+3. The batch is one fragment of every env, at least the preset's: B = max(B0, E T).
+4. With g = B / B0, the minibatch, the step budget and the evaluation interval grow by sqrt(g), the
+   learning rate by g^(1/4) (Adam's square-root scaling with the minibatch, Malladi et al., 2022).
 
-1. Total envs stay at E0 = 2 e0 while they can: e = max(1, E0 // A), so E = A e (E0 up to A = E0,
-   then one env per agent).
-2. Fragments shrink so that one fragment from every env still makes about one batch:
-   T = clamp(B0 / E, MIN_FRAGMENT, T0) (a power of two; never below 128 steps, since each fragment
-   is a message the learner's server pays for, nor above the preset's).
-3. The batch is one fragment of every env, at least the preset's: B = max(B0, E T). An update then
-   takes about one round of fragments, so a fragment is at most a version or two old when it is
-   trained on, however many agents there are.
-4. With g = B / B0, the minibatch grows by sqrt(g) (the number of minibatches too), so a bigger,
-   less noisy batch buys both larger and more gradient steps; the learning rate grows by g^(1/4),
-   Adam's square-root scaling of the step size with the minibatch (Malladi et al., 2022); the
-   step budget and the evaluation interval grow by sqrt(g): a run of more agents uses more
-   samples, and fewer updates.
-
-For 2 agents the preset is unchanged. docs/algorithms/ppo.md has the table of what it gives.
+For 2 agents the preset is unchanged.
 """
 
 from __future__ import annotations
