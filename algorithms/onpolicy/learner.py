@@ -106,9 +106,7 @@ class Learner(LearnerProgress):
         self.counters = Counters()
         self.train_returns: deque[float] = deque(maxlen=100)
         self._init_progress()
-        self.intake: SoloIntake | GroupIntake = (
-            SoloIntake(self) if self.group.size == 1 else GroupIntake(self, self.group)
-        )
+        self.intake = SoloIntake(self) if self.group.size == 1 else GroupIntake(self, self.group)
         # Whatever workers send, the log gets one line per interval about it (protocol/ratelimit.py).
         self._rejections = RejectionLog(log, "fragment")
         self._skips = RejectionLog(log, "update")
@@ -301,11 +299,8 @@ class Learner(LearnerProgress):
         self.optimizer.zero_grad(set_to_none=True)
 
     def set_agents(self, num_agents: int) -> None:
-        """`surreal scale`: nothing here changes. The batch sizes and learning rate are the
-        create-time preset's (chosen for the spec's agent count), and the update
-        waits for `steps_per_update` env steps whoever sends them: more agents fill a batch
-        sooner, fewer later. The server's stream capacity and status follow the count
-        (ServingLoop)."""
+        """`surreal scale`: nothing changes here. The settings are the create-time preset's, and a
+        batch waits for `steps_per_update` env steps whoever sends them."""
 
     # --- evaluation, status, checkpoints ---
 
