@@ -75,10 +75,8 @@ def learner_rank() -> int:
 
 
 def worker_index(role: str, index: int) -> int:
-    """Actor pods of an Indexed Job share one template that says `--index 0`; each gets its
-    completion index from the Job (JOB_COMPLETION_INDEX), hence its own seeds and worker id, and
-    a replacement pod the index of the one it replaces, as a restarted local process keeps its
-    own. Everywhere else the launcher's index stands."""
+    """An actor pod's index is its Indexed Job's completion index (JOB_COMPLETION_INDEX; the pods
+    share a template that says `--index 0`), which its replacement keeps; elsewhere `index` stands."""
     job_index = os.environ.get(prog.ENV_JOB_INDEX)
     if role != "actor" or not job_index:
         return index
@@ -198,9 +196,8 @@ def stop_learner(ending: Any) -> None:
 
 
 def end_worker(ending: Any) -> None:
-    """An actor's or the evaluator's work is over (its learner's Job ended): exit `ending.code`
-    (0) now, from the watch's thread, whatever the main thread waits on (a reconnect's backoff, a
-    call to the learner, an environment step). A worker keeps nothing: there is nothing to save."""
+    """An actor's or the evaluator's work is over (its learner's Job ended): exit `ending.code` now,
+    from the watch's thread, whatever the main thread waits on; a worker has nothing to save."""
     logging.getLogger(__name__).info("%s: exiting %d", ending.reason, ending.code)
     logging.shutdown()
     os._exit(ending.code)

@@ -108,17 +108,10 @@ class _Child:
     retire_by: float = 0.0  # time.monotonic() after which a retiring child is SIGKILLed
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.component.name,
-            "role": self.component.role,
-            "index": self.component.index,
-            "state": self.state,
-            "restarts": self.restarts,
-            "failures": self.failures,
-            "pid": self.pid,
-            "pid_create_time": self.pid_create_time,
-            "exit_code": self.exit_code,  # negative = killed by that signal
-        }
+        """Its state.json entry; a negative exit_code: killed by that signal."""
+        mine = ("state", "restarts", "failures", "pid", "pid_create_time", "exit_code")
+        c = self.component
+        return {"name": c.name, "role": c.role, "index": c.index, **{k: getattr(self, k) for k in mine}}
 
 
 class Supervisor:
