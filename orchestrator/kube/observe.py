@@ -15,8 +15,8 @@ from surreal.algorithms.common.exits import EXIT_PREEMPTED
 from surreal.orchestrator.kube.errors import KubeError
 from surreal.orchestrator.policy import RoleEnd, outcome
 from surreal.orchestrator.status import ComponentState, component, status_object
+from surreal.provisioner.placement import ROLES as ROLE_ORDER
 
-ROLE_ORDER = ("learner", "actor", "evaluator", "tensorboard")
 # On the root ConfigMap: the agent count `surreal scale` last set (the spec keeps the created one).
 AGENTS_ANNOTATION = "surreal.io/agents"
 # On the root while `surreal scale` resizes a queued experiment: the agent count it is resized to.

@@ -12,7 +12,6 @@ from typing import Any
 import yaml
 
 from surreal.orchestrator.kube import pods as pods
-from surreal.orchestrator.kube.pods import Placement
 from surreal.orchestrator.kube.render import (
     TENSORBOARD_RESOURCES,
     RenderError,
@@ -21,7 +20,7 @@ from surreal.orchestrator.kube.render import (
     kube_spec,
     render,
 )
-from surreal.provisioner import ROLES, NodePool, placement_for
+from surreal.provisioner import ROLES, NodePool, Placement, placement_for
 from surreal.spec import RESOLVED, ExperimentSpec
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from surreal.orchestrator.program import Component
-from surreal.provisioner.placement import Placement as Placement  # re-exported for the renderer
+from surreal.provisioner.placement import Placement as Placement  # re-exported for the kube backend
 
 # Paths inside every pod (the same in the chart).
 SPEC_DIR = "/etc/surreal"

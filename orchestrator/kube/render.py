@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from surreal.orchestrator.kube import pods as pods
-from surreal.orchestrator.kube.pods import Placement
 from surreal.orchestrator.policy import RolePolicy, policy_of
 from surreal.orchestrator.program import (
     ENV_FIRST_LEARNER_POD,
@@ -41,23 +40,11 @@ from surreal.orchestrator.program import (
     rank_addrs,
     ranks_problem,
 )
+from surreal.provisioner.placement import ROLES, Placement
 from surreal.spec import ExperimentSpec
-
-__all__ = [
-    "DEFAULT_IMAGE",
-    "Placement",
-    "RenderError",
-    "RenderSettings",
-    "kube_program",
-    "labels",
-    "new_token",
-    "object_names",
-    "render",
-]
 
 # Used when the spec names no image: what `make image` builds and `make kind-load` loads.
 DEFAULT_IMAGE = "surreal:local"
-ROLES = ("learner", "actor", "evaluator", "tensorboard")
 # TensorBoard is not a program component (it runs no surreal code), so its size is set here.
 TENSORBOARD_RESOURCES = {"cpu": "250m", "memory": "512Mi"}
 # SIGTERM -> SIGKILL for a learner pod: it finishes the update it is in, then writes its checkpoint.
