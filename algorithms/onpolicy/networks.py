@@ -8,6 +8,7 @@ per-call validation.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -126,19 +127,10 @@ def _gaussian(
     return logp, entropy
 
 
-_LAYOUT_TENSORS: dict[tuple[tuple[int, ...], str], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
+@functools.cache
 def _layout_tensors(layout: ActionLayout, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layout's gather index and padding mask on `device` (made once per categorical columns,
-    which alone decide them, and device)."""
-    key = (layout.nvec, str(device))
-    if key not in _LAYOUT_TENSORS:
-        _LAYOUT_TENSORS[key] = (
-            torch.as_tensor(layout.cat_index, device=device),
-            torch.as_tensor(layout.pad, device=device),
-        )
-    return _LAYOUT_TENSORS[key]
+    """The layout's gather index and padding mask on `device` (made once per layout and device)."""
+    return torch.as_tensor(layout.cat_index, device=device), torch.as_tensor(layout.pad, device=device)
 
 
 def _leaves_log_prob_entropy(
