@@ -108,15 +108,6 @@ class Plan:
     objects: tuple[Mapping[str, Any], ...] = ()
 
 
-def load_objects(text: str) -> list[dict[str, Any]]:
-    objects = [o for o in yaml.safe_load_all(text) if o]
-    if not objects or not all(isinstance(o, dict) and "kind" in o for o in objects):
-        raise ContainersError(
-            "expected Kubernetes objects (surreal create ... --backend kube --dry-run -o yaml)"
-        )
-    return objects
-
-
 def quantity_mib(value: str) -> int:
     """A memory quantity in MiB, for `--memory`."""
     units = {

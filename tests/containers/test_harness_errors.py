@@ -14,11 +14,10 @@ from surreal.orchestrator.containers import run as containers_run
 
 
 def test_objects_that_are_not_an_experiment_are_one_line() -> None:
-    with pytest.raises(containers_plan.ContainersError, match="expected Kubernetes objects"):
-        containers_plan.load_objects("a: 1\n")
     with pytest.raises(containers_plan.ContainersError, match="no ConfigMap holding spec.yaml"):
-        containers_plan.translate(containers_plan.load_objects("kind: Service\nmetadata: {name: s}\n"),
-                                  workdir=Path("/nonexistent"))  # fmt: skip
+        containers_plan.translate(
+            [{"kind": "Service", "metadata": {"name": "s"}}], workdir=Path("/nonexistent")
+        )
 
 
 @pytest.mark.slow

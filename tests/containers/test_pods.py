@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from harness import HarnessRun
 
 from surreal.algorithms.common.checkpoint import load_checkpoint
@@ -89,7 +90,7 @@ def render(name: str, *flags: str, tmp: Path, pythonpath: str = "") -> list[dict
     env = {**os.environ, "SURREAL_HOME": str(tmp / "home"), "PYTHONPATH": pythonpath}
     env.pop("SURREAL_TOKEN", None)
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=True)
-    return containers_plan.load_objects(proc.stdout)
+    return [o for o in yaml.safe_load_all(proc.stdout) if o]
 
 
 CONNECTED = "connected to the learner at cpc-learner:6000"

@@ -268,12 +268,6 @@ def test_what_cannot_be_run_faithfully_is_refused_by_name(change: Any, message: 
         plan(objs)
 
 
-def test_load_objects_wants_kubernetes_objects() -> None:
-    with pytest.raises(containers_plan.ContainersError, match="expected Kubernetes objects"):
-        containers_plan.load_objects("just: a mapping without kind\n")
-    assert [o["kind"] for o in containers_plan.load_objects("kind: A\nmetadata: {name: a}\n---\n")] == ["A"]
-
-
 def test_make_host_path_sets_modes_and_group(tmp_path: Path) -> None:
     secret = containers_plan.HostPath(tmp_path / "token", 0o440, os.getgid(), {"token": "t"})
     containers_run.make_host_path(secret)
