@@ -21,7 +21,7 @@ from torch import nn
 
 from surreal.algorithms.envs.make import EnvSpaces
 from surreal.algorithms.envs.obs_leaves import image_slice
-from surreal.algorithms.onpolicy.config import FEATURES, OnPolicyConfig
+from surreal.algorithms.onpolicy.config import FEATURES
 from surreal.algorithms.onpolicy.networks import TrunkActorCritic, init_layer, mlp
 from surreal.algorithms.onpolicy.policy import policy_layers
 
@@ -63,10 +63,6 @@ class CNNActorCritic(TrunkActorCritic):
         self.critic = init_layer(nn.Linear(FEATURES, 1), 1.0, ortho_init)
         self.set_actions(spaces, log_std_init)
 
-    @classmethod
-    def from_config(cls, cfg: OnPolicyConfig, spaces: EnvSpaces) -> CNNActorCritic:
-        return cls(spaces, cfg.log_std_init, cfg.ortho_init)
-
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """uint8 images -> trunk features; the scaling to [0, 1] happens here, on the device."""
         return self.trunk(obs.float().mul_(1.0 / 255.0))  # type: ignore[no-any-return]
@@ -101,10 +97,6 @@ class MixedActorCritic(TrunkActorCritic):
         self.policy = mlp(joined, hidden_sizes, spaces.head_dim, activation, 0.01, ortho_init)
         self.critic = mlp(joined, hidden_sizes, 1, activation, 1.0, ortho_init)
         self.set_actions(spaces, log_std_init)
-
-    @classmethod
-    def from_config(cls, cfg: OnPolicyConfig, spaces: EnvSpaces) -> MixedActorCritic:
-        return cls(spaces, cfg.hidden_sizes, cfg.activation, cfg.log_std_init, cfg.ortho_init)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """Packed rows -> the image's trunk features beside the other leaves' columns."""

@@ -164,9 +164,11 @@ def make_network(cfg: OnPolicyConfig, spaces: EnvSpaces) -> TrunkActorCritic:
         from surreal.algorithms.onpolicy.cnn import CNNActorCritic, MixedActorCritic
 
         if spaces.structured:
-            return MixedActorCritic.from_config(cfg, spaces)
-        return CNNActorCritic.from_config(cfg, spaces)
-    return ActorCritic.from_config(cfg, spaces)
+            return MixedActorCritic(
+                spaces, cfg.hidden_sizes, cfg.activation, cfg.log_std_init, cfg.ortho_init
+            )
+        return CNNActorCritic(spaces, cfg.log_std_init, cfg.ortho_init)
+    return ActorCritic(spaces, cfg.hidden_sizes, cfg.activation, cfg.log_std_init, cfg.ortho_init)
 
 
 class TrunkActorCritic(nn.Module):
@@ -233,10 +235,6 @@ class ActorCritic(TrunkActorCritic):
         self.policy = mlp(d, hidden_sizes, a, activation, 0.01, ortho_init)
         self.critic = mlp(d, hidden_sizes, 1, activation, 1.0, ortho_init)
         self.set_actions(spaces, log_std_init)
-
-    @classmethod
-    def from_config(cls, cfg: OnPolicyConfig, spaces: EnvSpaces) -> ActorCritic:
-        return cls(spaces, cfg.hidden_sizes, cfg.activation, cfg.log_std_init, cfg.ortho_init)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         return obs
