@@ -20,7 +20,6 @@ from surreal.protocol.codec import decode_map, encode_map
 from surreal.protocol.options import MAX_MESSAGE_BYTES, client_options
 from surreal.protocol.types import EvalReport, Params
 from surreal.protocol.v1 import surreal_pb2 as pb
-from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
 
 _EXPERIENCE_SERVICE = pb.DESCRIPTOR.services_by_name["Experience"].full_name
 # How long close() waits for queued fragments to reach the learner before cancelling.
@@ -50,7 +49,7 @@ class ExperienceStream:
     one sending thread (concurrent senders are safe, but their fragments' order is not defined).
     """
 
-    def __init__(self, stub: pb_grpc.ExperienceStub, metadata: tuple, worker_id: str) -> None:
+    def __init__(self, stream: Any, metadata: tuple, worker_id: str) -> None:
         self.worker_id = worker_id
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._requests.put(pb.ExperienceRequest(hello=pb.Hello(worker_id=worker_id)))
@@ -62,7 +61,7 @@ class ExperienceStream:
         self._latest_version: int | None = None
         self._error: ProtocolError | None = None
         self._closed = False
-        self._call = stub.Stream(self._request_iter(), metadata=metadata)
+        self._call = stream(self._request_iter(), metadata=metadata)
         self._reader = threading.Thread(
             target=self._read_credits, name=f"surreal-credits-{worker_id}", daemon=True
         )
@@ -175,9 +174,11 @@ class LearnerClient:
             self._channel = grpc.secure_channel(address, creds, options=options)
         self._metadata = ((TOKEN_METADATA_KEY, token),)
         self._health = health_pb2_grpc.HealthStub(self._channel)
-        self._experience = pb_grpc.ExperienceStub(self._channel)
-        self._parameters = pb_grpc.ParametersStub(self._channel)
-        self._status = pb_grpc.StatusStub(self._channel)
+        self._stream, self._get_params, self._get_status, self._report_eval = (
+            rpc(self._channel, service, name)
+            for service, name in (("Experience", "Stream"), ("Parameters", "Get"), ("Status", "Get"),
+                                  ("Status", "ReportEval"))
+        )  # fmt: skip
         self._streams: weakref.WeakSet[ExperienceStream] = weakref.WeakSet()
 
     def wait_ready(self, timeout: float) -> None:
@@ -204,7 +205,7 @@ class LearnerClient:
         The arrays are read-only views of the received message. `role`: who asks ("evaluator"
         for the evaluator, which the learner then knows to be alive; "" for actors)."""
         request = pb.GetParams(known_version=known_version, role=role)
-        reply = self._call(self._parameters.Get, request, timeout)
+        reply = self._call(self._get_params, request, timeout)
         if reply.unchanged:
             return None
         return Params(
@@ -215,16 +216,16 @@ class LearnerClient:
 
     def experience(self, worker_id: str) -> ExperienceStream:
         """Open an experience stream; it is granted its credits once the learner accepts it."""
-        stream = ExperienceStream(self._experience, self._metadata, worker_id)
+        stream = ExperienceStream(self._stream, self._metadata, worker_id)
         self._streams.add(stream)
         return stream
 
     def report_eval(self, report: EvalReport, timeout: float = 10.0) -> None:
-        self._call(self._status.ReportEval, pb.EvalReport(**dataclasses.asdict(report)), timeout)
+        self._call(self._report_eval, pb.EvalReport(**dataclasses.asdict(report)), timeout)
 
     def status(self, timeout: float = 5.0) -> dict:
         """The learner's status dict (what its status_provider returned)."""
-        return json.loads(self._call(self._status.Get, pb.StatusRequest(), timeout).json)
+        return json.loads(self._call(self._get_status, pb.StatusRequest(), timeout).json)
 
     def _call(self, method: Any, request: Any, timeout: float) -> Any:
         """One unary call to the learner; its grpc error as a ProtocolError."""
@@ -238,3 +239,14 @@ class LearnerClient:
         for stream in list(self._streams):
             stream.close()
         self._channel.close()
+
+
+def rpc(channel: grpc.Channel, service: str, name: str) -> Any:
+    """The channel's callable for one method of surreal.proto, its messages named by the descriptor
+    (the server registers its handlers from the same descriptor: no generated stubs)."""
+    method = pb.DESCRIPTOR.services_by_name[service].methods_by_name[name]
+    request, reply = getattr(pb, method.input_type.name), getattr(pb, method.output_type.name)
+    kind = channel.stream_stream if method.client_streaming else channel.unary_unary
+    path = f"/{method.containing_service.full_name}/{name}"
+    return kind(path, request_serializer=request.SerializeToString, response_deserializer=reply.FromString,
+                _registered_method=True)  # fmt: skip

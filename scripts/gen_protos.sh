@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate the Python stubs of protocol/v1/surreal.proto.
+# Regenerate the Python messages of protocol/v1/surreal.proto (no gRPC stubs: client.py and
+# server.py bind the methods from the descriptor).
 #
 #   scripts/gen_protos.sh [OUT_DIR]     (default: protocol/v1, i.e. in place)
 #   PYTHON=/path/to/python scripts/gen_protos.sh   (needs grpcio-tools)
@@ -20,10 +21,10 @@ mkdir -p "$work/src/surreal/v1" "$work/gen" "$out"
 cp "$repo/protocol/v1/surreal.proto" "$work/src/surreal/v1/surreal.proto"
 
 "$python" -m grpc_tools.protoc -I "$work/src" \
-    --python_out="$work/gen" --pyi_out="$work/gen" --grpc_python_out="$work/gen" \
+    --python_out="$work/gen" --pyi_out="$work/gen" \
     surreal/v1/surreal.proto
 
-for f in surreal_pb2.py surreal_pb2.pyi surreal_pb2_grpc.py; do
+for f in surreal_pb2.py surreal_pb2.pyi; do
     sed -e 's/^from surreal\.v1 import /from surreal.protocol.v1 import /' \
         -e "s/'surreal\.v1\.surreal_pb2'/'surreal.protocol.v1.surreal_pb2'/" \
         "$work/gen/surreal/v1/$f" > "$work/$f"
@@ -31,4 +32,4 @@ done
 # The .pyi is for mypy; it is protoc's code, not ours, so ruff is told to skip it.
 { printf '# ruff: noqa\n'; cat "$work/surreal_pb2.pyi"; } > "$work/surreal_pb2.pyi.tmp"
 mv "$work/surreal_pb2.pyi.tmp" "$work/surreal_pb2.pyi"
-cp "$work/surreal_pb2.py" "$work/surreal_pb2.pyi" "$work/surreal_pb2_grpc.py" "$out/"
+cp "$work/surreal_pb2.py" "$work/surreal_pb2.pyi" "$out/"

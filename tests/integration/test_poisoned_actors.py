@@ -31,8 +31,8 @@ from surreal.algorithms.common.evaluator import eval_seed, evaluate
 from surreal.algorithms.envs.make import EnvBatch
 from surreal.algorithms.es.noise import pair_seed
 from surreal.protocol import LearnerClient, ProtocolError
+from surreal.protocol.client import rpc
 from surreal.protocol.v1 import surreal_pb2 as pb
-from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.slow
 
@@ -167,7 +167,7 @@ def _raw_stream(address: str, token: str, fragment: pb.Fragment) -> grpc.RpcErro
     requests = [pb.ExperienceRequest(hello=pb.Hello(worker_id="bad-caller")),
                 pb.ExperienceRequest(fragment=fragment)]  # fmt: skip
     with grpc.insecure_channel(address) as channel:
-        call = pb_grpc.ExperienceStub(channel).Stream(
+        call = rpc(channel, "Experience", "Stream")(
             iter(requests), metadata=(("x-surreal-token", token),), timeout=10
         )
         with pytest.raises(grpc.RpcError) as info:

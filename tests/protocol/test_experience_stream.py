@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from surreal.protocol import Params, ProtocolError
+from surreal.protocol.client import rpc
 from surreal.protocol.v1 import surreal_pb2 as pb
-from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
 
 
 def _eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
@@ -268,7 +268,7 @@ _GOOD = [
 def test_protocol_violations_from_a_raw_client(make_server, token, requests, match) -> None:
     server, address = make_server(credits_per_stream=2)
     with grpc.insecure_channel(address) as channel:
-        call = pb_grpc.ExperienceStub(channel).Stream(
+        call = rpc(channel, "Experience", "Stream")(
             iter(requests), metadata=(("x-surreal-token", token),), timeout=5
         )
         with pytest.raises(grpc.RpcError) as info:

@@ -15,8 +15,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from surreal.protocol.client import rpc
 from surreal.protocol.v1 import surreal_pb2 as pb
-from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
 
 TOKEN_MD = (("x-surreal-token", "test-token"),)
 UNARY = ("/surreal.v1.Parameters/Get", "/surreal.v1.Status/Get", "/surreal.v1.Status/ReportEval",
@@ -88,7 +88,7 @@ def test_an_eval_report_that_cannot_be_true_is_refused(make_server, report) -> N
     server, address = make_server(on_eval=received.append)
     with grpc.insecure_channel(address) as channel:
         with pytest.raises(grpc.RpcError) as info:
-            pb_grpc.StatusStub(channel).ReportEval(report, metadata=TOKEN_MD, timeout=5)
+            rpc(channel, "Status", "ReportEval")(report, metadata=TOKEN_MD, timeout=5)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert received == [] and server.stats["rejected_evals"] == 1
 

@@ -16,8 +16,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from surreal.protocol import EvalReport, Params, ProtocolError
 from surreal.protocol import server as server_module
+from surreal.protocol.client import rpc
 from surreal.protocol.v1 import surreal_pb2 as pb
-from surreal.protocol.v1 import surreal_pb2_grpc as pb_grpc
 
 
 def _params(version: int, n: int = 10) -> Params:
@@ -53,10 +53,10 @@ def test_missing_token_is_unauthenticated_but_health_is_open(make_server) -> Non
     server, address = make_server()
     with grpc.insecure_channel(address) as channel:
         with pytest.raises(grpc.RpcError) as info:
-            pb_grpc.ParametersStub(channel).Get(pb.GetParams(), timeout=5)
+            rpc(channel, "Parameters", "Get")(pb.GetParams(), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
         with pytest.raises(grpc.RpcError) as info:
-            pb_grpc.StatusStub(channel).Get(pb.StatusRequest(), timeout=5)
+            rpc(channel, "Status", "Get")(pb.StatusRequest(), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "surreal.v1.Experience"):
@@ -111,10 +111,10 @@ def test_unchanged_reply_carries_no_weights(make_server, token) -> None:
     server, address = make_server()
     server.publish(_params(7, n=50_000))
     with grpc.insecure_channel(address) as channel:
-        stub = pb_grpc.ParametersStub(channel)
+        get = rpc(channel, "Parameters", "Get")
         metadata = (("x-surreal-token", token),)
-        full = stub.Get(pb.GetParams(known_version=6), timeout=5, metadata=metadata)
-        same = stub.Get(pb.GetParams(known_version=7), timeout=5, metadata=metadata)
+        full = get(pb.GetParams(known_version=6), timeout=5, metadata=metadata)
+        same = get(pb.GetParams(known_version=7), timeout=5, metadata=metadata)
     assert not full.unchanged and len(full.weights) == 2 and full.ByteSize() > 200_000
     assert same.unchanged and same.version == 7
     assert len(same.weights) == 0 and len(same.extras) == 0 and same.ByteSize() < 16

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STUBS = ROOT / "protocol" / "v1"
-GENERATED = ("surreal_pb2.py", "surreal_pb2.pyi", "surreal_pb2_grpc.py")
+GENERATED = ("surreal_pb2.py", "surreal_pb2.pyi")
 
 
 def test_committed_stubs_match_a_fresh_generation(tmp_path: Path) -> None:
@@ -36,12 +36,11 @@ def test_committed_stubs_match_a_fresh_generation(tmp_path: Path) -> None:
 
 
 def test_stubs_import_as_surreal_protocol_v1() -> None:
-    from surreal.protocol.v1 import surreal_pb2, surreal_pb2_grpc
+    from surreal.protocol.v1 import surreal_pb2
 
     assert surreal_pb2.DESCRIPTOR.package == "surreal.v1"
     assert surreal_pb2.DESCRIPTOR.name == "surreal/v1/surreal.proto"
     assert surreal_pb2.Tensor.__module__ == "surreal.protocol.v1.surreal_pb2"
-    assert surreal_pb2_grpc.surreal_dot_v1_dot_surreal__pb2 is surreal_pb2
     services = surreal_pb2.DESCRIPTOR.services_by_name
     assert sorted(services) == ["Experience", "Parameters", "Status"]
     stream = services["Experience"].methods_by_name["Stream"]
