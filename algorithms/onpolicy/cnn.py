@@ -5,9 +5,8 @@ CleanRL's `ppo_atari` agent: the Nature-DQN trunk (Mnih et al. 2015: 32 8x8/4, 6
 frames scaled by 1/255 inside the network (so they travel as uint8 and are never normalized).
 Images smaller than the Nature trunk's 36-pixel minimum get a small trunk (two 3x3 convolutions).
 
-Actors run it too (`CNNPolicy`): a CNN is not worth rewriting in numpy, and torch's convolutions
-are what make pixels affordable on a CPU. Sampling and log-probabilities are the MLP policy's
-(policy.py), applied to this network's head output, so the learner's importance ratio is the same.
+Actors run its head too (`CNNHead`): a CNN is not worth rewriting in numpy, and torch's
+convolutions are what make pixels affordable on a CPU. The sampling is policy.py's.
 """
 
 from __future__ import annotations

@@ -253,14 +253,11 @@ def _moments_problem(t: dict[str, np.ndarray], cfg: OnPolicyConfig) -> str | Non
 
 
 def fragment_bytes(cfg: OnPolicyConfig, resolved: ResolvedEnv, agents_in_worker: int) -> int:
-    """The size of the fragment a worker of `agents_in_worker` agents sends (fragment.py's
-    tensors), give or take its truncations and episode results beyond one per env: T+1 rows of
-    observations, then T rows of action, log-prob, reward and the two done flags, for each of its
-    envs. A row of observations is a float32 vector, or for images (frames.py) at most the new frame
-    plus a key stack's other C-1 frames and its (t, n): a bound, as every row is a key where every
-    step ends an episode or the image is not a frame stack. A frame-stacked row is most often the
-    new frame alone (Breakout's fragments are ~4x smaller: benchmarks/pixel_bytes.py), but no
-    episode length is promised, so the create-time check assumes none."""
+    """The bytes of the fragment a worker of `agents_in_worker` agents sends, give or take its
+    truncations and episode results beyond one per env: per env, T+1 rows of observations and T of
+    action, log-prob, reward and the two done flags. An image row (frames.py) is bounded by a key's:
+    the new frame, the other C-1 and its (t, n). Most rows are the new frame alone (Breakout's
+    fragments are ~4x smaller: benchmarks/pixel_bytes.py), but no episode length is promised."""
     n, t = agents_in_worker * cfg.envs_per_agent, cfg.fragment_length
     pixels = resolved.image_shape is not None
     obs = resolved.obs_dim * (1 if pixels else 4)

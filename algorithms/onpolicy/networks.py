@@ -1,10 +1,6 @@
-"""Actor-critic with separate policy and value MLPs: what the learner trains.
-
-Actors and the evaluator run the policy half from the published weights in numpy (policy.py),
-sampling the same distributions; here the learner only needs log-probabilities, entropies and
-values. Distributions are written out by hand instead of torch.distributions: short formulas, no
-per-call validation.
-"""
+"""The actor-critics the learner trains (on images: cnn.py). Actors and the evaluator sample the
+policy half in numpy (policy.py); here only log-probabilities, entropies and values are needed,
+written out by hand instead of torch.distributions: short formulas, no per-call validation."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """The policy as actors and the evaluator run it: `ActorCritic`'s policy half, in numpy.
 
-The learner trains the torch `ActorCritic` and publishes its state_dict; `NumpyPolicy` reads the
-policy MLP (`policy.<i>.weight`, `policy.<i>.bias`) and `log_std` from those weights and samples
-exactly what `ActorCritic.act` would: the same distribution and the same log-probabilities, which
-the learner's importance ratio relies on. The critic is not needed here (the learner computes
-values with its current network). No torch import for vectors: see common/numpy_mlp.py for why.
-Image observations take the CNN's head from cnn.py (torch) and the same sampling.
+`NumpyPolicy` reads the policy MLP (`policy.<i>.weight`, `policy.<i>.bias`) and `log_std` from the
+learner's published state_dict and samples from the distributions whose log-probabilities
+`ActorCritic.evaluate` computes, which the learner's importance ratio relies on. No torch import
+for vectors (common/numpy_mlp.py says why); images take the CNN's head from cnn.py (torch).
 """
 
 from __future__ import annotations
