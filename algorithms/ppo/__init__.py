@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from surreal.algorithms.api import Network, OnPolicy, Reduce
+from surreal.algorithms.ppo import presets
 from surreal.algorithms.ppo.config import PPOConfig
 
 if TYPE_CHECKING:
@@ -24,13 +25,9 @@ class PPO(OnPolicy):
     Config = PPOConfig
 
     def preset(self, env: Any, agents: int, resolved: Any = None) -> PPOConfig:
-        from surreal.algorithms.ppo import presets
-
         return presets.preset_for(env, agents, resolved=resolved)
 
     def default_steps(self, env: Any, agents: int, resolved: Any = None) -> int:
-        from surreal.algorithms.ppo import presets
-
         return presets.default_steps(env, agents, resolved=resolved)
 
     def update(self, net: Network, optimizer: torch.optim.Optimizer, batch: Batch,
