@@ -113,14 +113,14 @@ def test_a_non_finite_loss_skips_the_update_and_keeps_weights_and_optimizer_stat
     weights = {k: v.clone() for k, v in learner.net.state_dict().items()}
     adam = {k: v.clone() for k, v in learner.optimizer.state_dict()["state"][0].items()}
     version, updates = learner.counters.version, learner.counters.updates
-    original = learner.net.log_prob_entropy
+    original = learner.net.evaluate
 
     def nan_in_second_minibatch(obs, actions, calls=[0]):  # noqa: B006 (a call counter)
         calls[0] += 1
-        logp, entropy = original(obs, actions)
-        return (logp * float("nan"), entropy) if calls[0] == 2 else (logp, entropy)
+        logp, entropy, values = original(obs, actions)
+        return (logp * float("nan") if calls[0] == 2 else logp), entropy, values
 
-    learner.net.log_prob_entropy = nan_in_second_minibatch
+    learner.net.evaluate = nan_in_second_minibatch
     assert learner.update() == {}
     c = learner.counters
     assert (c.skipped_updates, c.version, c.updates) == (1, version, updates)
@@ -128,7 +128,7 @@ def test_a_non_finite_loss_skips_the_update_and_keeps_weights_and_optimizer_stat
         assert torch.equal(v, weights[k]), k  # the first minibatch's step was undone too
     for k, v in learner.optimizer.state_dict()["state"][0].items():
         assert torch.equal(v, adam[k]), k
-    learner.net.log_prob_entropy = original
+    learner.net.evaluate = original
     for _ in range(2):
         learner.add_fragment(Fragment("actor-0", learner.counters.version, actor.collect()))
     assert learner.update() and learner.counters.version == version + 1  # training goes on
