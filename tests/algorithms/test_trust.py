@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common.normalization import Moments, RunningMeanStd
+from surreal.algorithms.common.normalization import Moments, RunningMeanStd, batch_moments
 from surreal.algorithms.envs.make import spaces_for
 from surreal.algorithms.onpolicy.actor import Actor
 from surreal.algorithms.onpolicy.batch import TENSORS
@@ -146,7 +146,7 @@ def test_a_non_finite_loss_skips_the_update_and_keeps_weights_and_optimizer_stat
 )
 def test_normalization_statistics_never_become_non_finite(bad):
     rms = RunningMeanStd((2,))
-    rms.update(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    rms.merge(batch_moments(np.array([[1.0, 2.0], [3.0, 4.0]])))
     before = rms.moments
     assert not rms.merge(bad)
     assert rms.moments is before

@@ -24,6 +24,7 @@ from PIL import Image, ImageSequence
 
 import surreal
 from surreal.algorithms.common.checkpoint import LATEST
+from surreal.algorithms.common.normalization import batch_moments
 from surreal.algorithms.envs import obs_leaves
 from surreal.algorithms.envs.make import spaces_of
 from surreal.algorithms.envs.ref import extend_import_path
@@ -63,7 +64,7 @@ def test_a_ppo_policy_acts_as_the_evaluator_on_one_observation_or_a_batch(tmp_pa
         tmp_path, "pend", "ppo", "Pendulum-v1", norm_obs="true", log_std_init="1.0"
     )
     assert isinstance(learner, Learner)
-    learner.obs_rms.update(np.random.default_rng(0).normal(3.0, 2.0, (500, 3)))
+    learner.obs_rms.merge(batch_moments(np.random.default_rng(0).normal(3.0, 2.0, (500, 3))))
     learner.save()
     policy = surreal.load_policy("pend", home=tmp_path)
     assert (policy.version, policy.env.name, policy.spec.algo) == (
