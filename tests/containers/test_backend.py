@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from surreal.orchestrator.containers.run import Engine
-from surreal.orchestrator.home_launcher import wait_until
+from surreal.orchestrator.launcher import wait_until
 
 SURREAL = str(Path(sys.executable).parent / "surreal")
 pytestmark = pytest.mark.slow
