@@ -163,6 +163,9 @@ def ppo(
             return int(run.learner_status().get("updates") or 0)
 
         run.wait_for("20 updates", lambda: updates() >= 20, 300)
+        # One actor can feed 20 updates alone: on a busy machine the other may not have reached the
+        # learner yet, and the actor to kill must have (its log is checked for one connect).
+        run.wait_for("the actor to kill to reach the learner", lambda: connects(run.logs(actor)) >= 1, 300)
         seen.updates_at_actor_kill = updates()
         # The whole run takes some 20 s, less than a new container needs to start Python and reach
         # the learner on a busy machine: the other actor is held (SIGSTOP) meanwhile, so the run
