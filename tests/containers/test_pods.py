@@ -204,10 +204,17 @@ def ppo(
             _, *seen.sigkill_resumed = resume_of_the_next_learner(run, second)
 
         run.wait_for("the run to end", lambda: run.status(probe=False)["phase"] == "Succeeded", 600)
-        # Every Job's pods end by themselves once the learner's Job completed.
+        # Every Job's pods end by themselves once the learner's Job completed. (The phase can say
+        # Succeeded from the learner's `done` before the Job controller has seen its pod end: the
+        # Jobs are waited on too, each poll being one look of the controller.)
         try:
             run.wait_for(
-                "every Job pod to end", lambda: not [p for p in run.pods(probe=False) if _runs(p, run)], 120
+                "every Job pod to end and every Job to be decided",
+                lambda: (
+                    not [p for p in run.pods(probe=False) if _runs(p, run)]
+                    and all(ks.job_state(j) != "Active" for j in run.jobs())
+                ),
+                120,
             )
         except containers_plan.ContainersError as e:  # which pods, and what they were doing
             names = {p["metadata"]["name"] for p in run.pods(probe=False) if _runs(p, run)}
