@@ -1,4 +1,5 @@
-"""Client of the learner: used by actors (experience up, parameters down) and the evaluator."""
+"""Client of the learner (actors: experience up, parameters down; the evaluator) and of a replay
+shard (actors insert over its experience stream, the learner samples)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from surreal.protocol.auth import TOKEN_METADATA_KEY
 from surreal.protocol.codec import decode_map, encode_map
 from surreal.protocol.options import MAX_MESSAGE_BYTES, client_options
-from surreal.protocol.types import EvalReport, Params
+from surreal.protocol.types import EvalReport, Params, ReplayState, Sampled
 from surreal.protocol.v1 import surreal_pb2 as pb
 
 _EXPERIENCE_SERVICE = pb.DESCRIPTOR.services_by_name["Experience"].full_name
@@ -174,10 +175,10 @@ class LearnerClient:
             self._channel = grpc.secure_channel(address, creds, options=options)
         self._metadata = ((TOKEN_METADATA_KEY, token),)
         self._health = health_pb2_grpc.HealthStub(self._channel)
-        self._stream, self._get_params, self._get_status, self._report_eval = (
+        self._stream, self._get_params, self._get_status, self._report_eval, self._sample = (
             rpc(self._channel, service, name)
             for service, name in (("Experience", "Stream"), ("Parameters", "Get"), ("Status", "Get"),
-                                  ("Status", "ReportEval"))
+                                  ("Status", "ReportEval"), ("Replay", "Sample"))
         )  # fmt: skip
         self._streams: weakref.WeakSet[ExperienceStream] = weakref.WeakSet()
 
@@ -222,6 +223,16 @@ class LearnerClient:
 
     def report_eval(self, report: EvalReport, timeout: float = 10.0) -> None:
         self._call(self._report_eval, pb.EvalReport(**dataclasses.asdict(report)), timeout)
+
+    def sample(self, rows: int, wait: float, timeout: float = 10.0) -> Sampled:
+        """`rows` rows from a replay shard, which may wait up to `wait` s for its rate limiter
+        (Sampled.rows None: it held them). The arrays are read-only views of the message."""
+        request = pb.SampleRequest(rows=rows, wait_ms=round(wait * 1000))
+        reply = self._call(self._sample, request, timeout + wait)
+        state = ReplayState(**{f: getattr(reply.state, f) for f in ReplayState.__dataclass_fields__})
+        return Sampled(
+            decode_map(reply.tensors) if reply.ready else None, state, tuple(reply.episode_returns)
+        )
 
     def status(self, timeout: float = 5.0) -> dict:
         """The learner's status dict (what its status_provider returned)."""

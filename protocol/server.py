@@ -28,7 +28,7 @@ from surreal.protocol.messages import Undecodable, peer_host, tolerant
 from surreal.protocol.options import MAX_MESSAGE_BYTES, server_options
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.stats import Counters
-from surreal.protocol.types import EvalReport, Fragment, Params
+from surreal.protocol.types import EvalReport, Fragment, Params, Sampled
 from surreal.protocol.v1 import surreal_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,11 @@ STAT_NAMES: tuple[str, ...] = (
     "params_unchanged",  # Get answers "nothing new"
     "status_requests",  # Status.Get calls
     "evals_received",  # Status.ReportEval calls passed to on_eval
+    "samples_served",  # Replay.Sample answers that carried rows
+    "rejected_samples",  # Replay.Sample requests for no rows, too many, or a bad wait
 )
+MAX_SAMPLE_ROWS = 1 << 16  # the most rows one Replay.Sample may ask for
+MAX_SAMPLE_WAIT_MS = 10_000  # the longest a Replay.Sample may ask the shard to wait
 
 # GetParams.role of the evaluator's calls: with its reports, what `evaluator_heard_at` counts.
 EVALUATOR_ROLE = "evaluator"
@@ -126,9 +130,10 @@ def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, timeou
 
 
 class LearnerServer:
-    """Serves one learner. `next_fragment` and `publish` may be called from any thread;
-    `status_provider` and `on_eval` are called on the server's event-loop thread and must not
-    block."""
+    """Serves one learner, or one replay shard (`sampler`, which answers Replay.Sample). `next_fragment`
+    and `publish` may be called from any thread; `status_provider` and `on_eval` are called on the
+    server's event-loop thread and must not block; `sampler(rows, wait_seconds)` runs in a thread of
+    the loop's executor and may block up to its wait."""
 
     def __init__(
         self,
@@ -144,6 +149,7 @@ class LearnerServer:
         on_eval: Callable[[EvalReport], None] | None = None,
         tls: tuple[bytes, bytes] | None = None,
         credit_on_take: bool = True,
+        sampler: Callable[[int, float], Sampled] | None = None,
     ) -> None:
         if credits_per_stream < 1:
             raise ValueError(f"credits_per_stream must be >= 1, got {credits_per_stream}")
@@ -163,6 +169,7 @@ class LearnerServer:
         self._max_message_bytes = max_message_bytes
         self._status_provider = status_provider
         self._on_eval = on_eval
+        self._sampler = sampler
         self._tls = tls
         self._published: _Published | None = None
         # Health by service name ("" is the whole server); replaced whole, never mutated.
@@ -239,6 +246,7 @@ class LearnerServer:
                 "Get": _unary(self._get_status, pb.StatusRequest, pb.StatusReply),
                 "ReportEval": _unary(self._report_eval, pb.EvalReport, pb.Ack),
             },
+            _SERVICES["Replay"].full_name: {"Sample": _unary(self._sample, pb.SampleRequest, pb.Sampled)},
             # Check only: what Kubernetes' grpc probes call. Watch would let any client, without a
             # token (health stays open for probes), hold a call open for as long as it likes.
             HEALTH_SERVICE: {
@@ -388,3 +396,25 @@ class LearnerServer:
         self._evaluator_heard_at = time.monotonic()
         self._counters.add("evals_received")
         return pb.Ack()
+
+    async def _sample(self, request: pb.SampleRequest, context: grpc.aio.ServicerContext) -> Any:
+        request = await self._decoded(request, context)
+        sampler = self._sampler
+        if sampler is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this server holds no replay")
+            return None  # not reached: abort raises
+        if not 0 < request.rows <= MAX_SAMPLE_ROWS or not 0 <= request.wait_ms <= MAX_SAMPLE_WAIT_MS:
+            await self._refuse(context, "rejected_samples", "bad_sample",
+                               f"a sample takes 1..{MAX_SAMPLE_ROWS} rows and waits 0..{MAX_SAMPLE_WAIT_MS} "
+                               f"ms, got {request.rows} rows, {request.wait_ms} ms")  # fmt: skip
+        loop = asyncio.get_running_loop()
+        try:
+            sampled = await loop.run_in_executor(None, sampler, request.rows, request.wait_ms / 1000)
+        except Exception as e:
+            await self._failed(context, "sampler", e)
+        state = pb.ReplayState(**dataclasses.asdict(sampled.state))
+        returns = sampled.episode_returns
+        if sampled.rows is None:
+            return pb.Sampled(ready=False, state=state, episode_returns=returns)
+        self._counters.add("samples_served")
+        return pb.Sampled(ready=True, tensors=encode_map(sampled.rows), state=state, episode_returns=returns)

@@ -49,3 +49,24 @@ class EvalReport:
     episodes: int
     # Mean episode length in env steps.
     mean_length: float
+
+
+@dataclass(frozen=True)
+class ReplayState:
+    """What a replay shard holds now (its counters since its first start)."""
+
+    size: int = 0
+    inserted: int = 0
+    sampled: int = 0
+    restored: int = 0
+    lost: int = 0
+    refused: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class Sampled:
+    """A replay shard's answer to a sample: rows by field name, or None when its rate limiter held it."""
+
+    rows: dict[str, np.ndarray] | None
+    state: ReplayState
+    episode_returns: tuple[float, ...] = ()  # training episodes that ended since the last answer

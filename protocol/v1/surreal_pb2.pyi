@@ -116,3 +116,39 @@ class EvalReport(_message.Message):
 class Ack(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class SampleRequest(_message.Message):
+    __slots__ = ("rows", "wait_ms")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    wait_ms: int
+    def __init__(self, rows: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class ReplayState(_message.Message):
+    __slots__ = ("size", "inserted", "sampled", "restored", "lost", "refused")
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    INSERTED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    size: int
+    inserted: int
+    sampled: int
+    restored: int
+    lost: int
+    refused: int
+    def __init__(self, size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., restored: _Optional[int] = ..., lost: _Optional[int] = ..., refused: _Optional[int] = ...) -> None: ...
+
+class Sampled(_message.Message):
+    __slots__ = ("ready", "tensors", "state", "episode_returns")
+    READY_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_RETURNS_FIELD_NUMBER: _ClassVar[int]
+    ready: bool
+    tensors: _containers.RepeatedCompositeFieldContainer[Tensor]
+    state: ReplayState
+    episode_returns: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, ready: _Optional[bool] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., state: _Optional[_Union[ReplayState, _Mapping]] = ..., episode_returns: _Optional[_Iterable[float]] = ...) -> None: ...

@@ -42,6 +42,6 @@ def test_stubs_import_as_surreal_protocol_v1() -> None:
     assert surreal_pb2.DESCRIPTOR.name == "surreal/v1/surreal.proto"
     assert surreal_pb2.Tensor.__module__ == "surreal.protocol.v1.surreal_pb2"
     services = surreal_pb2.DESCRIPTOR.services_by_name
-    assert sorted(services) == ["Experience", "Parameters", "Status"]
+    assert sorted(services) == ["Experience", "Parameters", "Replay", "Status"]
     stream = services["Experience"].methods_by_name["Stream"]
     assert stream.client_streaming and stream.server_streaming
