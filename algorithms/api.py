@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
+from surreal.algorithms.offpolicy.config import OffPolicyConfig
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 
 if TYPE_CHECKING:
@@ -32,7 +33,17 @@ if TYPE_CHECKING:
 
     from surreal.algorithms.onpolicy.batch import Batch
 
-__all__ = ["Algorithm", "Batch", "Network", "OnPolicy", "OnPolicyConfig", "Reduce", "RoleMain"]
+__all__ = [
+    "Algorithm",
+    "Batch",
+    "Network",
+    "OffPolicy",
+    "OffPolicyConfig",
+    "OnPolicy",
+    "OnPolicyConfig",
+    "Reduce",
+    "RoleMain",
+]
 
 RoleMain = Callable[[Any, RunContext], int]
 
@@ -179,3 +190,68 @@ class OnPolicy(Algorithm):
         self.check_role(role)
         main = getattr(_module(f"onpolicy.{role}"), f"run_{role}")
         return functools.partial(main, self) if role == "learner" else main  # type: ignore[no-any-return]
+
+
+class OffPolicy(Algorithm):
+    """An actor-critic algorithm that learns from replay (algorithms/offpolicy): actors step their
+    environments with a tanh-squashed Gaussian policy and insert transitions into `replay` shards
+    (`--replay-shards`), whose rate limiters hold the rows trained per row inserted at
+    `replay_ratio`; the learner samples `batch_size` rows at a time from the shards and calls
+    `update` on each. Box actions of any bounds (scaled to [-1, 1] for the policy) and vector
+    observations.
+
+    Subclass it with `name`, `Config` (deriving from OffPolicyConfig), `make` (the networks and
+    their optimizers as one module: `actor`, the policy offpolicy/policy.py runs, and
+    `optimizers()`, by name) and `update` (SAC: algorithms/sac)."""
+
+    Config: ClassVar[type[OffPolicyConfig]] = OffPolicyConfig
+    roles = ("learner", "actor", "replay", "evaluator")
+    ranks = False  # one learner; large batches, not ranks (docs/algorithms/sac.md)
+
+    def make(self, cfg: Any, obs_dim: int, action_dim: int) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def update(self, nets: Any, batch: dict[str, torch.Tensor], cfg: Any) -> dict[str, Any]:
+        """One update of `nets` on `batch` (obs, actions in [-1, 1], rewards, next_obs, terminated:
+        float32 tensors of `batch_size` rows); its statistics (numbers or 0-d tensors)."""
+        raise NotImplementedError
+
+    def preset(self, env: EnvRef | str, agents: int, resolved: ResolvedEnv | None = None) -> Any:
+        return self.Config()
+
+    def check_env(self, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
+        facts = resolved or _module("envs.make").resolve_env(env)
+        sp = _module("envs.make").spaces_of(facts)
+        if sp.discrete or sp.structured_actions or sp.action_low is None:
+            raise ValueError(f"{self.name} needs one Box of continuous actions; {env}'s are not")
+        if not (np_isfinite(sp.action_low) and np_isfinite(sp.action_high)):
+            raise ValueError(f"{self.name} needs bounded actions; {env}'s Box has infinite bounds")
+        if sp.pixels or sp.structured:
+            raise ValueError(f"{self.name} takes vector observations (one Box) for now; {env}'s are not")
+
+    def check_config(self, config: Any, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
+        _module("offpolicy.config").check_config(config, env, resolved=resolved)
+
+    def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
+        sp = _module("envs.make").spaces_of(resolved)
+        rows = config.fragment_length * self.worker_envs(config, agents_in_worker)
+        return int(rows * _module("offpolicy.config").transition_bytes(sp.obs_dim, sp.action_dim))
+
+    def worker_envs(self, config: Any, agents_in_worker: int) -> int:
+        return agents_in_worker * int(config.envs_per_agent)
+
+    def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
+        spaces = _module("envs.make").spaces_of(resolved)
+        return _module("offpolicy.evaluator").checkpoint_policy(config, spaces, state, seed)
+
+    def role_main(self, role: str) -> RoleMain:
+        self.check_role(role)
+        module = _module("offpolicy.shard" if role == "replay" else f"offpolicy.{role}")
+        main = getattr(module, f"run_{role}")
+        return functools.partial(main, self) if role == "learner" else main  # type: ignore[no-any-return]
+
+
+def np_isfinite(array: Any) -> bool:
+    import numpy as np
+
+    return bool(np.isfinite(array).all())

@@ -10,8 +10,9 @@ from surreal.algorithms.api import Algorithm, OnPolicy, OnPolicyConfig
 from surreal.algorithms.envs.ref import ours, raised
 from surreal.algorithms.es import ES
 from surreal.algorithms.ppo import PPO
+from surreal.algorithms.sac import SAC
 
-ALGORITHMS: dict[str, Algorithm] = {"ppo": PPO(), "es": ES()}
+ALGORITHMS: dict[str, Algorithm] = {"ppo": PPO(), "es": ES(), "sac": SAC()}
 
 
 def get_algorithm(name: str) -> Algorithm:

@@ -27,7 +27,7 @@ from surreal.algorithms.common.exits import (
     EXIT_NO_ACTORS,
     EXIT_PREEMPTED,
 )
-from surreal.orchestrator.program import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE
+from surreal.orchestrator.program import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE, REPLAY_ROLE
 from surreal.orchestrator.status import Phase
 
 
@@ -86,6 +86,8 @@ POLICIES: Mapping[str, RolePolicy] = {
         retries=RETRIES, fatal_exits=(EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, EXIT_ENV_FAILED)
     ),
     ACTOR_ROLE: RolePolicy(retries=RETRIES, per_index=True, fatal_exits=(EXIT_LEARNER_GONE, EXIT_ENV_FAILED)),
+    # A shard is one index of its Indexed Job: a crash of one (its rows lost) fails no other.
+    REPLAY_ROLE: RolePolicy(retries=RETRIES, per_index=True, fatal_exits=(EXIT_ENV_FAILED,)),
     EVALUATOR_ROLE: RolePolicy(
         retries=RETRIES, fatal_exits=(EXIT_LEARNER_GONE, EXIT_ENV_FAILED), fails_experiment=False
     ),

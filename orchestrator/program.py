@@ -28,6 +28,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 LEARNER_ROLE = "learner"
 ACTOR_ROLE = "actor"
 EVALUATOR_ROLE = "evaluator"
+REPLAY_ROLE = "replay"
 
 
 class FrozenEnv(Mapping[str, str]):
@@ -173,6 +174,7 @@ class Program:
 
 # Environment variables a component reads (kept here so launchers and the entry point agree).
 ENV_LEARNER_ADDR = "SURREAL_LEARNER_ADDR"
+ENV_REPLAY_ADDR = "SURREAL_REPLAY_ADDR"  # of each replay shard, comma-separated, by index
 ENV_BIND_HOST = "SURREAL_BIND_HOST"
 ENV_TOKEN = "SURREAL_TOKEN"
 ENV_TOKEN_FILE = "SURREAL_TOKEN_FILE"
@@ -218,6 +220,8 @@ class Target:
     # pod; `ranks_control` is pod 0's control store ("HOST:PORT") when there are several.
     learner_pods: int = 1
     ranks_control: str = ""
+    # An off-policy run's replay shards: each one's "host:port", comma-separated, by index.
+    replay_addr: str = ""
 
 
 def local_split(agents: int, cpus: int | None = None, learners: int = 1) -> list[int]:
@@ -287,6 +291,8 @@ def workers_problem(spec: ExperimentSpec, split: Sequence[int], unit: str, knob:
 def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> Program:
     """The learner, one actor worker per entry of `split` (its agents), and the evaluator."""
     common = {ENV_LEARNER_ADDR: target.learner_addr, ENV_EXP_DIR: target.exp_dir}
+    if target.replay_addr:
+        common[ENV_REPLAY_ADDR] = target.replay_addr
     if target.token_file:
         common[ENV_TOKEN_FILE] = target.token_file
     if target.import_path:
@@ -310,7 +316,31 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
                         port=learner_ports(target.learner_addr)[0])  # fmt: skip
     evaluator = component("evaluator", {}, cpu=0.5, memory_mb=1024)
     template = component("actor", {}, cpu=1.0, memory_mb=1024)  # actor_group names each worker
-    return Program(experiment=spec.name, components=(learner, *actor_group(template, split), evaluator))
+    shards = []
+    if target.replay_addr:  # an off-policy algorithm's replay shards, each on its port
+        shard = component(
+            REPLAY_ROLE, {ENV_BIND_HOST: target.bind_host}, cpu=0.5, memory_mb=replay_memory_mb(spec)
+        )
+        shards = replay_group(shard, target.replay_addr)
+    return Program(experiment=spec.name,
+                   components=(learner, *shards, *actor_group(template, split), evaluator))  # fmt: skip
+
+
+def replay_memory_mb(spec: ExperimentSpec) -> int:
+    """One replay shard's memory: its share of the transitions (an off-policy config's buffer_size)."""
+    if spec.resolved is None or not hasattr(spec.config, "buffer_size"):
+        return 512
+    from surreal.algorithms.offpolicy.config import shard_memory_mb
+
+    return shard_memory_mb(spec.config, spec.resolved.obs_dim, spec.resolved.action_dim, spec.replay_shards)
+
+
+def replay_group(template: Component, replay_addr: str) -> list[Component]:
+    """One replay shard per address of `replay_addr` (none without), each listening on its port."""
+    addrs = [a for a in replay_addr.split(",") if a]
+    return [dataclasses.replace(template, name=f"replay-{i}", index=i, argv=(*template.argv[:-1], str(i)),
+                                port=int(addr.rsplit(":", 1)[1]))
+            for i, addr in enumerate(addrs)]  # fmt: skip
 
 
 def learner_ports(learner_addr: str) -> tuple[int, ...]:

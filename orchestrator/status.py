@@ -55,13 +55,15 @@ METRIC_FIELDS = (
 # Passed through when the learner reports them: what it dropped or refused, and why; then the ES
 # master's only: logical agents whose results arrived, the result ledger, how many versions old
 # the results of recent updates were, rounds updated without all their pairs, and the hand-out
-# sizes for the agent count.
+# sizes for the agent count; then an off-policy learner's replay (its size, rates, the ratio held,
+# each shard's counters and what was lost) and the rows it trained on.
 EXTRA_METRICS = (
     "dropped_fragments", "connected_actors", "rejected_fragments", "skipped_updates",
     "wire_rejections", "checkpoint_version", "checkpoint_age_seconds", "learners", "group_restarts",
     "waiting_for",
     "agents_reporting", "results_accepted", "results_rejected", "staleness", "short_rounds",
     "pairs_per_update", "round_pairs", "pairs_per_agent", "max_staleness", "step_size",
+    "replay", "rows_trained",
 )  # fmt: skip
 
 IDENTITY_FIELDS = ("name", "algo", "env", "backend", "agents", "target_steps")

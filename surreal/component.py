@@ -65,6 +65,7 @@ def build_context(spec: ExperimentSpec, index: int) -> RunContext:
         env_kwargs=dict(spec.env_kwargs),
         learners=spec.learners,
         rank=learner_rank(),
+        replay_addr=os.environ.get(prog.ENV_REPLAY_ADDR, ""),
     )
 
 
@@ -78,7 +79,7 @@ def worker_index(role: str, index: int) -> int:
     """An actor pod's index is its Indexed Job's completion index (JOB_COMPLETION_INDEX; the pods
     share a template that says `--index 0`), which its replacement keeps; elsewhere `index` stands."""
     job_index = os.environ.get(prog.ENV_JOB_INDEX)
-    if role != "actor" or not job_index:
+    if role not in (prog.ACTOR_ROLE, prog.REPLAY_ROLE) or not job_index:
         return index
     try:
         return int(job_index)

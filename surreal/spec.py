@@ -38,6 +38,7 @@ BACKENDS = ("local", "containers", "kube")
 # Learner ranks average gradients every update: past a few dozen the all-reduce, not the update,
 # is what they spend their time on (benchmarks/learner_ceiling.py), and each rank is a port.
 MAX_LEARNERS = 64
+MAX_REPLAY_SHARDS = 64  # replay shards of one experiment (each a process or a pod)
 # One bound for create and scale (and the learner's scale.json): past a million agents the hand-outs
 # and the actors' Job are absurd, and every count below fits the protocol's and numpy's integers.
 MAX_AGENTS = MAX_SCALE_AGENTS
@@ -64,6 +65,7 @@ TOP_LEVEL_KEYS = (
     "agents",
     "learners",
     "learner_pods",
+    "replay_shards",
     "steps",
     "seed",
     "backend",
@@ -106,6 +108,9 @@ class ExperimentSpec:
     learner_pods: int = 1
     """Pods the learner ranks run in (containers, kube): each runs learners / learner_pods ranks and
     they form one group across pods (ranks.py); 1: every rank in one pod."""
+    replay_shards: int = 1
+    """Replay shards of an off-policy algorithm (SAC): each its own process or pod, holding its share
+    of the transitions; actor worker i inserts into shard i modulo replay_shards."""
     steps: int = 100_000
     """Environment steps to train for; the experiment succeeds when they are done. When not given,
     the algorithm's default for `env` and `agents` (build_spec)."""
@@ -144,6 +149,8 @@ class ExperimentSpec:
             del data[ENV_KWARGS]
         if self.learner_pods == 1:  # and those of one learner pod
             del data["learner_pods"]
+        if "replay" not in get_algorithm(self.algo).roles:  # and those of an algorithm without replay
+            del data["replay_shards"]
         data[self.algo] = _plain(dataclasses.asdict(self.config))
         if self.resolved is not None:
             data[RESOLVED] = _plain(dataclasses.asdict(self.resolved))
@@ -593,6 +600,14 @@ def _validate(spec: ExperimentSpec) -> None:
     if not 1 <= spec.learner_pods <= spec.learners or spec.learners % spec.learner_pods:
         raise SpecError(f"learner_pods {spec.learner_pods}: the {spec.learners} learner ranks must spread "
                         "evenly over the learner pods (learner_pods must divide learners)")  # fmt: skip
+    _check_range("replay_shards", spec.replay_shards, 1, MAX_REPLAY_SHARDS)
+    replay = "replay" in get_algorithm(spec.algo).roles
+    if spec.replay_shards > 1 and not replay:
+        raise SpecError(f"replay_shards {spec.replay_shards}: {spec.algo} learns on-policy and keeps "
+                        "no replay (an off-policy algorithm does: sac)")  # fmt: skip
+    if replay and spec.backend != "local":
+        raise SpecError(f"backend {spec.backend}: {spec.algo}'s replay shards run on the local backend "
+                        "only so far (their pods and containers are not written yet)")  # fmt: skip
     _check_range("seed", spec.seed, 0, MAX_SEED)
     if spec.backend not in BACKENDS:
         raise SpecError(f"unknown backend {short(spec.backend)} (known: {', '.join(BACKENDS)})")

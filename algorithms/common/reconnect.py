@@ -26,13 +26,15 @@ def work_connected(
     peer: str = "learner",
     on_connect: Callable[[], None] | None = None,
     give_up_seconds: float = GIVE_UP_SECONDS,
+    ended: Callable[[], bool] | None = None,
 ) -> int:
     """Open an experience stream as `worker_id` and return `work(stream)`'s exit code.
 
     A lost connection (learner restart, network) is retried with exponential backoff; whatever was
     in flight is lost, which the algorithms here do not miss. After `give_up_seconds` of failures
     in a row this returns EXIT_LEARNER_GONE, so a worker whose learner is gone for good ends
-    instead of hanging.
+    instead of hanging. `ended()`, asked after a failure: the run is over (exit 0), for a worker
+    whose peer is not the learner (a replay shard that left at the end).
     """
     backoff, failing_since = FIRST_BACKOFF_SECONDS, None  # monotonic time of the first failure
     while True:
@@ -47,6 +49,9 @@ def work_connected(
             finally:
                 stream.close()
         except (ProtocolError, ConnectionError, TimeoutError) as e:
+            if ended is not None and ended():
+                log.info("%s connection lost (%s) after the run ended: done", peer, e)
+                return 0
             failing_since = failing_since or time.monotonic()
             down = time.monotonic() - failing_since
             if down > give_up_seconds:

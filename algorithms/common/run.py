@@ -72,6 +72,7 @@ class RunContext:
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)  # the env constructor's kwargs
     learners: int = 1  # learner ranks (ranks.py); rank r listens on the r-th address
     rank: int = 0  # this learner's rank (learners only)
+    replay_addr: str = ""  # "host:port" of each replay shard, comma-separated (off-policy runs)
 
     @property
     def env(self) -> EnvRef:
@@ -87,6 +88,18 @@ class RunContext:
         """The address of the rank that serves actor worker `worker_index` (index modulo ranks;
         the evaluator reports to rank 0)."""
         addrs = self.learner_addrs
+        return addrs[worker_index % len(addrs)]
+
+    @property
+    def replay_addrs(self) -> tuple[str, ...]:
+        """Every replay shard's "host:port", by shard index."""
+        return tuple(a.strip() for a in self.replay_addr.split(",") if a.strip())
+
+    def replay_for(self, worker_index: int) -> str:
+        """The shard actor worker `worker_index` inserts into (index modulo shards)."""
+        addrs = self.replay_addrs
+        if not addrs:
+            raise ValueError("this run has no replay shards (SURREAL_REPLAY_ADDR is not set)")
         return addrs[worker_index % len(addrs)]
 
     @property

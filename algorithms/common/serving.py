@@ -132,6 +132,7 @@ class ServingLoop:
         agents: int,
         credit_on_take: bool = True,
         group: RankGroup | None = None,
+        fragment_wait: float | None = None,
     ) -> None:
         self.core = core
         self.take = take
@@ -140,7 +141,10 @@ class ServingLoop:
         self.group = group or RankGroup()
         self.evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
         self.status_path = ctx.exp_dir / "status.json" if self.group.is_root else None
-        self._fragment_wait = RANK_POLL_SECONDS if self.group.size > 1 else FRAGMENT_WAIT_SECONDS
+        # How long a look for a fragment waits: 0 for a core whose `ready` waits itself (off-policy's,
+        # on its replay's samples).
+        self._fragment_wait = fragment_wait if fragment_wait is not None else (
+            RANK_POLL_SECONDS if self.group.size > 1 else FRAGMENT_WAIT_SECONDS)  # fmt: skip
         self.scale_path = ctx.exp_dir / SCALE_FILE
         rank = self.group.rank
         self.workers_path = ctx.exp_dir / (WORKERS_FILE if rank == 0 else f"workers-{rank}.json")

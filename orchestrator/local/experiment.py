@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from surreal.algorithms.common.scale import read_scale
+from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator.home import (
     SPEC_FILE,
     TOKEN_FILE,
@@ -90,9 +91,12 @@ def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
         slice_ms_from_env()  # read again by the supervisor; refuse a bad value before creating
     except ValueError as exc:
         raise CreateRefused(str(exc)) from None
+    shards = spec.replay_shards if "replay" in get_algorithm(spec.algo).roles else 0
+    ports = free_ports(spec.learners + shards)
     target = Target(
         spec_path=str(final / SPEC_FILE),
-        learner_addr=",".join(f"127.0.0.1:{port}" for port in free_ports(spec.learners)),
+        learner_addr=",".join(f"127.0.0.1:{port}" for port in ports[: spec.learners]),
+        replay_addr=",".join(f"127.0.0.1:{port}" for port in ports[spec.learners :]),
         bind_host="127.0.0.1",
         exp_dir=str(final),
         command=(sys.executable, "-m", "surreal"),

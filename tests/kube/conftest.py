@@ -13,5 +13,5 @@ from kube_support import ALGOS  # noqa: E402
 
 @pytest.fixture(params=ALGOS)
 def algo(request: pytest.FixtureRequest) -> str:
-    """Every algorithm of the registry."""
+    """Every algorithm of the registry that runs on Kubernetes (kube_support.ALGOS)."""
     return str(request.param)

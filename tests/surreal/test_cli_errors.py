@@ -64,6 +64,17 @@ CASES = [
     # try: 20 Breakout envs x 129 rows x 4 stacked 84x84 frames.
     (["create", "e1", "--algo", "ppo", "--env", "ALE/Breakout-v5", "--set", "envs_per_agent=20"],
      "a worker of 1 agent would send fragments of 70 MiB, over the 64 MiB message limit"),
+    # Off-policy: the replay's shards and what SAC can act on.
+    (["create", "e1", "--algo", "ppo", "--replay-shards", "2"], "replay_shards 2: ppo learns on-policy"),
+    (["create", "e1", "--algo", "sac", "--env", "Pendulum-v1", "--replay-shards", "0"],
+     "replay_shards must be an integer from 1 to 64, got 0"),
+    (["create", "e1", "--algo", "sac", "--env", "CartPole-v1"], "sac needs one Box of continuous actions"),
+    (["create", "e1", "--algo", "sac", "--env", "Pendulum-v1", "--set", "replay_ratio=0"],
+     "sac.replay_ratio must be >= 0.001"),
+    (["create", "e1", "--algo", "sac", "--env", "Pendulum-v1", "--set", "learning_starts=10",
+      "--set", "buffer_size=5"], "sac.learning_starts must be at most buffer_size (5)"),
+    (["create", "e1", "--algo", "sac", "--env", "Pendulum-v1", "--backend", "kube", "--dry-run"],
+     "sac's replay shards run on the local backend only so far"),
 ]  # fmt: skip
 
 

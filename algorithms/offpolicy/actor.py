@@ -1,0 +1,131 @@
+"""The off-policy actor: steps its envs with the latest policy (uniform random actions for its share
+of `random_steps` first) and inserts the transitions into its replay shard, over the shard's
+experience stream (its credits: a shard whose rate limiter holds inserts makes the actor wait).
+Parameters come from the learner. No torch here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from surreal.algorithms.common.reconnect import GIVE_UP_SECONDS, work_connected
+from surreal.algorithms.common.run import RunContext, extras_done
+from surreal.algorithms.envs.make import EnvBatch
+from surreal.algorithms.envs.ref import EnvRef
+from surreal.algorithms.offpolicy.config import OffPolicyConfig
+from surreal.algorithms.offpolicy.policy import SquashedGaussian, to_env
+from surreal.algorithms.onpolicy.actor import PROGRESS_LOG_SECONDS, actor_seed
+from surreal.protocol.client import ExperienceStream, LearnerClient, ProtocolError
+from surreal.protocol.types import Params
+
+log = logging.getLogger(__name__)
+
+
+class Actor:
+    """Fragments of `fragment_length` steps of `num_envs` envs, as rows: obs, action (in [-1, 1]),
+    reward, next_obs (the final observation where an episode was cut by a time limit),
+    terminated; and the returns of the episodes that ended."""
+
+    def __init__(
+        self, cfg: OffPolicyConfig, env: EnvRef | str, num_envs: int, seed: int, random_steps: int
+    ) -> None:
+        self.cfg = cfg
+        self.envs = EnvBatch(env, num_envs, seed)
+        sp = self.envs.spaces
+        assert sp.action_low is not None and sp.action_high is not None  # SAC.check_env
+        self.low, self.high, self.action_dim = sp.action_low, sp.action_high, sp.action_dim
+        self.rng = np.random.default_rng(seed)
+        self.policy: SquashedGaussian | None = None
+        self.version = -1
+        self.steps, self.random_steps = 0, random_steps
+        self._obs = self.envs.reset()
+
+    def set_params(self, params: Params) -> None:
+        self.policy = SquashedGaussian(params.weights, self.cfg.activation, self.rng)
+        self.version = params.version
+
+    def collect(self) -> dict[str, np.ndarray]:
+        t_len, n, d = self.cfg.fragment_length, self.envs.num_envs, self._obs.shape[1]
+        obs = np.empty((t_len, n, d), np.float32)
+        next_obs = np.empty((t_len, n, d), np.float32)
+        actions = np.empty((t_len, n, self.action_dim), np.float32)
+        rewards = np.empty((t_len, n), np.float32)
+        terminated = np.empty((t_len, n), bool)
+        returns: list[float] = []
+        for t in range(t_len):
+            obs[t] = self._obs
+            if self.steps < self.random_steps or self.policy is None:
+                actions[t] = self.rng.uniform(-1.0, 1.0, (n, self.action_dim))
+            else:
+                actions[t] = self.policy.act(obs[t])
+            res = self.envs.step(to_env(actions[t], self.low, self.high))
+            rewards[t], terminated[t], next_obs[t] = res.rewards, res.terminated, res.obs
+            for i, final in zip(res.trunc_envs, res.trunc_obs, strict=True):
+                next_obs[t, i] = final
+            returns += res.episode_returns
+            self._obs = res.obs
+            self.steps += n
+        rows = t_len * n
+        return {"obs": obs.reshape(rows, d), "actions": actions.reshape(rows, -1),
+                "rewards": rewards.reshape(rows), "next_obs": next_obs.reshape(rows, d),
+                "terminated": terminated.reshape(rows),
+                "episode_returns": np.array(returns, np.float64)}  # fmt: skip
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def run_actor(cfg: OffPolicyConfig, ctx: RunContext) -> int:
+    """Insert fragments into shard `index % shards` until the learner's parameters say the run is done."""
+    cfg.validate()
+    envs = ctx.agents_in_worker * cfg.envs_per_agent
+    share = -(-cfg.random_steps * ctx.agents_in_worker // max(1, ctx.num_agents))  # of random_steps
+    actor = Actor(cfg, ctx.env, envs, actor_seed(ctx.seed, ctx.index), share)
+    learner = LearnerClient(ctx.learner_for(0), ctx.token)
+    shard = LearnerClient(ctx.replay_for(ctx.index), ctx.token)
+
+    def work(stream: ExperienceStream) -> int:
+        sent, next_report, heard_at = 0, time.monotonic() + PROGRESS_LOG_SECONDS, time.monotonic()
+        while True:
+            if time.monotonic() >= next_report:
+                log.info("sent %d fragments; policy version %d", sent, actor.version)
+                next_report = time.monotonic() + PROGRESS_LOG_SECONDS
+            try:
+                params = learner.get_params(actor.version)
+            except ProtocolError as exc:  # the learner (re)starting: not the shard's stream
+                if time.monotonic() - heard_at > GIVE_UP_SECONDS:
+                    raise
+                log.info("learner unreachable (%s); asking again", exc)
+                time.sleep(1.0)
+                continue
+            heard_at = time.monotonic()
+            if params is not None:
+                actor.set_params(params)
+                if extras_done(params.extras):
+                    log.info("the run is done after %d fragments: exiting", sent)
+                    return 0
+            if actor.version < 0:  # the learner has not published yet
+                time.sleep(0.2)
+                continue
+            stream.send(actor.version, actor.collect())
+            sent += 1
+
+    def ended() -> bool:
+        """The shard went away: the learner says whether the run is over."""
+        try:
+            params = learner.get_params(-1, timeout=5.0)
+        except ProtocolError:
+            return False
+        return params is not None and extras_done(params.extras)
+
+    log.info("actor-%d: %d envs of %s, inserting into the replay shard at %s", ctx.index, envs,
+             ctx.env_id, ctx.replay_for(ctx.index))  # fmt: skip
+    try:
+        return work_connected(shard, f"actor-{ctx.index}", work, peer="replay shard", ended=ended)
+    finally:
+        shard.close()
+        learner.close()
+        actor.close()

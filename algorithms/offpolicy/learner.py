@@ -1,0 +1,261 @@
+"""The off-policy learner: samples minibatches from every replay shard (a thread per shard keeps a
+few ready, so the update, not the transport, is the cap), runs the algorithm's `update` on each,
+and publishes the policy at least every `publish_seconds`. It serves parameters, status and
+evaluations through the runtime's ServingLoop, as every learner does; experience never reaches it
+(actors insert into the shards). Its env steps are the rows the shards took in, as they report
+with every answer, so a restarted learner goes on from its checkpoint with the replay intact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from surreal.algorithms.common.checkpoint import load_checkpoint
+from surreal.algorithms.common.progress import LearnerProgress
+from surreal.algorithms.common.run import RunContext, progress_extras
+from surreal.algorithms.common.serving import ServingLoop, initial_agents
+from surreal.algorithms.common.tb import Scalars
+from surreal.algorithms.envs.make import spaces_for
+from surreal.algorithms.offpolicy.config import OffPolicyConfig
+from surreal.algorithms.offpolicy.evaluator import eval_policy
+from surreal.protocol.client import LearnerClient, ProtocolError
+from surreal.protocol.types import Params, ReplayState
+
+if TYPE_CHECKING:
+    from surreal.algorithms.api import OffPolicy
+
+log = logging.getLogger(__name__)
+
+PREFETCH = 4  # batches each shard's thread keeps ready
+SAMPLE_WAIT_SECONDS = 0.2  # how long a shard may hold a sample for its limiter before answering
+RATE_WINDOW = 64  # (time, inserted, sampled) points the rates and the ratio held are measured over
+RECENT_RETURNS = 20
+
+
+class Shards:
+    """The learner's side of the replay: one thread per shard samples `rows` at a time into a queue."""
+
+    def __init__(self, addrs: tuple[str, ...], token: str, rows: int) -> None:
+        self.batches: queue.Queue[dict[str, np.ndarray]] = queue.Queue(PREFETCH * len(addrs))
+        self.states: list[ReplayState | None] = [None] * len(addrs)  # None: not heard from yet
+        self.reachable = [False] * len(addrs)
+        self.returns: deque[float] = deque(maxlen=100_000)
+        self._stop = threading.Event()
+        self._clients = [LearnerClient(a, token) for a in addrs]
+        self._threads = [threading.Thread(target=self._pull, args=(i, rows), daemon=True,
+                                          name=f"surreal-replay-{i}") for i in range(len(addrs))]  # fmt: skip
+        for t in self._threads:
+            t.start()
+
+    def _pull(self, i: int, rows: int) -> None:
+        client, backoff = self._clients[i], 0.1
+        while not self._stop.is_set():
+            try:
+                sampled = client.sample(rows, SAMPLE_WAIT_SECONDS)
+            except ProtocolError as exc:
+                if self.reachable[i]:
+                    log.warning("replay shard %d: %s", i, exc)
+                self.reachable[i] = False
+                self._stop.wait(backoff)
+                backoff = min(2 * backoff, 2.0)
+                continue
+            backoff, self.reachable[i], self.states[i] = 0.1, True, sampled.state
+            self.returns.extend(sampled.episode_returns)
+            while sampled.rows is not None and not self._stop.is_set():
+                try:
+                    self.batches.put(sampled.rows, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+
+    def total(self, field: str) -> int:
+        return sum(getattr(s, field) for s in self.states if s is not None)
+
+    def status(self) -> list[dict[str, Any]]:
+        pairs = zip(self.states, self.reachable, strict=True)
+        return [{**(dataclasses.asdict(s) if s else {}), "reachable": r} for s, r in pairs]
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(5.0)
+        for c in self._clients:
+            c.close()
+
+
+@dataclasses.dataclass
+class Counters:
+    """Progress that survives restarts (saved in every checkpoint)."""
+
+    version: int = 0
+    env_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    elapsed_seconds: float = 0.0
+    rows_trained: int = 0
+
+
+class Learner(LearnerProgress):
+    """The ServingLoop's core (serving.LearnerCore) for an off-policy algorithm."""
+
+    recent_returns = RECENT_RETURNS
+    holding = False
+
+    def __init__(self, algo: OffPolicy, cfg: OffPolicyConfig, ctx: RunContext, shards: Shards | None) -> None:
+        self.algo, self.cfg, self.total_steps = algo, cfg, ctx.total_steps
+        sp = spaces_for(ctx.env)
+        self.device = torch.device(cfg.device)
+        torch.manual_seed(ctx.seed)
+        self.nets = algo.make(cfg, sp.obs_dim, sp.action_dim).to(self.device)
+        self.counters = Counters()
+        self.train_returns: deque[float] = deque(maxlen=1000)
+        self.shards = shards
+        self._init_progress()
+        self._ckpt_dir: Path = ctx.exp_dir / "checkpoints"
+        self._tb: Scalars | None = Scalars(ctx.exp_dir / "tb")
+        self._rates: deque[tuple[float, int, int]] = deque(maxlen=RATE_WINDOW)
+        self._batch: dict[str, np.ndarray] | None = None
+        self._unpublished = False
+        self.last_stats: dict[str, float] = {}
+        self._restore()
+
+    # --- training
+
+    @property
+    def done(self) -> bool:
+        return self.counters.env_steps >= self.total_steps
+
+    def _hear(self) -> None:
+        """The shards' counts: env steps (never back: a lost shard's count is kept in its note) and
+        the training episodes they passed on."""
+        if self.shards is None:
+            return
+        c = self.counters
+        inserted = self.shards.total("inserted")
+        if inserted > c.env_steps:
+            c.env_steps = inserted
+            self._note_steps()
+        while self.shards.returns:
+            self.train_returns.append(self.shards.returns.popleft())
+            c.episodes += 1
+        now = time.monotonic()
+        if not self._rates or now - self._rates[-1][0] >= 0.5:
+            self._rates.append((now, inserted, self.shards.total("sampled")))
+
+    def ready(self) -> bool:
+        """A batch is at hand, and the last update's version has been published (the serving loop
+        runs updates while its core is ready, then publishes: each update() is one version)."""
+        self._hear()
+        if self.done or self.shards is None or self._unpublished:
+            return False
+        if self._batch is None:
+            try:
+                self._batch = self.shards.batches.get(timeout=0.05)
+            except queue.Empty:
+                return False
+        return True
+
+    def update(self) -> None:
+        """Updates on the batches at hand for up to publish_seconds; one new version."""
+        started = time.monotonic()
+        while self._batch is not None:
+            self.train_on(self._batch)
+            self._batch = None
+            if time.monotonic() - started >= self.cfg.publish_seconds:
+                break
+            try:
+                self._batch = self.shards.batches.get_nowait() if self.shards else None
+            except queue.Empty:
+                break
+        self.counters.version += 1
+        self._unpublished = True
+        self._hear()
+        if self._tb is not None and self.counters.updates % 100 == 0:
+            self._tb.add("train", self.last_stats, self.counters.env_steps)
+        if self.checkpoint_due():
+            self.save()
+
+    def train_on(self, rows: dict[str, np.ndarray]) -> dict[str, float]:
+        """One `update` of the algorithm on `rows`."""
+        batch = {k: torch.from_numpy(np.array(v, np.float32)).to(self.device) for k, v in rows.items()}
+        stats = self.algo.update(self.nets, batch, self.cfg)
+        self.counters.updates += 1
+        self.counters.rows_trained += len(rows["rewards"])
+        self.last_stats = {k: float(v) for k, v in stats.items()}
+        return self.last_stats
+
+    def new_version(self) -> None:
+        self.counters.version += 1
+
+    def params(self) -> Params:
+        self._unpublished = False
+        weights = {k: v.detach().cpu().numpy() for k, v in self.nets.actor.state_dict().items()}
+        return Params(self.counters.version, weights, progress_extras(self.counters.env_steps, self.done))
+
+    def set_agents(self, num_agents: int) -> None:
+        """`surreal scale`: the shards' limiters hold the ratio whatever the count."""
+
+    # --- status, checkpoints
+
+    def replay_status(self) -> dict[str, Any]:
+        """The replay's size, its rates over the last half minute or so, and the ratio held there."""
+        if self.shards is None:
+            return {}
+        (t0, i0, s0), (t1, i1, s1) = (self._rates[0], self._rates[-1]) if self._rates else ((0, 0, 0),) * 2
+        dt = t1 - t0
+        return {"size": self.shards.total("size"), "inserts_per_second": (i1 - i0) / dt if dt > 0 else 0.0,
+                "samples_per_second": (s1 - s0) / dt if dt > 0 else 0.0,
+                "replay_ratio": (s1 - s0) / (i1 - i0) if i1 > i0 else None,
+                "target_ratio": self.cfg.replay_ratio,
+                "lost": self.shards.total("lost"), "restored": self.shards.total("restored"),
+                "refused_fragments": self.shards.total("refused"),
+                "shards": self.shards.status()}  # fmt: skip
+
+    def status(self, connected_actors: int = 0) -> dict[str, Any]:
+        return {**self.contract_status(0, connected_actors), "rows_trained": self.counters.rows_trained,
+                "train": self.last_stats, "replay": self.replay_status()}  # fmt: skip
+
+    def save(self, *, clean: bool = False) -> None:
+        optimizers = {k: o.state_dict() for k, o in self.nets.optimizers().items()}
+        self._save_checkpoint(self._ckpt_dir, {"model": self.nets.state_dict(), "optimizers": optimizers},
+                              clean=clean)  # fmt: skip
+
+    def _restore(self) -> None:
+        saved = load_checkpoint(self._ckpt_dir)
+        if saved is None:
+            self.save()  # one from the start: a learner killed before its first periodic one resumes
+            return
+        _, state = self._restore_checkpoint(saved)
+        self.nets.load_state_dict(state["model"])
+        for name, optimizer in self.nets.optimizers().items():
+            optimizer.load_state_dict(state["optimizers"][name])
+
+    def close(self) -> None:
+        if self.shards is not None:
+            self.shards.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def run_learner(algo: OffPolicy, cfg: OffPolicyConfig, ctx: RunContext) -> int:
+    """Sample, update and publish until `total_steps` transitions are in and the final version is
+    evaluated; exit 0. Resumes from the last checkpoint in `ctx.exp_dir`."""
+    cfg.validate()
+    torch.set_num_threads(cfg.learner_threads)
+    shards = Shards(ctx.replay_addrs, ctx.token, max(1, cfg.batch_size))
+    learner = Learner(algo, cfg, ctx, shards)
+    loop = ServingLoop(learner, ctx, take=lambda fragment: None, experience_schema={}, credits_per_stream=1,
+                       agents=initial_agents(ctx), fragment_wait=0.0)  # fmt: skip
+    spaces = spaces_for(ctx.env)
+    return loop.run(ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
+                    policy_for=lambda params: eval_policy(cfg, spaces, params))  # fmt: skip

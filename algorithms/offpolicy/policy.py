@@ -1,0 +1,47 @@
+"""The off-policy actor's policy in numpy (actors and the evaluator never import torch): a squashed
+Gaussian, tanh(mean + std * noise), on an MLP trunk, as SAC's actor network is (algorithms/sac).
+Actions are in [-1, 1] per dimension; `to_env` scales them to the Box's bounds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from surreal.algorithms.common.numpy_mlp import Layers
+
+# The log std's range (SB3's and the SAC authors' clamp), the same in the learner's network.
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+def _layers(weights: Mapping[str, np.ndarray], prefix: str) -> Layers:
+    names = sorted({k.split(".")[1] for k in weights if k.startswith(prefix + ".")}, key=int)
+    return [(weights[f"{prefix}.{i}.weight"], weights[f"{prefix}.{i}.bias"]) for i in names]
+
+
+class SquashedGaussian:
+    """Observations [N, D] -> actions [N, A] in [-1, 1]: samples, or the mean's tanh (`deterministic`)."""
+
+    def __init__(self, weights: Mapping[str, np.ndarray], activation: str, rng: np.random.Generator) -> None:
+        self.trunk = _layers(weights, "trunk")
+        self.mu = (weights["mu.weight"], weights["mu.bias"])
+        self.log_std = (weights["log_std.weight"], weights["log_std.bias"])
+        self.relu = activation == "relu"
+        self.rng = rng
+
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        h = obs.astype(np.float32, copy=False)
+        for w, b in self.trunk:
+            h = h @ w.T + b
+            h = np.maximum(h, 0.0) if self.relu else np.tanh(h)
+        mean = h @ self.mu[0].T + self.mu[1]
+        if deterministic:
+            return np.tanh(mean).astype(np.float32)
+        log_std = np.clip(h @ self.log_std[0].T + self.log_std[1], LOG_STD_MIN, LOG_STD_MAX)
+        noise = self.rng.standard_normal(mean.shape).astype(np.float32)
+        return np.tanh(mean + np.exp(log_std) * noise).astype(np.float32)
+
+
+def to_env(actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Actions in [-1, 1] -> the Box [low, high]."""
+    return (low + (actions + 1.0) * 0.5 * (high - low)).astype(np.float32)
