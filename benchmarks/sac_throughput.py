@@ -32,8 +32,8 @@ SURREAL = shutil.which("surreal", path=str(Path(sys.executable).parent)) or "sur
 def surreal_run(env: str, steps: int, agents: int, shards: int, sets: list[str], seed: int) -> dict:
     home = Path(tempfile.mkdtemp(prefix="surreal-sac-bench-"))
     try:
-        argv = [SURREAL, "create", "b", "--algo", "sac", "--env", env, "--steps", str(steps), "--seed", str(seed),
-                "--agents", str(agents), "--replay-shards", str(shards)]  # fmt: skip
+        argv = [SURREAL, "create", "b", "--algo", "sac", "--env", env, "--steps", str(steps),
+                "--seed", str(seed), "--agents", str(agents), "--replay-shards", str(shards)]  # fmt: skip
         for s in sets:
             argv += ["--set", s]
         env_vars = {"SURREAL_HOME": str(home), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"}
@@ -43,7 +43,8 @@ def surreal_run(env: str, steps: int, agents: int, shards: int, sets: list[str],
     finally:
         shutil.rmtree(home, ignore_errors=True)
     seconds, replay = st["elapsed_seconds"], st["replay"]
-    return {"seconds": seconds, "env_steps_s": st["env_steps"] / seconds, "updates_s": st["updates"] / seconds,
+    return {"seconds": seconds, "env_steps_s": st["env_steps"] / seconds,
+            "updates_s": st["updates"] / seconds,
             "rows_s": st["rows_trained"] / seconds, "eval_return": st["eval_return"],
             "ratio_held": sum(s["sampled"] for s in replay["shards"]) / max(1, st["env_steps"])}  # fmt: skip
 
@@ -72,7 +73,9 @@ def sb3_run(env: str, steps: int, cfg: object, seed: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--env", default="Pendulum-v1")
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--agents", default="2,4,8")
@@ -86,8 +89,9 @@ def main() -> None:
 
     overrides = {k: ast.literal_eval(v) for k, v in (s.split("=", 1) for s in args.set)}
     cfg = replace(get_algorithm("sac").preset(args.env, 2), **overrides)
-    print(f"{args.env}, {args.steps:,} env steps, seed {args.seed}: batch {cfg.batch_size}, replay ratio "
-          f"{cfg.replay_ratio:g}, hidden {list(cfg.hidden_sizes)}, learning_starts {cfg.learning_starts}")  # fmt: skip
+    print(f"{args.env}, {args.steps:,} env steps, seed {args.seed}: batch {cfg.batch_size}, replay "
+          f"ratio {cfg.replay_ratio:g}, hidden {list(cfg.hidden_sizes)}, learning_starts "
+          f"{cfg.learning_starts}")  # fmt: skip
     rows = [("SB3 SAC", sb3_run(args.env, args.steps, cfg, args.seed))]
     for shards in (int(s) for s in args.shards.split(",")):
         for agents in (int(a) for a in args.agents.split(",")):

@@ -13,7 +13,7 @@ import numpy as np
 
 from surreal.algorithms.common.reconnect import GIVE_UP_SECONDS, work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
-from surreal.algorithms.envs.make import EnvBatch
+from surreal.algorithms.envs.make import EnvBatch, Obs
 from surreal.algorithms.envs.ref import EnvRef
 from surreal.algorithms.offpolicy.config import OffPolicyConfig
 from surreal.algorithms.offpolicy.policy import SquashedGaussian, to_env
@@ -41,7 +41,7 @@ class Actor:
         self.policy: SquashedGaussian | None = None
         self.version = -1
         self.steps, self.random_steps = 0, random_steps
-        self._obs = self.envs.reset()
+        self._obs = _box(self.envs.reset())
 
     def set_params(self, params: Params) -> None:
         self.policy = SquashedGaussian(params.weights, self.cfg.activation, self.rng)
@@ -62,11 +62,11 @@ class Actor:
             else:
                 actions[t] = self.policy.act(obs[t])
             res = self.envs.step(to_env(actions[t], self.low, self.high))
-            rewards[t], terminated[t], next_obs[t] = res.rewards, res.terminated, res.obs
+            rewards[t], terminated[t], next_obs[t] = res.rewards, res.terminated, _box(res.obs)
             for i, final in zip(res.trunc_envs, res.trunc_obs, strict=True):
                 next_obs[t, i] = final
             returns += res.episode_returns
-            self._obs = res.obs
+            self._obs = _box(res.obs)
             self.steps += n
         rows = t_len * n
         return {"obs": obs.reshape(rows, d), "actions": actions.reshape(rows, -1),
@@ -76,6 +76,12 @@ class Actor:
 
     def close(self) -> None:
         self.envs.close()
+
+
+def _box(obs: Obs) -> np.ndarray:
+    """Observations of one Box (OffPolicy.check_env refuses others)."""
+    assert isinstance(obs, np.ndarray)
+    return obs
 
 
 def run_actor(cfg: OffPolicyConfig, ctx: RunContext) -> int:

@@ -116,7 +116,7 @@ class Learner(LearnerProgress):
         sp = spaces_for(ctx.env)
         self.device = torch.device(cfg.device)
         torch.manual_seed(ctx.seed)
-        self.nets = algo.make(cfg, sp.obs_dim, sp.action_dim).to(self.device)
+        self.nets: Any = algo.make(cfg, sp.obs_dim, sp.action_dim).to(self.device)
         self.counters = Counters()
         self.train_returns: deque[float] = deque(maxlen=1000)
         self.shards = shards

@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,8 @@ class Rows:
         """Write the rows in order (oldest first) to `path` (.npz), atomically."""
         order = (self._next - self.size + np.arange(self.size)) % self.capacity
         tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez(tmp, **{name: array[order] for name, array in self.data.items()})
+        arrays: dict[str, Any] = {name: array[order] for name, array in self.data.items()}
+        np.savez(tmp, **arrays)
         os.replace(tmp, path)
 
     def load(self, path: Path) -> int:

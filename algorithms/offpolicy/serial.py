@@ -11,6 +11,7 @@ import argparse
 import ast
 import dataclasses
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ def train_serial(algo: OffPolicy, cfg: OffPolicyConfig, env: str, total_steps: i
     started = time.monotonic()
     torch.manual_seed(seed)
     sp = spaces_for(env)
-    nets = algo.make(cfg, sp.obs_dim, sp.action_dim)
+    nets: Any = algo.make(cfg, sp.obs_dim, sp.action_dim)
     actor = Actor(cfg, env, cfg.envs_per_agent, seed, cfg.random_steps)
     rows, rng = Rows(fields(sp), cfg.buffer_size), np.random.default_rng(seed)
     inserted, owed, updates = 0, 0.0, 0

@@ -27,7 +27,8 @@ from surreal.algorithms.common import preemption
 from surreal.algorithms.common.checkpoint import write_json
 from surreal.algorithms.common.exits import EXIT_PREEMPTED
 from surreal.algorithms.common.run import RunContext, extras_done
-from surreal.algorithms.common.serving import max_streams
+from surreal.algorithms.common.scale import read_scale
+from surreal.algorithms.common.serving import SPARE_STREAMS, initial_agents, max_streams
 from surreal.algorithms.envs.make import EnvSpaces, spaces_for
 from surreal.algorithms.offpolicy.config import OffPolicyConfig
 from surreal.algorithms.offpolicy.replay import RatioLimiter, Rows, error_buffer_for
@@ -172,13 +173,13 @@ def run_replay(cfg: OffPolicyConfig, ctx: RunContext) -> int:
     server = LearnerServer(token=ctx.token, experience_schema=schema(sp), port=int(port),
                            host="0.0.0.0" if ctx.bind_all else host,
                            credits_per_stream=cfg.credits_per_worker,
-                           max_streams=max_streams(ctx.num_agents), status_provider=lambda: _status(shard),
-                           credit_on_take=False, sampler=shard.sample)  # fmt: skip
+                           max_streams=max_streams(initial_agents(ctx)), credit_on_take=False,
+                           status_provider=lambda: _status(shard), sampler=shard.sample)  # fmt: skip
     learner = LearnerClient(ctx.learner_for(0), ctx.token)
     server.start()
     try:
         with preemption.graceful():
-            return _serve(shard, server, learner)
+            return _serve(shard, server, learner, ctx.exp_dir)
     finally:
         server.stop()
         learner.close()
@@ -189,7 +190,7 @@ def _status(shard: Shard) -> dict[str, Any]:
     return {"size": state.size, "inserted": state.inserted, "sampled": state.sampled}
 
 
-def _serve(shard: Shard, server: LearnerServer, learner: LearnerClient) -> int:
+def _serve(shard: Shard, server: LearnerServer, learner: LearnerClient, exp_dir: Path) -> int:
     noted_at = asked_at = time.monotonic()
     done_at: float | None = None
     known = -1  # the learner's version last seen
@@ -204,6 +205,8 @@ def _serve(shard: Shard, server: LearnerServer, learner: LearnerClient) -> int:
         if now - noted_at >= NOTE_SECONDS:
             shard.note()
             noted_at = now
+            # `surreal scale` to more agents: their workers' streams (the learner reads the same file)
+            server.set_max_streams(max_streams(read_scale(exp_dir) or server.max_streams - SPARE_STREAMS))
         if done_at is None and now - asked_at >= DONE_POLL_SECONDS:
             asked_at = now
             known, done = _learner_done(learner, known)

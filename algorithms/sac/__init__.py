@@ -34,7 +34,7 @@ SACConfig.BOUNDS = {**OffPolicyConfig.BOUNDS, "ent_coef": (0.0, 1e6), "init_ent_
 PRESETS: dict[str, dict[str, Any]] = {
     "Pendulum-v1": {"learning_rate": 1e-3, "learning_starts": 100, "random_steps": 100},
 }
-MUJOCO = {"learning_starts": 10_000, "random_steps": 10_000}
+MUJOCO: dict[str, Any] = {"learning_starts": 10_000, "random_steps": 10_000}
 DEFAULT_STEPS = {"Pendulum-v1": 20_000}
 
 
@@ -55,7 +55,7 @@ class SAC(OffPolicy):
     def make(self, cfg: SACConfig, obs_dim: int, action_dim: int) -> torch.nn.Module:
         return Nets(cfg, obs_dim, action_dim)
 
-    def update(self, nets: Nets, batch: dict[str, torch.Tensor], cfg: SACConfig) -> dict[str, Any]:
+    def update(self, nets: Any, batch: dict[str, torch.Tensor], cfg: SACConfig) -> dict[str, Any]:
         """One gradient step of the temperature, the twin critics and the policy on `batch` (in
         SB3's order), then the targets' Polyak step."""
         import torch
@@ -157,7 +157,10 @@ def Nets(cfg: SACConfig, obs_dim: int, action_dim: int) -> Any:  # noqa: N802
                 self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.learning_rate)
 
         def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-            found = {"actor": self.actor_optimizer, "critic": self.critic_optimizer}
+            found: dict[str, torch.optim.Optimizer] = {
+                "actor": self.actor_optimizer,
+                "critic": self.critic_optimizer,
+            }
             return {**found, "alpha": self.alpha_optimizer} if self.log_alpha is not None else found
 
     return SACNets()

@@ -14,23 +14,29 @@ from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
 pytestmark = pytest.mark.slow
 
 # Small networks and half SB3's replay ratio: the learner's updates are the run's cost, and these
-# learn Pendulum in 8k steps (the preset's 256x256 at ratio 256 takes 20k: docs/algorithms/sac.md).
-LEARN = ("--algo", "sac", "--env", "Pendulum-v1", "--steps", "8000", "--set", "hidden_sizes=[64,64]",
+# learn Pendulum in 10k steps (the preset's 256x256 at ratio 256 takes 20k: docs/algorithms/sac.md).
+STEPS = 10_000
+LEARN = ("--algo", "sac", "--env", "Pendulum-v1", "--steps", str(STEPS), "--set", "hidden_sizes=[64,64]",
          "--set", "replay_ratio=128")  # fmt: skip
 RATIO, LEARNING_STARTS = 128.0, 100
 
 
 def test_sac_learns_pendulum_with_its_replay_ratio_held(cli: Cli) -> None:
-    """Eval return of the final policy at 8k steps, seeds 0-9: min -323.8, median -156.1 (bar -450:
-    random actions score about -1,200). The rows trained per row inserted past the warm-up are
-    within 10 % of replay_ratio (the limiter's band is two batches: 0.3 % here)."""
+    """Eval return of the final policy at 10k steps, seeds 0-9 (two runs at a time): min -239.4,
+    median -157.2; bar -400 (random actions score about -1,200). At 8k steps the spread was wider
+    than the seeds' (seed 0 scored -251 alone, -524 and -551 beside the other test): the runs are
+    asynchronous, so a seed does not fix the result, and at 8k Pendulum is still being learned.
+    The rows trained per row inserted past the warm-up are within 10 % of replay_ratio (the
+    limiter's band is two batches: 0.3 % here)."""
     cli.run("create", "sac", *LEARN, "--seed", "0", timeout=RUN_TIMEOUT)
     st = cli.status("sac")
-    assert st["phase"] == "Succeeded" and st["env_steps"] >= 8000
-    assert st["eval_return"] >= -450.0, st["eval_return"]
+    assert st["phase"] == "Succeeded" and st["env_steps"] >= STEPS
+    assert st["eval_return"] >= -400.0, st["eval_return"]
     replay = st["replay"]
     assert (
-        replay["size"] >= 8000 - 100 and replay["inserts_per_second"] > 0 and replay["samples_per_second"] > 0
+        replay["size"] >= STEPS - 100
+        and replay["inserts_per_second"] > 0
+        and replay["samples_per_second"] > 0
     )
     (shard,) = replay["shards"]
     held = shard["sampled"] / (shard["inserted"] - LEARNING_STARTS)
@@ -38,9 +44,10 @@ def test_sac_learns_pendulum_with_its_replay_ratio_held(cli: Cli) -> None:
     assert st["rows_trained"] <= shard["sampled"] and replay["lost"] == 0
 
 
-def test_a_shard_killed_and_a_shard_preempted_and_the_run_succeeds(cli: Cli) -> None:
+def test_shards_and_the_learner_killed_or_preempted_and_the_run_succeeds(cli: Cli) -> None:
     """Two shards, four agents: SIGKILL to replay-0 (its rows are lost: status counts them), SIGTERM to
-    replay-1 (it saves; its replacement restores exactly what was saved); the run goes on to Succeeded."""
+    replay-1 (it saves; its replacement restores exactly what was saved), then SIGKILL to the learner
+    (it resumes from its checkpoint, the shards' rows untouched); the run goes on to Succeeded."""
     cli.run("create", "shards", "--algo", "sac", "--env", "Pendulum-v1", "--agents", "4",
             "--replay-shards", "2", "--steps", "6000", "--seed", "1", "--set", "hidden_sizes=[32,32]",
             "--set", "replay_ratio=32",
@@ -52,8 +59,15 @@ def test_a_shard_killed_and_a_shard_preempted_and_the_run_succeeds(cli: Cli) -> 
     os.kill(preempted["pid"], signal.SIGTERM)
     wait_for(lambda: all(cli.component("shards", c)["restarts"] == 1 for c in ("replay-0", "replay-1")), 60.0,
              "both shards replaced")  # fmt: skip
+    learner = cli.component("shards", "learner")
+    os.kill(learner["pid"], signal.SIGKILL)
+    wait_for(lambda: cli.component("shards", "learner")["restarts"] == 1, 60.0, "the learner replaced")
     final = wait_for(lambda: ended(cli, "shards"), RUN_TIMEOUT, "the run to end", poll=0.5)
     assert final["phase"] == "Succeeded", final
+    assert {c["name"]: c["restarts"] for c in final["components"] if c["restarts"]} == {
+        "replay-0": 1, "replay-1": 1, "learner": 1}, final["components"]  # fmt: skip
+    learner_log = (cli.exp_dir("shards") / "logs" / "learner.log").read_text()
+    assert "resumed from checkpoint" in learner_log
     log = (cli.exp_dir("shards") / "logs" / "replay-1.log").read_text()
     saved = [int(n) for n in re.findall(r"replay shard 1: saved (\d+) rows", log)]
     restored = [int(n) for n in re.findall(r"replay shard 1: restored (\d+) rows", log)]
