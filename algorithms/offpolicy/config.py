@@ -10,7 +10,6 @@ from typing import ClassVar
 import numpy as np
 
 from surreal.algorithms.common import bounds
-from surreal.algorithms.common.numpy_mlp import ACTIVATIONS
 from surreal.algorithms.envs.make import resolve_env, spaces_of
 from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
 from surreal.protocol.options import MAX_MESSAGE_BYTES
@@ -21,7 +20,7 @@ SHARD_BASE_MB = 256
 
 
 @dataclass(frozen=True)
-class OffPolicyConfig:
+class OffPolicyConfig(bounds.Settings):
     section: ClassVar[str] = "offpolicy"
     BOUNDS: ClassVar[bounds.Bounds]
 
@@ -61,24 +60,13 @@ class OffPolicyConfig:
     eval_episodes: int = 10
     final_eval_timeout: float = 600.0
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        if "section" not in cls.__dict__:
-            cls.section = cls.__name__.removesuffix("Config").lower()
-
     def validate(self) -> None:
-        bounds.check(self.section, self, self.BOUNDS)
-        bounds.check_widths(self.section, self.hidden_sizes)
-        self.require(self.activation in ACTIVATIONS, "activation", f"must be one of {', '.join(ACTIVATIONS)}")
+        super().validate()
         self.require(
             self.device == "cpu" or self.device.startswith("cuda"), "device", "must be cpu or cuda[:N]"
         )
         self.require(self.learning_starts <= self.buffer_size, "learning_starts",
                      f"must be at most buffer_size ({self.buffer_size:,})")  # fmt: skip
-
-    def require(self, ok: bool, name: str, rule: str) -> None:
-        if not ok:
-            raise ValueError(f"{self.section}.{name} {rule}, got {getattr(self, name)!r}")
 
 
 OffPolicyConfig.BOUNDS = {

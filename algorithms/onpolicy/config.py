@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from surreal.algorithms.common import bounds
-from surreal.algorithms.common.numpy_mlp import ACTIVATIONS
 from surreal.algorithms.envs.make import resolve_env, spaces_of
 from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
 
@@ -20,9 +19,7 @@ TINY, HUGE = 1e-12, bounds.UNBOUNDED  # "> 0", and no natural upper bound
 
 
 @dataclass(frozen=True)
-class OnPolicyConfig:
-    # The prefix of this config's settings in error lines ("ppo.learning_rate"): the class's name
-    # without "Config", lowercased (a subclass may set its own).
+class OnPolicyConfig(bounds.Settings):
     section: ClassVar[str] = "onpolicy"
     # Every numeric setting's range (bounds.py); a subclass adds its own: {**OnPolicyConfig.BOUNDS, ...}.
     BOUNDS: ClassVar[bounds.Bounds]
@@ -75,22 +72,9 @@ class OnPolicyConfig:
     # again to form it); a group that misses it fails the run, naming the ranks (ranks.JOIN_TIMEOUT)
     rank_join_seconds: float = 60.0
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        if "section" not in cls.__dict__:
-            cls.section = cls.__name__.removesuffix("Config").lower()
-
     def validate(self) -> None:
-        """Raise ValueError naming the first invalid field."""
-        bounds.check(self.section, self, self.BOUNDS)
-        bounds.check_widths(self.section, self.hidden_sizes)
-        self.require(self.activation in ACTIVATIONS, "activation", f"must be one of {', '.join(ACTIVATIONS)}")
+        super().validate()
         self.require(bool(DEVICE_RE.fullmatch(self.device)), "device", "must be auto, cpu, cuda or cuda:N")
-
-    def require(self, ok: bool, name: str, rule: str) -> None:
-        """Raise ValueError("SECTION.NAME RULE, got VALUE") unless `ok`."""
-        if not ok:
-            raise ValueError(f"{self.section}.{name} {rule}, got {getattr(self, name)!r}")
 
 
 # The counts and waits from what a worker, an evaluator and a learner can hold and finish, the
