@@ -6,6 +6,7 @@ are bounded by env steps, waits by explicit timeouts.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -111,7 +112,10 @@ def test_two_learner_ranks_ride_out_a_killed_rank_and_a_sigterm(cli: Cli) -> Non
     print(f"best eval return {status['best_eval_return']}, eval return {status['eval_return']}, "
           f"learners {status['learners']}")  # fmt: skip
     assert status["phase"] == "Succeeded", status
-    assert STEPS <= status["env_steps"] < STEPS + 2 * 4 * 32 * 2
+    # Fragments of 4 envs x 32 steps: the one that passes STEPS ends at the next multiple of 128, and
+    # each of the 2 workers may have its 2 credits' fragments taken past it (seen in CI: 30,592).
+    fragment = 4 * 32
+    assert STEPS <= status["env_steps"] <= math.ceil(STEPS / fragment) * fragment + 2 * 2 * fragment
     # Each rank served its own actor (worker index modulo 2): what each took in is what its actor
     # sent (the faster one fills more of each batch, as with one learner), and since the group's
     # last start the ranks' intake adds up to the experiment's.

@@ -4,9 +4,11 @@ restored, the other's loss counted). Bounded by env steps; every wait has a time
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+from pathlib import Path
 
 import pytest
 from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
@@ -44,6 +46,14 @@ def test_sac_learns_pendulum_with_its_replay_ratio_held(cli: Cli) -> None:
     assert st["rows_trained"] <= shard["sampled"] and replay["lost"] == 0
 
 
+def noted_rows(note: Path) -> int:
+    """The rows a shard's note says it held (0 before its first note)."""
+    try:
+        return int(json.loads(note.read_text())["size"])
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+
+
 def test_shards_and_the_learner_killed_or_preempted_and_the_run_succeeds(cli: Cli) -> None:
     """Two shards, four agents: SIGKILL to replay-0 (its rows are lost: status counts them), SIGTERM to
     replay-1 (it saves; its replacement restores exactly what was saved), then SIGKILL to the learner
@@ -54,6 +64,10 @@ def test_shards_and_the_learner_killed_or_preempted_and_the_run_succeeds(cli: Cl
             "--set", "eval_episodes=2", "--detach", timeout=30.0)  # fmt: skip
     wait_for(lambda: (s := running(cli, "shards", min_updates=20)) and s["env_steps"] >= 1500, 120.0,
              "updates from both shards")  # fmt: skip
+    # The rows a SIGKILL loses are counted from the shard's last note of its counters (every 2 s):
+    # kill it once a note holds rows (seen in CI: killed 3 s after its start, before its first).
+    note = cli.exp_dir("shards") / "replay" / "shard-0.json"
+    wait_for(lambda: noted_rows(note) > 0, 60.0, "replay-0's note of its rows")
     killed, preempted = cli.component("shards", "replay-0"), cli.component("shards", "replay-1")
     os.kill(killed["pid"], signal.SIGKILL)
     os.kill(preempted["pid"], signal.SIGTERM)
