@@ -326,6 +326,11 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
                    components=(learner, *shards, *actor_group(template, split), evaluator))  # fmt: skip
 
 
+def replay_shards(spec: ExperimentSpec) -> int:
+    """The replay shards `spec` runs: its replay_shards for an algorithm with replay, else none."""
+    return spec.replay_shards if REPLAY_ROLE in get_algorithm(spec.algo).roles else 0
+
+
 def replay_memory_mb(spec: ExperimentSpec) -> int:
     """One replay shard's memory: its share of the transitions (an off-policy config's buffer_size)."""
     if spec.resolved is None or not hasattr(spec.config, "buffer_size"):

@@ -8,7 +8,7 @@ from typing import Any
 
 from surreal.provisioner.pools import LOCAL_PROVIDERS, POOL_LABEL, PROVIDERS, NodePool, Taint
 
-ROLES = ("learner", "actor", "evaluator", "tensorboard")
+ROLES = ("learner", "actor", "evaluator", "replay", "tensorboard")
 
 # Taints a provider puts on nodes by itself, so pods placed there must tolerate them too.
 AKS_SPOT_TAINT = Taint("kubernetes.azure.com/scalesetpriority", "spot", "NoSchedule")

@@ -605,9 +605,6 @@ def _validate(spec: ExperimentSpec) -> None:
     if spec.replay_shards > 1 and not replay:
         raise SpecError(f"replay_shards {spec.replay_shards}: {spec.algo} learns on-policy and keeps "
                         "no replay (an off-policy algorithm does: sac)")  # fmt: skip
-    if replay and spec.backend != "local":
-        raise SpecError(f"backend {spec.backend}: {spec.algo}'s replay shards run on the local backend "
-                        "only so far (their pods and containers are not written yet)")  # fmt: skip
     _check_range("seed", spec.seed, 0, MAX_SEED)
     if spec.backend not in BACKENDS:
         raise SpecError(f"unknown backend {short(spec.backend)} (known: {', '.join(BACKENDS)})")

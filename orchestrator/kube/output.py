@@ -20,6 +20,7 @@ from surreal.orchestrator.kube.render import (
     kube_spec,
     render,
 )
+from surreal.orchestrator.program import replay_shards
 from surreal.provisioner import ROLES, NodePool, Placement, placement_for
 from surreal.spec import RESOLVED, ExperimentSpec
 
@@ -93,6 +94,7 @@ def helm_values(
 
     tb = {"requests": dict(TENSORBOARD_RESOURCES), "limits": dict(TENSORBOARD_RESOURCES)}
     data = spec.to_dict()
+    shards = replay_shards(spec)  # written only for replay, so that on-policy values stay as they were
     return {
         "algo": spec.algo,
         "env": spec.env,
@@ -101,6 +103,7 @@ def helm_values(
         # Written only for ranks, so that values files of one learner stay as they were.
         **({"learners": spec.learners} if spec.learners > 1 else {}),
         **({"learnerPods": spec.learner_pods} if spec.learner_pods > 1 else {}),
+        **({"replayShards": shards} if shards else {}),
         "agentsPerPod": spec.agents_per_pod,
         "steps": spec.steps,
         "seed": spec.seed,
@@ -120,6 +123,11 @@ def helm_values(
         "learner": role("learner", pods.default_resources(program.component("learner"))),
         "actor": role("actor", pods.default_resources(program.component("actor-0"))),
         "evaluator": role("evaluator", pods.default_resources(program.component("evaluator"))),
+        **(
+            {"replay": role("replay", pods.default_resources(program.component("replay-0")))}
+            if shards
+            else {}
+        ),
         "tensorboard": {"resources": _copy(settings.resources.get("tensorboard") or tb)},
     }
 

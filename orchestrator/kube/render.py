@@ -4,7 +4,8 @@
 ConfigMap (the spec; the root that owns every other object once applied), Secret (the token),
 NetworkPolicy, the ServiceAccount, Role and RoleBinding of the components' watch of their Jobs
 (watch.py), the learner's PersistentVolumeClaim, Service, PodDisruptionBudget and Job, the
-actors' Indexed Job, the evaluator's Job, TensorBoard Service + Deployment. Every container runs
+actors' Indexed Job, the evaluator's Job, an off-policy run's replay shards (an Indexed Job, its
+headless Service and NetworkPolicy), TensorBoard Service + Deployment. Every container runs
 its component's argv with exactly its env, so a pod cannot tell it is not a local subprocess.
 `surreal create --backend kube --dry-run -o yaml` prints them (output.py), the kube launcher
 applies them, and helm/surreal renders the same objects.
@@ -29,6 +30,7 @@ from surreal.orchestrator.policy import RolePolicy, policy_of
 from surreal.orchestrator.program import (
     ENV_FIRST_LEARNER_POD,
     LEARNER_PORT,
+    REPLAY_ROLE,
     Component,
     Program,
     Target,
@@ -39,6 +41,7 @@ from surreal.orchestrator.program import (
     pod_split,
     rank_addrs,
     ranks_problem,
+    replay_shards,
 )
 from surreal.provisioner.placement import ROLES, Placement
 from surreal.spec import ExperimentSpec
@@ -60,6 +63,8 @@ JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 JOB_ROLES = ("learner", "actor", "evaluator")  # the roles that run as Jobs, in the JobSet's order
 # Pod 0's control store, where the learner pods' agents agree on each group (ranks.py).
 RANKS_CONTROL_PORT = 29400
+# Every replay shard's port: each shard is a pod of its own, `<job>-<index>.NAME-replay`.
+REPLAY_PORT = 7000
 # The components' SURREAL_JOBS_WATCH ends with it when their Jobs are a JobSet's (watch.py).
 JOBSET_SUFFIX = "jobset"
 
@@ -109,13 +114,16 @@ def object_names(name: str) -> dict[str, str]:
         "learner-peers": f"{name}-learner-peers",
         "ranks": f"{name}-ranks",
         "watch": f"{name}-watch",  # the components' ServiceAccount, Role and RoleBinding
+        # An off-policy run's replay shards: their Indexed Job, and the headless Service (and the
+        # NetworkPolicy) of the same name that gives each shard pod a stable name.
+        "replay": f"{name}-replay",
     }
 
 
 def job_names(name: str, queued: bool) -> dict[str, str]:
     """The Job of each role (JOB_ROLES): `NAME-ROLE`, or in a queued experiment's JobSet (named
     after the experiment) the name its controller gives it, `<jobset>-<replicatedJob>-<index>`."""
-    parts = (*JOB_ROLES, "learner-peers")
+    parts = (*JOB_ROLES, "learner-peers", REPLAY_ROLE)
     if queued:
         return {part: f"{name}-{part}-0" for part in parts}
     names = object_names(name)
@@ -154,6 +162,13 @@ def kube_spec(spec: ExperimentSpec) -> ExperimentSpec:
     return dataclasses.replace(spec, backend="kube", image=spec.image or DEFAULT_IMAGE)
 
 
+def replay_hosts(spec: ExperimentSpec) -> list[str]:
+    """Each replay shard pod's stable name, `<job>-<index>.NAME-replay` (none for an algorithm
+    without replay)."""
+    job, service = job_names(spec.name, bool(spec.queue))[REPLAY_ROLE], object_names(spec.name)[REPLAY_ROLE]
+    return [f"{job}-{i}.{service}" for i in range(replay_shards(spec))]
+
+
 def kube_target(spec: ExperimentSpec) -> Target:
     if spec.learner_pods == 1:
         # The Service's short name (every pod of the experiment lives in its namespace), a port per
@@ -166,6 +181,7 @@ def kube_target(spec: ExperimentSpec) -> Target:
         learner_addr = ",".join(rank_addrs(host, LEARNER_PORT, local) for host in hosts)
         control = f"{hosts[0]}:{RANKS_CONTROL_PORT}"
     return Target(
+        replay_addr=",".join(f"{host}:{REPLAY_PORT}" for host in replay_hosts(spec)),
         spec_path=pods.SPEC_PATH,
         learner_addr=learner_addr,
         learner_pods=spec.learner_pods,
@@ -274,10 +290,15 @@ def render(
     if spec.learner_pods > 1:  # pods 1.. of the learner: the same, but pod 1 first and no claim
         peer = dataclasses.replace(learner, env={**learner.env, ENV_FIRST_LEARNER_POD: "1"})
         jobs.append(ctx.job(peer, spec.learner_pods - 1, part="learner-peers"))
+    shards = [c for c in program.components if c.role == REPLAY_ROLE]
+    if shards:  # one template serves every shard: its index is its pod's completion index
+        jobs.append(ctx.job(shards[0], len(shards)))
     jobs += [ctx.job(actors[0], len(actors)), ctx.job(program.component("evaluator"), 1)]
     objects.append(ctx.service("learner", pods.rank_ports(ctx.learner_ports)))
     if spec.learner_pods > 1:
         objects.append(ctx.ranks_service())
+    if shards:
+        objects += [ctx.replay_service(), ctx.replay_network_policy()]
     objects += [ctx.disruption_budget(), *([ctx.jobset(jobs)] if spec.queue else jobs)]
     if pvc:  # TensorBoard reads the learner's claim
         objects += [ctx.service("tensorboard", {"http": pods.TB_PORT}), ctx.tensorboard()]
@@ -383,11 +404,37 @@ class _Ctx:
         `<job>-<index>.NAME-ranks`, also before it is ready (the pods meet in pod 0's control store
         before any rank serves)."""
         ports = {**pods.rank_ports(self.learner_ports), "control": RANKS_CONTROL_PORT}
-        service = self.service("learner", ports)
-        service["metadata"]["name"] = self.names["ranks"]
+        return self.headless_service("learner", self.names["ranks"], ports)
+
+    def replay_service(self) -> dict[str, Any]:
+        """The headless Service named as the replay shards' `subdomain`: shard i resolves as
+        `<job>-<i>.NAME-replay` (replay_hosts), each actor inserting into its own shard."""
+        return self.headless_service(REPLAY_ROLE, self.names[REPLAY_ROLE], {"grpc": REPLAY_PORT})
+
+    def headless_service(self, role: str, name: str, ports: Mapping[str, int]) -> dict[str, Any]:
+        """A Service that gives each pod of `role` its own DNS name, also before it is ready."""
+        service = self.service(role, ports)
+        service["metadata"]["name"] = name
         service["spec"] = {"clusterIP": "None", "publishNotReadyAddresses": True, **service["spec"]}
         del service["spec"]["type"]
         return service
+
+    def replay_network_policy(self) -> dict[str, Any]:
+        """Only this experiment's pods reach the replay shards' port."""
+        name = self.spec.name
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": self.meta(self.names[REPLAY_ROLE], REPLAY_ROLE),
+            "spec": {
+                "podSelector": {"matchLabels": selector(name, REPLAY_ROLE)},
+                "policyTypes": ["Ingress"],
+                "ingress": [{
+                    "from": [{"podSelector": {"matchLabels": {"surreal.io/experiment": name}}}],
+                    "ports": [{"protocol": "TCP", "port": REPLAY_PORT}],
+                }],
+            },
+        }  # fmt: skip
 
     def service(self, role: str, ports: Mapping[str, int]) -> dict[str, Any]:
         return {
@@ -422,11 +469,17 @@ class _Ctx:
                 {"name": "control", "containerPort": RANKS_CONTROL_PORT, "protocol": "TCP"}
             )
         data: dict[str, Any] = {"emptyDir": {}}  # workers and learner peers keep nothing in theirs
-        if component.role == "learner" and not peer and self.settings.storage == "pvc":
-            data = {"persistentVolumeClaim": {"claimName": self.names["claim"]}}
-        spec = pods.pod_spec(
-            [container], pods.component_volumes(self.names, data), self.placement_of(component.role)
+        shares_claim = self.settings.storage == "pvc" and (
+            (component.role == "learner" and not peer) or component.role == REPLAY_ROLE
         )
+        if shares_claim:
+            data = {"persistentVolumeClaim": {"claimName": self.names["claim"]}}
+        placement, affinity = self.placement_of(component.role), None
+        if component.role == REPLAY_ROLE and shares_claim:
+            # A shard saves its rows on SIGTERM to the experiment's volume, for its replacement:
+            # the learner's claim, ReadWriteOnce, so on the learner's node (as TensorBoard).
+            placement, affinity = self.beside_learner()
+        spec = pods.pod_spec([container], pods.component_volumes(self.names, data), placement, affinity)
         # A Job's pod is never restarted in place: a crash is a failed pod that the Job replaces
         # (or not: podFailurePolicy, which needs Never), and a pod that exits 0 is done.
         spec["restartPolicy"] = "Never"
@@ -437,6 +490,8 @@ class _Ctx:
             spec["terminationGracePeriodSeconds"] = LEARNER_GRACE_SECONDS
             if self.spec.learner_pods > 1:  # <job>-<index>.NAME-ranks: ranks_service
                 spec["subdomain"] = self.names["ranks"]
+        if component.role == REPLAY_ROLE:  # <job>-<index>.NAME-replay: replay_service
+            spec["subdomain"] = self.names[REPLAY_ROLE]
         return {"metadata": {"labels": labels(self.spec.name, component.role)}, "spec": spec}
 
     def job(self, component: Component, pods_wanted: int, part: str = "") -> dict[str, Any]:
@@ -507,8 +562,19 @@ class _Ctx:
             },
         }
 
-    def tensorboard(self) -> dict[str, Any]:
+    def beside_learner(self) -> tuple[Placement, dict[str, Any]]:
+        """The placement and affinity of a pod that mounts the learner's claim: ReadWriteOnce means
+        one node, not one pod, so it runs on the learner's node (which may be a tainted GPU node:
+        it tolerates what the learner tolerates)."""
         learner = self.placement_of("learner")
+        same_node = {
+            "labelSelector": {"matchLabels": selector(self.spec.name, "learner")},
+            "topologyKey": "kubernetes.io/hostname",
+        }
+        affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [same_node]}}
+        return Placement(learner.node_selector, learner.tolerations), affinity
+
+    def tensorboard(self) -> dict[str, Any]:
         resources = self.settings.resources.get("tensorboard") or {
             "requests": dict(TENSORBOARD_RESOURCES),
             "limits": dict(TENSORBOARD_RESOURCES),
@@ -516,17 +582,10 @@ class _Ctx:
         container = pods.tensorboard_container(self.spec.image, self.settings.image_pull_policy, resources)
         volumes = [
             {"name": "tmp", "emptyDir": {}},
-            # ReadWriteOnce means one node, not one pod: sharing the learner's node lets this pod
-            # mount the learner's claim read-only, on kind, minikube and clouds alike.
+            # The learner's claim, read-only, on the learner's node (beside_learner).
             {"name": "data", "persistentVolumeClaim": {"claimName": self.names["claim"], "readOnly": True}},
         ]
-        same_node = {
-            "labelSelector": {"matchLabels": selector(self.spec.name, "learner")},
-            "topologyKey": "kubernetes.io/hostname",
-        }
-        affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [same_node]}}
-        # The learner's node may be a tainted GPU node: tolerate what the learner tolerates.
-        placement = Placement(learner.node_selector, learner.tolerations)
+        placement, affinity = self.beside_learner()
         return {
             "apiVersion": "apps/v1",
             "kind": "Deployment",

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from surreal.algorithms.common.scale import read_scale
-from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator.home import (
     SPEC_FILE,
     TOKEN_FILE,
@@ -35,6 +34,7 @@ from surreal.orchestrator.program import (
     Target,
     local_split,
     make_program,
+    replay_shards,
     workers_problem,
 )
 from surreal.orchestrator.status import component, describe_exit, exit_code, status_object
@@ -91,7 +91,7 @@ def prepare(spec: ExperimentSpec, home: Path) -> tuple[Path, Program]:
         slice_ms_from_env()  # read again by the supervisor; refuse a bad value before creating
     except ValueError as exc:
         raise CreateRefused(str(exc)) from None
-    shards = spec.replay_shards if "replay" in get_algorithm(spec.algo).roles else 0
+    shards = replay_shards(spec)
     ports = free_ports(spec.learners + shards)
     target = Target(
         spec_path=str(final / SPEC_FILE),

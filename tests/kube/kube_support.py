@@ -11,12 +11,13 @@ from surreal.spec import ExperimentSpec, build_spec
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "surreal"
 MANIFESTS = REPO / "manifests"
-# The algorithms Kubernetes runs: SAC's replay shards are not rendered yet (create refuses them there).
-ALGOS = sorted(name for name, algo in ALGORITHMS.items() if "replay" not in algo.roles)
+ALGOS = sorted(ALGORITHMS)  # every algorithm runs on Kubernetes
 KUBE_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33")
 
 
 def make_spec(name: str = "exp1", algo: str = "ppo", **flags: Any) -> ExperimentSpec:
     """What `surreal create NAME --algo ALGO --backend kube --FLAG ... --set K=V` builds."""
     overrides = flags.pop("overrides", None)
+    if "replay" in ALGORITHMS[algo].roles:  # continuous actions (CartPole, the default, has none)
+        flags.setdefault("env", "Pendulum-v1")
     return build_spec(name, flags={"algo": algo, "backend": "kube", **flags}, overrides=overrides)

@@ -27,6 +27,7 @@ from surreal.algorithms.common.exits import (
 from surreal.algorithms.envs import make as envs
 from surreal.algorithms.es import presets as es_presets
 from surreal.algorithms.ppo import presets as ppo_presets
+from surreal.algorithms.registry import ALGORITHMS
 from surreal.orchestrator.kube import output as ko
 from surreal.orchestrator.kube import render as kr
 from surreal.orchestrator.kube.pods import Placement
@@ -147,6 +148,13 @@ CASES = {
     "three learner pods, emptyDir": (dict(agents=6, learners=6, learner_pods=3), None,
                                      kr.RenderSettings(storage="emptyDir")),
     "queued learner pods": (dict(agents=4, learners=4, learner_pods=2, queue="team-a"), None, None),
+    "queued replay shards": (dict(algo="sac", agents=4, replay_shards=2, queue="team-a"),
+                             {"learner": Placement({"surreal.io/pool": "gpu"}, [TAINT])}, None),
+    "replay shards, emptyDir, their own pool": (
+        dict(algo="sac", agents=4, replay_shards=3),
+        {"replay": Placement({"surreal.io/pool": "cpu"})},
+        kr.RenderSettings(storage="emptyDir"),
+    ),
 }  # fmt: skip
 
 
@@ -239,6 +247,12 @@ def test_every_algorithm_renders_the_same(algo: str, tmp_path: Path) -> None:
     assert_same(kr.render(spec, token="t" * 43), chart, tmp_path)
 
 
+def test_the_chart_knows_which_algorithms_keep_replay(algo: str) -> None:
+    # `surreal.replayAlgos` in _helpers.tpl: --set algo=X alone renders X's replay shards.
+    jobs = jobs_by_role(render_chart({"algo": algo}))
+    assert ("replay" in jobs) == ("replay" in ALGORITHMS[algo].roles)
+
+
 def test_helm_install_with_set_algo_and_agents_deploys_what_the_cli_creates(tmp_path: Path) -> None:
     # helm install exp1 helm/surreal --set algo=ppo,agents=512: no CLI, no values file.
     chart = render_chart(helm.parse_set_string("algo=ppo,agents=512"))
@@ -298,8 +312,9 @@ def chart_config_map(objects: list[dict]) -> dict:
 
 def test_helm_lint_passes_strictly() -> None:
     learner_pods = make_spec(agents=4, learners=4, learner_pods=2, queue="team-a")
+    shards = make_spec(algo="sac", replay_shards=2)
     for values in (None, {"algo": "ppo", "agents": 512}, ko.helm_values(make_spec(gpu=1, queue="team-a")),
-                   ko.helm_values(learner_pods)):  # fmt: skip
+                   ko.helm_values(learner_pods), ko.helm_values(shards)):  # fmt: skip
         report = helm.lint(CHART, values, strict=True)
         assert report["errors"] == [], report
         assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
@@ -324,6 +339,8 @@ def test_values_schema_rejects_bad_values() -> None:
             {"queue": 5},
             {"learnerPods": 0},
             {"learnerPods": "two"},
+            {"replayShards": -1},
+            {"replayShards": spec_mod.MAX_REPLAY_SHARDS + 1},
         ):
             with pytest.raises(helm.HelmValuesError):
                 chart.validate_schema(chart.merge_values(bad))
@@ -347,6 +364,7 @@ def test_values_schema_rejects_bad_values() -> None:
             "learner_pods 3: the 4 learner ranks must spread evenly over the learner pods",
         ),
         ({"learnerPods": 2}, "exp1", r"learner_pods 2: the 1 learner ranks must spread evenly"),
+        ({"replayShards": 2}, "exp1", r"replay_shards 2: ppo learns on-policy and keeps no replay"),
     ],
 )
 def test_chart_refuses_what_the_cli_refuses(values: dict, name: str, message: str) -> None:

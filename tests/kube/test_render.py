@@ -19,11 +19,13 @@ from surreal.algorithms.common.exits import (
     EXIT_NO_ACTORS,
     EXIT_PREEMPTED,
 )
+from surreal.algorithms.registry import ALGORITHMS
 from surreal.component import ComponentError, worker_index
 from surreal.orchestrator.kube import output as ko
 from surreal.orchestrator.kube import render as kr
 from surreal.orchestrator.kube.pods import Placement
 from surreal.orchestrator.policy import POLICIES
+from surreal.orchestrator.program import replay_memory_mb
 
 LABEL_KEYS = (
     "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
@@ -68,7 +70,9 @@ def test_strict_validation_can_fail() -> None:
         validate(obj, "1.33")
 
 
-def test_the_kinds_and_names_of_an_experiment(objects_512) -> None:
+def test_the_kinds_and_names_of_an_experiment(objects_512, algo: str) -> None:
+    # An off-policy algorithm's replay shards: their headless Service and NetworkPolicy, their Job.
+    replay = "replay" in ALGORITHMS[algo].roles
     assert list(by_kind_name(objects_512)) == [
         ("ConfigMap", "exp1-spec"),
         ("Secret", "exp1-token"),
@@ -78,13 +82,62 @@ def test_the_kinds_and_names_of_an_experiment(objects_512) -> None:
         ("RoleBinding", "exp1-watch"),
         ("PersistentVolumeClaim", "exp1-data"),
         ("Service", "exp1-learner"),
+        *([("Service", "exp1-replay"), ("NetworkPolicy", "exp1-replay")] if replay else []),
         ("PodDisruptionBudget", "exp1-learner"),
         ("Job", "exp1-learner"),
+        *([("Job", "exp1-replay")] if replay else []),
         ("Job", "exp1-actor"),
         ("Job", "exp1-evaluator"),
         ("Service", "exp1-tensorboard"),
         ("Deployment", "exp1-tensorboard"),
     ]
+
+
+def test_replay_shards_are_pods_with_stable_names_inside_the_one_queued_jobset() -> None:
+    # surreal create exp1 --algo sac --env Pendulum-v1 --backend kube --dry-run -o yaml
+    #   --replay-shards 2 --queue team-a
+    spec = make_spec(algo="sac", agents=4, replay_shards=2, queue="team-a")
+    objects = kr.render(spec, token="t")
+    for obj in objects:
+        for version in KUBE_VERSIONS:
+            validate(obj, version)
+    [jobset] = [o for o in objects if kr.QUEUE_LABEL in o["metadata"]["labels"]]
+    assert not [o for o in objects if o["kind"] == "Job"]
+    replicated = {r["name"]: r["template"]["spec"] for r in jobset["spec"]["replicatedJobs"]}
+    assert list(replicated) == ["learner", "replay", "actor", "evaluator"]
+    assert {"name": "replay-failed", "action": "FailJobSet", "targetReplicatedJobs": ["replay"]} in (
+        jobset["spec"]["failurePolicy"]["rules"]
+    )
+    shards = replicated["replay"]
+    assert shards["completionMode"] == "Indexed" and shards["completions"] == shards["parallelism"] == 2
+    assert shards["backoffLimitPerIndex"] == POLICIES["replay"].retries  # a lost shard fails no other
+    pod = shards["template"]["spec"]
+    # Pod i of the Job <jobset>-replay-0 is <job>-<i>.exp1-replay through the headless Service.
+    assert pod["subdomain"] == "exp1-replay"
+    [service] = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "exp1-replay"]
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"surreal.io/experiment": "exp1", "surreal.io/component": "replay"}
+    addr = "exp1-replay-0-0.exp1-replay:7000,exp1-replay-0-1.exp1-replay:7000"
+    for part in replicated.values():  # every component finds every shard
+        env = {e["name"]: e["value"] for e in part["template"]["spec"]["containers"][0]["env"]}
+        assert env["SURREAL_REPLAY_ADDR"] == addr
+    [container] = pod["containers"]
+    assert container["ports"] == [{"name": "grpc", "containerPort": 7000, "protocol": "TCP"}]
+    # Memory from capacity x transition bytes, each shard holding its half of the buffer.
+    half = replay_memory_mb(spec)
+    assert container["resources"]["requests"]["memory"] == f"{half}Mi"
+    assert half < replay_memory_mb(make_spec(algo="sac", agents=4, replay_shards=1))
+    # A shard saves its rows to the learner's claim on SIGTERM: mounted, on the learner's node.
+    data = next(v for v in pod["volumes"] if v["name"] == "data")
+    assert data == {"name": "data", "persistentVolumeClaim": {"claimName": "exp1-data"}}
+    [term] = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["labelSelector"]["matchLabels"]["surreal.io/component"] == "learner"
+    # Without a claim, nothing to share and no node to be on.
+    plain = kr.render(spec, token="t", settings=kr.RenderSettings(storage="emptyDir"))
+    [jobset] = [o for o in plain if o["kind"] == "JobSet"]
+    pod = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "replay")["template"]["spec"]
+    assert "affinity" not in pod["template"]["spec"]
+    assert {"name": "data", "emptyDir": {}} in pod["template"]["spec"]["volumes"]
 
 
 def test_every_object_and_pod_template_carries_the_labels(objects_512) -> None:

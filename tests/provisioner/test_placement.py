@@ -75,7 +75,7 @@ def test_no_pools_gives_an_unpinned_placement() -> None:
         ("learner", 1, default_pools("gke")[:1], "has 1 GPU(s) per node (there is no GPU pool)"),
         ("actor", 1, default_pools("gke"), "gpu: only the learner uses GPUs, not the actor"),
         ("learner", -1, default_pools("gke"), "gpu must be an integer >= 0"),
-        ("replay", 0, default_pools("gke"), "role 'replay' is not one of"),
+        ("trainer", 0, default_pools("gke"), "role 'trainer' is not one of"),
         ("actor", 0, default_pools("gke")[1:], "pools: no CPU pool (gpu_count 0) for the actor"),
     ],
 )  # fmt: skip

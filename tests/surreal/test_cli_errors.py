@@ -73,8 +73,6 @@ CASES = [
      "sac.replay_ratio must be >= 0.001"),
     (["create", "e1", "--algo", "sac", "--env", "Pendulum-v1", "--set", "learning_starts=10",
       "--set", "buffer_size=5"], "sac.learning_starts must be at most buffer_size (5)"),
-    (["create", "e1", "--algo", "sac", "--env", "Pendulum-v1", "--backend", "kube", "--dry-run"],
-     "sac's replay shards run on the local backend only so far"),
 ]  # fmt: skip
 
 

@@ -11,6 +11,7 @@ each to its Python name, so a change on one side only fails the tests.
 {{- define "surreal.learnerRetries" -}}5{{- end -}}
 {{- define "surreal.actorRetries" -}}5{{- end -}}
 {{- define "surreal.evaluatorRetries" -}}5{{- end -}}
+{{- define "surreal.replayRetries" -}}5{{- end -}}
 {{/* LEARNER_GRACE_SECONDS: SIGTERM -> SIGKILL of a learner pod (it writes a checkpoint). */}}
 {{- define "surreal.learnerGraceSeconds" -}}30{{- end -}}
 {{/* EXIT_PREEMPTED: stopped from outside, a learner's checkpoint written (not a failure). */}}
@@ -25,6 +26,10 @@ each to its Python name, so a change on one side only fails the tests.
 {{- define "surreal.exitEnvFailed" -}}73{{- end -}}
 {{/* RANKS_CONTROL_PORT: where pod 0 of learner pods serves the ranks' control store. */}}
 {{- define "surreal.ranksControlPort" -}}29400{{- end -}}
+{{/* REPLAY_PORT: every replay shard's port (each shard is a pod of its own). */}}
+{{- define "surreal.replayPort" -}}7000{{- end -}}
+{{/* The algorithms that train from replay shards (their `roles` include replay). */}}
+{{- define "surreal.replayAlgos" -}}sac{{- end -}}
 {{/* QUEUE_LABEL: Kueue's label naming the LocalQueue that admits a Job. */}}
 {{- define "surreal.queueLabel" -}}kueue.x-k8s.io/queue-name{{- end -}}
 
@@ -86,7 +91,32 @@ ES trains with one learner (the CLI's refusals, word for word). */}}
 {{- div (include "surreal.learners" . | int) (include "surreal.learnerPods" . | int) -}}
 {{- end -}}
 
-{{/* The Job of a learner part ("learner" or "learner-peers"); (dict "root" $ "part" PART): its own
+{{/* Replay shards (replayShards, the CLI's --replay-shards): an off-policy algorithm's, 1 unless
+set; none for an on-policy one, which refuses more (the CLI's refusal, word for word). */}}
+{{- define "surreal.replayShards" -}}
+{{- $shards := int (.Values.replayShards | default 0) -}}
+{{- $offPolicy := has .Values.algo (splitList "," (include "surreal.replayAlgos" .)) -}}
+{{- if and (eq $shards 0) $offPolicy -}}{{- $shards = 1 -}}{{- end -}}
+{{- if and (gt $shards 1) (has .Values.algo (list "ppo" "es")) -}}
+{{- fail (printf "replay_shards %d: %s learns on-policy and keeps no replay (an off-policy algorithm does: sac)" $shards .Values.algo) -}}
+{{- end -}}
+{{- if has .Values.algo (list "ppo" "es") -}}{{- $shards = 0 -}}{{- end -}}
+{{- $shards -}}
+{{- end -}}
+
+{{/* Each replay shard's address (render.replay_hosts), comma-separated: an Indexed Job's pod
+<job>-<index>, resolved through the headless Service NAME-replay that is its subdomain. */}}
+{{- define "surreal.replayAddr" -}}
+{{- $service := printf "%s-replay" (include "surreal.name" .) -}}
+{{- $job := include "surreal.jobName" (dict "root" . "part" "replay") -}}
+{{- $addrs := list -}}
+{{- range $i := until (include "surreal.replayShards" . | int) -}}
+{{- $addrs = append $addrs (printf "%s-%d.%s:%s" $job $i $service (include "surreal.replayPort" $)) -}}
+{{- end -}}
+{{- join "," $addrs -}}
+{{- end -}}
+
+{{/* The Job of a part ("learner", "learner-peers" or "replay"); (dict "root" $ "part" PART): its own
 NAME-PART, or in a queued experiment's JobSet the name the JobSet controller gives it,
 <jobset>-<replicatedJob>-0 (render.job_names). */}}
 {{- define "surreal.jobName" -}}
@@ -224,7 +254,12 @@ CLI writes it, is exactly the component's (orchestrator/program.py). */}}
   "SURREAL_JOBS_WATCH" (printf "kube:%s/%s%s" (include "surreal.namespace" .root) $name (ternary "/jobset" "" (not (empty .root.Values.queue))))
 -}}
 {{- $pods := include "surreal.learnerPods" .root | int -}}
-{{- if eq .role "learner" -}}
+{{- if gt (include "surreal.replayShards" .root | int) 0 -}}
+{{- $_ := set $env "SURREAL_REPLAY_ADDR" (include "surreal.replayAddr" .root) -}}
+{{- end -}}
+{{- if eq .role "replay" -}}
+{{- $_ := set $env "SURREAL_BIND_HOST" "0.0.0.0" -}}
+{{- else if eq .role "learner" -}}
 {{- $_ := set $env "SURREAL_BIND_HOST" "0.0.0.0" -}}
 {{- $_ := set $env "SURREAL_TERMINATION_LOG" "/dev/termination-log" -}}
 {{- if gt $pods 1 -}}
@@ -246,30 +281,37 @@ CLI writes it, is exactly the component's (orchestrator/program.py). */}}
     - name: {{ $key }}
       value: {{ index $env $key | quote }}
     {{- end }}
-  {{- if eq .role "learner" }}
+  {{- if has .role (list "learner" "replay") }}
+  {{- $port := ternary (include "surreal.replayPort" .) 6000 (eq .role "replay") }}
   ports:
+    {{- if eq .role "replay" }}
+    - name: grpc
+      containerPort: {{ $port }}
+      protocol: TCP
+    {{- else }}
     {{- range $rank := until (include "surreal.localRanks" .root | int) }}
     - name: {{ include "surreal.rankPortName" $rank }}
       containerPort: {{ add 6000 $rank }}
       protocol: TCP
     {{- end }}
-    {{- if gt $pods 1 }}
+    {{- end }}
+    {{- if and (eq .role "learner") (gt $pods 1) }}
     - name: control
       containerPort: {{ include "surreal.ranksControlPort" . }}
       protocol: TCP
     {{- end }}
   startupProbe:
-    grpc: {port: 6000}
+    grpc: {port: {{ $port }}}
     periodSeconds: 5
     timeoutSeconds: 5
     failureThreshold: 60
   readinessProbe:
-    grpc: {port: 6000}
+    grpc: {port: {{ $port }}}
     periodSeconds: 5
     timeoutSeconds: 5
     failureThreshold: 3
   livenessProbe:
-    grpc: {port: 6000}
+    grpc: {port: {{ $port }}}
     periodSeconds: 20
     timeoutSeconds: 10
     failureThreshold: 6
@@ -291,7 +333,8 @@ CLI writes it, is exactly the component's (orchestrator/program.py). */}}
 {{- end -}}
 
 {{/* Volumes of a component pod; (dict "root" $ "role" ROLE). The exp dir ("data") is the
-learner's claim with storage.type=pvc; otherwise, and for actors and the evaluator, which keep
+learner's claim with storage.type=pvc, for the learner (not its peers) and the replay shards (which
+save their rows there on SIGTERM); otherwise, and for actors and the evaluator, which keep
 nothing, scratch space. */}}
 {{- define "surreal.volumes" -}}
 {{- $name := include "surreal.name" .root -}}
@@ -309,7 +352,7 @@ nothing, scratch space. */}}
     medium: Memory
     sizeLimit: 256Mi
 - name: data
-  {{- if and (eq .role "learner") (not .peer) (eq .root.Values.storage.type "pvc") }}
+  {{- if and (eq .root.Values.storage.type "pvc") (or (and (eq .role "learner") (not .peer)) (eq .role "replay")) }}
   persistentVolumeClaim:
     claimName: {{ $name }}-data
   {{- else }}
@@ -345,6 +388,8 @@ completions: {{ .pods }}
 parallelism: {{ .pods }}
 {{- if eq $role "actor" }}
 backoffLimitPerIndex: {{ include "surreal.actorRetries" . }}
+{{- else if eq $role "replay" }}
+backoffLimitPerIndex: {{ include "surreal.replayRetries" . }}
 {{- else if eq $role "learner" }}
 backoffLimit: {{ include "surreal.learnerRetries" . }}
 {{- else }}
@@ -362,7 +407,14 @@ podFailurePolicy:
         containerName: {{ $role }}
         operator: In
         values: [{{ include "surreal.exitPreempted" . }}]
-    {{- if ne $role "learner" }}
+    {{- if eq $role "replay" }}
+    # The user's environment failed (resolving its spaces): retrying cannot help.
+    - action: FailJob
+      onExitCodes:
+        containerName: {{ $role }}
+        operator: In
+        values: [{{ include "surreal.exitEnvFailed" . }}]
+    {{- else if ne $role "learner" }}
     # Its learner is gone for good, or the user's environment failed: retrying cannot help.
     - action: FailJob
       onExitCodes:
@@ -383,7 +435,22 @@ template:
     labels:
       {{- include "surreal.labels" (dict "root" .root "component" $role) | nindent 6 }}
   spec:
-    {{- include "surreal.podCommon" (dict "root" .root "placement" (index .root.Values $role) "account" (printf "%s-watch" $name)) | nindent 4 }}
+    {{- $placement := index .root.Values $role }}
+    {{- $besideLearner := and (eq $role "replay") (eq .root.Values.storage.type "pvc") }}
+    {{- if $besideLearner }}
+    {{- /* The learner's claim is ReadWriteOnce: one node, the learner's (as TensorBoard). */}}
+    {{- $placement = dict "nodeSelector" .root.Values.learner.nodeSelector "tolerations" .root.Values.learner.tolerations }}
+    {{- end }}
+    {{- include "surreal.podCommon" (dict "root" .root "placement" $placement "account" (printf "%s-watch" $name)) | nindent 4 }}
+    {{- if $besideLearner }}
+    affinity:
+      podAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector:
+              matchLabels:
+                {{- include "surreal.selector" (dict "root" .root "component" "learner") | nindent 16 }}
+            topologyKey: kubernetes.io/hostname
+    {{- end }}
     # A Job's pod is never restarted in place (podFailurePolicy needs Never); one that exits 0
     # is done.
     restartPolicy: Never
@@ -393,6 +460,10 @@ template:
     # <job>-<index>.NAME-ranks: the headless Service ranks.yaml renders.
     subdomain: {{ $name }}-ranks
     {{- end }}
+    {{- end }}
+    {{- if eq $role "replay" }}
+    # <job>-<index>.NAME-replay: the headless Service replay.yaml renders.
+    subdomain: {{ $name }}-replay
     {{- end }}
     containers:
       {{- include "surreal.container" (dict "root" .root "role" $role "peer" .peer) | nindent 6 }}
