@@ -232,6 +232,11 @@ class OffPolicy(Algorithm):
     def check_config(self, config: Any, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
         _module("offpolicy.config").check_config(config, env, resolved=resolved)
 
+    def shard_memory_mb(self, config: Any, resolved: ResolvedEnv, shards: int) -> int:
+        """The memory one of `shards` replay shards needs: its share of buffer_size rows."""
+        sp = _module("envs.make").spaces_of(resolved)
+        return int(_module("offpolicy.config").shard_memory_mb(config, sp.obs_dim, sp.action_dim, shards))
+
     def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
         sp = _module("envs.make").spaces_of(resolved)
         rows = config.fragment_length * self.worker_envs(config, agents_in_worker)

@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+DEFAULT_SETS = ("hidden_sizes=[64,64]", "replay_ratio=128")  # Pendulum in about a minute a run
 SURREAL = shutil.which("surreal", path=str(Path(sys.executable).parent)) or "surreal"
 
 
@@ -81,8 +82,11 @@ def main() -> None:
     parser.add_argument("--agents", default="2,4,8")
     parser.add_argument("--shards", default="1,2")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--set", action="append", default=["hidden_sizes=[64,64]", "replay_ratio=128"])
+    # Given sets replace these (argparse would append them to a default list).
+    parser.add_argument("--set", action="append", help="KEY=VALUE over the preset; default: "
+                        f"{' '.join(DEFAULT_SETS)}")  # fmt: skip
     args = parser.parse_args()
+    args.set = args.set or list(DEFAULT_SETS)
     from dataclasses import replace
 
     from surreal.algorithms.registry import get_algorithm
@@ -91,19 +95,21 @@ def main() -> None:
     cfg = replace(get_algorithm("sac").preset(args.env, 2), **overrides)
     print(f"{args.env}, {args.steps:,} env steps, seed {args.seed}: batch {cfg.batch_size}, replay "
           f"ratio {cfg.replay_ratio:g}, hidden {list(cfg.hidden_sizes)}, learning_starts "
-          f"{cfg.learning_starts}")  # fmt: skip
-    rows = [("SB3 SAC", sb3_run(args.env, args.steps, cfg, args.seed))]
+          f"{cfg.learning_starts}", flush=True)  # fmt: skip
+    print(f"{'run':<28}{'wall s':>8}{'steps/s':>9}{'updates/s':>10}{'rows/s':>10}{'eval':>9}{'ratio':>8}"
+          f"{'wall/SB3':>10}{'upd/SB3':>9}", flush=True)  # fmt: skip
+    base = sb3_run(args.env, args.steps, cfg, args.seed)
+    row("SB3 SAC", base, base)  # each row as it ends: a long run (HalfCheetah) shows what it has
     for shards in (int(s) for s in args.shards.split(",")):
         for agents in (int(a) for a in args.agents.split(",")):
             figures = surreal_run(args.env, args.steps, agents, shards, args.set, args.seed)
-            rows.append((f"surreal {agents} agents {shards} shard{'s' if shards > 1 else ''}", figures))
-    base = rows[0][1]
-    print(f"{'run':<28}{'wall s':>8}{'steps/s':>9}{'updates/s':>10}{'rows/s':>10}{'eval':>9}{'ratio':>8}"
-          f"{'wall/SB3':>10}{'upd/SB3':>9}")  # fmt: skip
-    for name, f in rows:
-        print(f"{name:<28}{f['seconds']:>8.0f}{f['env_steps_s']:>9.0f}{f['updates_s']:>10.0f}{f['rows_s']:>10.0f}"
-              f"{f['eval_return']:>9.1f}{f['ratio_held']:>8.1f}{f['seconds'] / base['seconds']:>10.2f}"
-              f"{f['updates_s'] / base['updates_s']:>9.2f}")  # fmt: skip
+            row(f"surreal {agents} agents {shards} shard{'s' if shards > 1 else ''}", figures, base)
+
+
+def row(name: str, f: dict, base: dict) -> None:
+    print(f"{name:<28}{f['seconds']:>8.0f}{f['env_steps_s']:>9.0f}{f['updates_s']:>10.0f}{f['rows_s']:>10.0f}"
+          f"{f['eval_return']:>9.1f}{f['ratio_held']:>8.1f}{f['seconds'] / base['seconds']:>10.2f}"
+          f"{f['updates_s'] / base['updates_s']:>9.2f}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from surreal.algorithms.api import OffPolicy
 from surreal.algorithms.common import bounds
 from surreal.algorithms.common.run import ENV_CONTROL, ENV_POD, ENV_PODS
 from surreal.algorithms.envs.ref import IMPORT_PATH_VAR
@@ -331,13 +332,15 @@ def replay_shards(spec: ExperimentSpec) -> int:
     return spec.replay_shards if REPLAY_ROLE in get_algorithm(spec.algo).roles else 0
 
 
-def replay_memory_mb(spec: ExperimentSpec) -> int:
-    """One replay shard's memory: its share of the transitions (an off-policy config's buffer_size)."""
-    if spec.resolved is None or not hasattr(spec.config, "buffer_size"):
-        return 512
-    from surreal.algorithms.offpolicy.config import shard_memory_mb
+SHARD_FALLBACK_MB = 512  # a shard's memory while its spec's env is not resolved (nothing sized yet)
 
-    return shard_memory_mb(spec.config, spec.resolved.obs_dim, spec.resolved.action_dim, spec.replay_shards)
+
+def replay_memory_mb(spec: ExperimentSpec) -> int:
+    """One replay shard's memory (its share of the transitions), once the spec's env is resolved."""
+    algorithm = get_algorithm(spec.algo)
+    if spec.resolved is None or not isinstance(algorithm, OffPolicy):
+        return SHARD_FALLBACK_MB
+    return algorithm.shard_memory_mb(spec.config, spec.resolved, spec.replay_shards)
 
 
 def replay_group(template: Component, replay_addr: str) -> list[Component]:

@@ -202,7 +202,7 @@ class LearnerServer:
                 raise
             self._loop, self._thread = loop, thread
         self._health = {"": _SERVING, EXPERIENCE_SERVICE: _SERVING}
-        log.info("learner server listening on %s (port %d)", self._address, port)
+        log.info("experience server listening on %s (port %d)", self._address, port)
         return port
 
     def stop(self, grace: float = 1.0, timeout: float = _STOP_TIMEOUT_SECONDS) -> bool:

@@ -13,13 +13,13 @@ done and its actors have hung up.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -59,7 +59,7 @@ def schema(sp: EnvSpaces) -> dict[str, TensorSpec]:
             "episode_returns": TensorSpec(np.float64, (None,))}  # fmt: skip
 
 
-def fragment_problem(tensors: dict[str, np.ndarray], max_abs_reward: float) -> str | None:
+def rows_problem(tensors: dict[str, np.ndarray], max_abs_reward: float) -> str | None:
     """Why a fragment that has the schema's shapes cannot be true, or None."""
     rows = {len(tensors[name]) for name in ("obs", "actions", "rewards", "next_obs", "terminated")}
     if len(rows) != 1 or 0 in rows:
@@ -134,7 +134,7 @@ class Shard:
         """Insert `fragment`'s rows once the limiter lets them in: True, False if it still held
         them after `wait` s (call again), None if the fragment was refused for its contents."""
         tensors = fragment.tensors
-        problem = fragment_problem(tensors, self.cfg.max_abs_reward)
+        problem = rows_problem(tensors, self.cfg.max_abs_reward)
         if problem is not None:
             self.refused += 1
             log.warning("refused a fragment of %s: %s", fragment.worker_id, problem)
@@ -174,7 +174,8 @@ def run_replay(cfg: OffPolicyConfig, ctx: RunContext) -> int:
                            host="0.0.0.0" if ctx.bind_all else host,
                            credits_per_stream=cfg.credits_per_worker,
                            max_streams=max_streams(initial_agents(ctx)), credit_on_take=False,
-                           status_provider=lambda: _status(shard), sampler=shard.sample)  # fmt: skip
+                           status_provider=lambda: dataclasses.asdict(shard.state()),
+                           sampler=shard.sample)  # fmt: skip
     learner = LearnerClient(ctx.learner_for(0), ctx.token)
     server.start()
     try:
@@ -183,11 +184,6 @@ def run_replay(cfg: OffPolicyConfig, ctx: RunContext) -> int:
     finally:
         server.stop()
         learner.close()
-
-
-def _status(shard: Shard) -> dict[str, Any]:
-    state = shard.state()
-    return {"size": state.size, "inserted": state.inserted, "sampled": state.sampled}
 
 
 def _serve(shard: Shard, server: LearnerServer, learner: LearnerClient, exp_dir: Path) -> int:

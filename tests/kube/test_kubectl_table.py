@@ -47,8 +47,14 @@ def commands() -> list[str]:
 
 
 def rendered(queue: str | None = None) -> list[dict[str, Any]]:
-    spec = make_spec(EXP, agents=4, agents_per_pod=2, queue=queue)
-    return kr.render(spec, token="t0ken")
+    """The objects of an off-policy experiment (its replay shards' too), and any other that an
+    on-policy one has: the table answers for both."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for algo in ("sac", "ppo"):
+        spec = make_spec(EXP, algo=algo, agents=4, agents_per_pod=2, queue=queue)
+        for obj in kr.render(spec, token="t0ken"):
+            found.setdefault((obj["kind"], obj["metadata"]["name"]), obj)
+    return list(found.values())
 
 
 def jobs() -> dict[str, dict[str, Any]]:
