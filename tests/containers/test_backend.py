@@ -258,7 +258,7 @@ def test_a_detached_run_ends_by_itself_and_frees_every_container_then_list_statu
     learner's claim it saves to) is proven in real containers too; PPO's detached runs are the
     resize's below and test_pods.py's, with faults. A short run: SAC learning Pendulum is proven on
     the local backend (tests/integration/test_sac.py), so this one trains an eighth of the preset's
-    replay ratio: 31-33 s a run (it was 44 s as a PPO run, 65 s at SAC's full ratio)."""
+    replay ratio: 29-32 s a run (it was 44 s as a PPO run, 65 s at SAC's full ratio)."""
     cli.run("create", "dt", "--algo", "sac", "--env", "Pendulum-v1", "--agents", "2", "--steps", "2000",
             "--seed", "1", "--set", "eval_episodes=2", "--set", "replay_ratio=32", "--backend", "containers",
             "--detach", timeout=300.0)  # fmt: skip

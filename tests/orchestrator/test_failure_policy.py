@@ -26,7 +26,6 @@ from surreal.orchestrator.policy import (
     outcome,
     role_failure,
 )
-from surreal.orchestrator.program import REPLAY_ROLE
 from surreal.spec import build_spec
 
 CRASH, KILLED = 1, 137
@@ -57,7 +56,8 @@ def local_outcome(role: str, history: list[int]) -> str:
 
 @pytest.fixture(scope="module")
 def rendered_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    spec = build_spec("exp1", flags={"algo": "ppo", "backend": "kube", "agents": 2})
+    # An off-policy experiment: every role of POLICIES, the replay shards' Indexed Job included.
+    spec = build_spec("exp1", flags={"algo": "sac", "env": "Pendulum-v1", "backend": "kube", "agents": 2})
     objects = render(spec, token="t")
     plan = translate(objects, workdir=Path(tmp_path_factory.mktemp("plan")))
     return {job.role: job for job in plan.jobs}
@@ -89,7 +89,7 @@ HISTORIES = {
 }
 
 
-@pytest.mark.parametrize("role", ["learner", "actor", "evaluator"])
+@pytest.mark.parametrize("role", ["learner", "actor", "replay", "evaluator"])
 @pytest.mark.parametrize("history", list(HISTORIES), ids=list(HISTORIES))
 def test_the_same_history_has_the_same_outcome_on_every_backend(rendered_jobs: dict, role: str,
                                                                  history: str) -> None:  # fmt: skip
@@ -99,9 +99,8 @@ def test_the_same_history_has_the_same_outcome_on_every_backend(rendered_jobs: d
 
 def test_the_rendered_jobs_carry_the_policy(rendered_jobs: dict) -> None:
     """The Jobs' backoffLimit/backoffLimitPerIndex and podFailurePolicy, read back, are the policy."""
+    assert sorted(rendered_jobs) == sorted(POLICIES)
     for role, policy in POLICIES.items():
-        if role == REPLAY_ROLE:  # replay shards run on the local backend only so far
-            continue
         back = job_policy(rendered_jobs[role])
         assert (back.retries, back.per_index, back.fatal_exits, back.disruption_exits) == (
             policy.retries, policy.per_index, policy.fatal_exits, policy.disruption_exits)  # fmt: skip
