@@ -60,17 +60,23 @@ def alive(proc: subprocess.Popen[Any]) -> bool:
 
 
 def test_detached_run_status_list_logs_and_delete(cli: Cli) -> None:
-    steps = 30_000
+    # A run that the actors cannot finish between the read of its first env steps and their freeze:
+    # at 30k steps one CI run (2 xdist workers, containers beside it) had its final evaluation done
+    # by the time the frozen run was asked (the learner's status.json is written about once a
+    # second, and a 30k-step run takes about 5 s here).
+    steps = 100_000
     out = cli.run("create", "life", *QUICK, "--steps", str(steps), "--detach", timeout=30.0)
     assert "life" in out.stdout
 
     actor_log = cli.exp_dir("life") / "logs" / "actor-0.log"
-    wait_for(lambda: running(cli, "life") and actor_log.exists() and actor_log.stat().st_size > 0, 60.0,
-             "phase Running with env steps, and a line of actor-0")  # fmt: skip
-    # Actors frozen: the run cannot end while the CLI is asked about it (a 30k-step run may be over
-    # in 5 s, a `surreal status` takes 1-3 s on a busy machine).
+    seen = wait_for(lambda: actor_log.exists() and actor_log.stat().st_size > 0 and running(cli, "life"),
+                    60.0, "phase Running with env steps, and a line of actor-0")  # fmt: skip
+    # Actors frozen: the run cannot end while the CLI is asked about it (a `surreal status` takes
+    # 1-3 s on a busy machine).
     with frozen(cli, "life"):
         st = cli.status("life")
+        read = seen["env_steps"]
+        assert st["env_steps"] < steps, f"the run reached its steps before the freeze (read {read})"
         assert set(CONTRACT_FIELDS) <= set(st), f"missing: {set(CONTRACT_FIELDS) - set(st)}"
         identity = (st["name"], st["algo"], st["env"], st["backend"])
         assert identity == ("life", "ppo", "CartPole-v1", "local"), identity
