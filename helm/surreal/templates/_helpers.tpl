@@ -189,6 +189,18 @@ labels:
   {{- include "surreal.labels" . | nindent 2 }}
 {{- end -}}
 
+{{/* The affinity of a pod that mounts the learner's claim (render.beside_learner): ReadWriteOnce
+means one node, not one pod, so it runs on the learner's node. */}}
+{{- define "surreal.besideLearner" -}}
+affinity:
+  podAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - labelSelector:
+          matchLabels:
+            {{- include "surreal.selector" (dict "root" . "component" "learner") | nindent 12 }}
+        topologyKey: kubernetes.io/hostname
+{{- end -}}
+
 {{/* Resources of a role, with nvidia.com/gpu in requests and limits when it has GPUs. */}}
 {{- define "surreal.resources" -}}
 {{- $role := index .root.Values .role -}}
@@ -443,13 +455,7 @@ template:
     {{- end }}
     {{- include "surreal.podCommon" (dict "root" .root "placement" $placement "account" (printf "%s-watch" $name)) | nindent 4 }}
     {{- if $besideLearner }}
-    affinity:
-      podAffinity:
-        requiredDuringSchedulingIgnoredDuringExecution:
-          - labelSelector:
-              matchLabels:
-                {{- include "surreal.selector" (dict "root" .root "component" "learner") | nindent 16 }}
-            topologyKey: kubernetes.io/hostname
+    {{- include "surreal.besideLearner" .root | nindent 4 }}
     {{- end }}
     # A Job's pod is never restarted in place (podFailurePolicy needs Never); one that exits 0
     # is done.
