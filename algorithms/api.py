@@ -31,6 +31,7 @@ from surreal.algorithms.onpolicy.config import OnPolicyConfig
 if TYPE_CHECKING:
     import torch
 
+    from surreal.algorithms.envs.make import EnvSpaces
     from surreal.algorithms.onpolicy.batch import Batch
 
 __all__ = [
@@ -197,23 +198,29 @@ class OffPolicy(Algorithm):
     environments with a tanh-squashed Gaussian policy and insert transitions into `replay` shards
     (`--replay-shards`), whose rate limiters hold the rows trained per row inserted at
     `replay_ratio`; the learner samples `batch_size` rows at a time from the shards and calls
-    `update` on each. Box actions of any bounds (scaled to [-1, 1] for the policy) and vector
-    observations.
+    `update` on each. Box actions of any bounds (scaled to [-1, 1] for the policy); observations
+    of every kind (offpolicy/obs.py: a Box, an image, Dict/Tuple leaves), which networks take as
+    packed float32 rows through offpolicy/encoder.Encoder (a CNN for an image).
 
     Subclass it with `name`, `Config` (deriving from OffPolicyConfig), `make` (the networks and
-    their optimizers as one module: `actor`, the policy offpolicy/policy.py runs, and
-    `optimizers()`, by name) and `update` (SAC: algorithms/sac)."""
+    their optimizers as one module: `actor`, the policy offpolicy/policy.py runs, an `encoder`,
+    a `trunk` MLP and `mu`/`log_std` layers; and `optimizers()`, by name) and `update` (SAC:
+    algorithms/sac)."""
 
     Config: ClassVar[type[OffPolicyConfig]] = OffPolicyConfig
     roles = ("learner", "actor", "replay", "evaluator")
     ranks = False  # one learner; large batches, not ranks (docs/algorithms/sac.md)
 
-    def make(self, cfg: Any, obs_dim: int, action_dim: int) -> torch.nn.Module:
+    def make(self, cfg: Any, spaces: EnvSpaces) -> torch.nn.Module:
+        """The networks for `spaces` (envs/make.EnvSpaces): each takes packed observation rows
+        [B, spaces.obs_dim] through its own `offpolicy.encoder.Encoder(spaces)` (out_dim features);
+        actions have spaces.action_dim columns."""
         raise NotImplementedError
 
     def update(self, nets: Any, batch: dict[str, torch.Tensor], cfg: Any) -> dict[str, Any]:
-        """One update of `nets` on `batch` (obs, actions in [-1, 1], rewards, next_obs, terminated:
-        float32 tensors of `batch_size` rows); its statistics (numbers or 0-d tensors)."""
+        """One update of `nets` on `batch` (obs and next_obs as packed rows, actions in [-1, 1],
+        rewards, terminated: float32 tensors of `batch_size` rows); its statistics (numbers or 0-d
+        tensors)."""
         raise NotImplementedError
 
     def preset(self, env: EnvRef | str, agents: int, resolved: ResolvedEnv | None = None) -> Any:
@@ -226,8 +233,6 @@ class OffPolicy(Algorithm):
             raise ValueError(f"{self.name} needs one Box of continuous actions; {env}'s are not")
         if not (np_isfinite(sp.action_low) and np_isfinite(sp.action_high)):
             raise ValueError(f"{self.name} needs bounded actions; {env}'s Box has infinite bounds")
-        if sp.pixels or sp.structured:
-            raise ValueError(f"{self.name} takes vector observations (one Box) for now; {env}'s are not")
 
     def check_config(self, config: Any, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
         _module("offpolicy.config").check_config(config, env, resolved=resolved)
@@ -235,12 +240,12 @@ class OffPolicy(Algorithm):
     def shard_memory_mb(self, config: Any, resolved: ResolvedEnv, shards: int) -> int:
         """The memory one of `shards` replay shards needs: its share of buffer_size rows."""
         sp = _module("envs.make").spaces_of(resolved)
-        return int(_module("offpolicy.config").shard_memory_mb(config, sp.obs_dim, sp.action_dim, shards))
+        return int(_module("offpolicy.config").shard_memory_mb(config, sp, shards))
 
     def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
-        sp = _module("envs.make").spaces_of(resolved)
+        sp = _module("envs.make").spaces_of(resolved).keep(config.obs_keys)
         rows = config.fragment_length * self.worker_envs(config, agents_in_worker)
-        return int(rows * _module("offpolicy.config").transition_bytes(sp.obs_dim, sp.action_dim))
+        return int(rows * _module("offpolicy.config").transition_bytes(sp))
 
     def worker_envs(self, config: Any, agents_in_worker: int) -> int:
         return agents_in_worker * int(config.envs_per_agent)

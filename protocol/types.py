@@ -61,6 +61,7 @@ class ReplayState:
     restored: int = 0
     lost: int = 0
     refused: int = 0
+    malformed: int = 0
 
 
 @dataclass(frozen=True, eq=False)

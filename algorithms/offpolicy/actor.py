@@ -13,8 +13,9 @@ import numpy as np
 
 from surreal.algorithms.common.reconnect import GIVE_UP_SECONDS, work_connected
 from surreal.algorithms.common.run import RunContext, extras_done
-from surreal.algorithms.envs.make import EnvBatch, Obs
+from surreal.algorithms.envs.make import EnvBatch
 from surreal.algorithms.envs.ref import EnvRef
+from surreal.algorithms.offpolicy import obs
 from surreal.algorithms.offpolicy.config import OffPolicyConfig
 from surreal.algorithms.offpolicy.policy import SquashedGaussian, to_env
 from surreal.algorithms.onpolicy.actor import PROGRESS_LOG_SECONDS, actor_seed
@@ -25,63 +26,60 @@ log = logging.getLogger(__name__)
 
 
 class Actor:
-    """Fragments of `fragment_length` steps of `num_envs` envs, as rows: obs, action (in [-1, 1]),
-    reward, next_obs (the final observation where an episode was cut by a time limit),
-    terminated; and the returns of the episodes that ended."""
+    """Fragments of `fragment_length` steps of `num_envs` envs, as rows: the observation's fields
+    (obs.py), action (in [-1, 1]), reward, the next observation's fields (the final observation
+    where an episode was cut by a time limit), terminated; and the returns of the episodes that
+    ended."""
 
     def __init__(
         self, cfg: OffPolicyConfig, env: EnvRef | str, num_envs: int, seed: int, random_steps: int
     ) -> None:
         self.cfg = cfg
-        self.envs = EnvBatch(env, num_envs, seed)
-        sp = self.envs.spaces
-        assert sp.action_low is not None and sp.action_high is not None  # SAC.check_env
+        self.envs = EnvBatch(env, num_envs, seed, obs_keys=cfg.obs_keys)
+        self.spaces = sp = self.envs.spaces
+        assert sp.action_low is not None and sp.action_high is not None  # OffPolicy.check_env
         self.low, self.high, self.action_dim = sp.action_low, sp.action_high, sp.action_dim
         self.rng = np.random.default_rng(seed)
         self.policy: SquashedGaussian | None = None
         self.version = -1
         self.steps, self.random_steps = 0, random_steps
-        self._obs = _box(self.envs.reset())
+        self._obs = self.envs.reset()
 
     def set_params(self, params: Params) -> None:
-        self.policy = SquashedGaussian(params.weights, self.cfg.activation, self.rng)
+        self.policy = SquashedGaussian(params.weights, self.cfg.activation, self.rng, self.spaces)
         self.version = params.version
 
     def collect(self) -> dict[str, np.ndarray]:
-        t_len, n, d = self.cfg.fragment_length, self.envs.num_envs, self._obs.shape[1]
-        obs = np.empty((t_len, n, d), np.float32)
-        next_obs = np.empty((t_len, n, d), np.float32)
+        t_len, n, sp = self.cfg.fragment_length, self.envs.num_envs, self.spaces
+        out = {name: np.empty((t_len, n, *shape), dtype) for name, (dtype, shape) in obs.fields(sp).items()}
         actions = np.empty((t_len, n, self.action_dim), np.float32)
         rewards = np.empty((t_len, n), np.float32)
         terminated = np.empty((t_len, n), bool)
         returns: list[float] = []
         for t in range(t_len):
-            obs[t] = self._obs
+            for name, array in obs.as_fields(sp, self._obs).items():
+                out[name][t] = array
             if self.steps < self.random_steps or self.policy is None:
                 actions[t] = self.rng.uniform(-1.0, 1.0, (n, self.action_dim))
             else:
-                actions[t] = self.policy.act(obs[t])
+                actions[t] = self.policy.act(obs.policy_rows(sp, self._obs))
             res = self.envs.step(to_env(actions[t], self.low, self.high))
-            rewards[t], terminated[t], next_obs[t] = res.rewards, res.terminated, _box(res.obs)
+            rewards[t], terminated[t] = res.rewards, res.terminated
+            for name, array in obs.as_fields(sp, res.obs, obs.NEXT).items():
+                out[name][t] = array
             for i, final in zip(res.trunc_envs, res.trunc_obs, strict=True):
-                next_obs[t, i] = final
+                obs.copy_row(sp, out, (t, i), final)
             returns += res.episode_returns
-            self._obs = _box(res.obs)
+            self._obs = res.obs
             self.steps += n
         rows = t_len * n
-        return {"obs": obs.reshape(rows, d), "actions": actions.reshape(rows, -1),
-                "rewards": rewards.reshape(rows), "next_obs": next_obs.reshape(rows, d),
+        return {**{name: array.reshape(rows, *array.shape[2:]) for name, array in out.items()},
+                "actions": actions.reshape(rows, -1), "rewards": rewards.reshape(rows),
                 "terminated": terminated.reshape(rows),
                 "episode_returns": np.array(returns, np.float64)}  # fmt: skip
 
     def close(self) -> None:
         self.envs.close()
-
-
-def _box(obs: Obs) -> np.ndarray:
-    """Observations of one Box (OffPolicy.check_env refuses others)."""
-    assert isinstance(obs, np.ndarray)
-    return obs
 
 
 def run_actor(cfg: OffPolicyConfig, ctx: RunContext) -> int:

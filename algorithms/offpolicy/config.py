@@ -10,8 +10,11 @@ from typing import ClassVar
 import numpy as np
 
 from surreal.algorithms.common import bounds
-from surreal.algorithms.envs.make import resolve_env, spaces_of
+from surreal.algorithms.envs.make import EnvSpaces, resolve_env, spaces_of
+from surreal.algorithms.envs.obs_leaves import image_slice
 from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
+from surreal.algorithms.offpolicy import obs
+from surreal.algorithms.onpolicy.config import FEATURES
 from surreal.protocol.options import MAX_MESSAGE_BYTES
 
 TINY, HUGE = 1e-12, bounds.UNBOUNDED
@@ -47,8 +50,10 @@ class OffPolicyConfig(bounds.Settings):
     publish_seconds: float = 0.05  # a new policy version at least this often while it trains
 
     # --- networks ---
-    hidden_sizes: tuple[int, ...] = (256, 256)
+    hidden_sizes: tuple[int, ...] = (256, 256)  # of each MLP, after the observation's encoder (encoder.py)
     activation: str = "relu"
+    # Dict observations: the top-level keys the policy observes (empty: all), as PPO's obs_keys.
+    obs_keys: tuple[str, ...] = ()
 
     # --- trust: what a shard accepts from actors ---
     max_abs_reward: float = 1e6
@@ -80,21 +85,30 @@ OffPolicyConfig.BOUNDS = {
 }  # fmt: skip
 
 
-def transition_bytes(obs_dim: int, action_dim: int) -> int:
-    """One row of the replay: obs and next obs, the action, reward and terminated (replay_role)."""
-    return 4 * (2 * obs_dim + action_dim + 1) + 1
+def transition_bytes(sp: EnvSpaces) -> int:
+    """One row of the replay: the observation and the next one as they travel (obs.py: images a
+    byte a pixel), the action, reward and terminated."""
+    return 2 * obs.row_bytes(sp) + 4 * (sp.action_dim + 1) + 1
+
+
+def features(sp: EnvSpaces) -> int:
+    """The width the MLPs take after the encoder (encoder.py, without building it): an image's
+    CNN features in place of its pixels."""
+    found = image_slice(obs.leaves(sp))
+    return sp.obs_dim if found is None else sp.obs_dim - found[1].width + FEATURES
 
 
 def check_config(cfg: OffPolicyConfig, env: EnvRef | str, *, resolved: ResolvedEnv | None = None) -> None:
-    """Raise ValueError if `cfg` cannot train on `env`: the networks and the batch in a learner, a
-    sample and a fragment in a message."""
+    """Raise ValueError if `cfg` cannot train on `env`: the observation keys it names, the networks
+    and the batch in a learner, a sample and a fragment in a message."""
     cfg.validate()
-    sp = spaces_of(resolved or resolve_env(env))
-    row = transition_bytes(sp.obs_dim, sp.action_dim)
-    widths = [sp.obs_dim + sp.action_dim, *cfg.hidden_sizes]
+    sp = spaces_of(resolved or resolve_env(env)).keep(cfg.obs_keys, str(env))
+    row = transition_bytes(sp)
+    widths = [features(sp) + sp.action_dim, *cfg.hidden_sizes]
     critics = 4 * bounds.mlp_parameters([*widths, 1])  # twin critics and their targets
-    params = critics + bounds.mlp_parameters([sp.obs_dim, *cfg.hidden_sizes, 2 * sp.action_dim])
-    bounds.check_learner_memory(cfg.section, params, cfg.batch_size * row * 4)
+    params = critics + bounds.mlp_parameters([features(sp), *cfg.hidden_sizes, 2 * sp.action_dim])
+    batch_floats = cfg.batch_size * (2 * sp.obs_dim + sp.action_dim + 2)  # packed, on the learner
+    bounds.check_learner_memory(cfg.section, params, batch_floats * 4)
     if cfg.batch_size * row > MAX_MESSAGE_BYTES // 2:
         raise ValueError(f"{cfg.section}.batch_size ({cfg.batch_size:,}) rows of {row:,} bytes would not fit "
                          f"in a message ({MAX_MESSAGE_BYTES // 2**20} MiB): lower it")  # fmt: skip
@@ -104,7 +118,7 @@ def check_config(cfg: OffPolicyConfig, env: EnvRef | str, *, resolved: ResolvedE
         )
 
 
-def shard_memory_mb(cfg: OffPolicyConfig, obs_dim: int, action_dim: int, shards: int) -> int:
+def shard_memory_mb(cfg: OffPolicyConfig, sp: EnvSpaces, shards: int) -> int:
     """What one replay shard holds: its share of buffer_size rows, and SHARD_BASE_MB."""
     rows = -(-cfg.buffer_size // shards)
-    return SHARD_BASE_MB + int(np.ceil(rows * transition_bytes(obs_dim, action_dim) / 2**20))
+    return SHARD_BASE_MB + int(np.ceil(rows * transition_bytes(sp.keep(cfg.obs_keys)) / 2**20))

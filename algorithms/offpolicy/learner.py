@@ -26,6 +26,7 @@ from surreal.algorithms.common.run import RunContext, progress_extras
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
 from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.envs.make import spaces_for
+from surreal.algorithms.offpolicy import obs
 from surreal.algorithms.offpolicy.config import OffPolicyConfig
 from surreal.algorithms.offpolicy.evaluator import eval_policy
 from surreal.protocol.client import LearnerClient, ProtocolError
@@ -113,10 +114,10 @@ class Learner(LearnerProgress):
 
     def __init__(self, algo: OffPolicy, cfg: OffPolicyConfig, ctx: RunContext, shards: Shards | None) -> None:
         self.algo, self.cfg, self.total_steps = algo, cfg, ctx.total_steps
-        sp = spaces_for(ctx.env)
+        self.spaces = spaces_for(ctx.env).keep(cfg.obs_keys)
         self.device = torch.device(cfg.device)
         torch.manual_seed(ctx.seed)
-        self.nets: Any = algo.make(cfg, sp.obs_dim, sp.action_dim).to(self.device)
+        self.nets: Any = algo.make(cfg, self.spaces).to(self.device)
         self.counters = Counters()
         self.train_returns: deque[float] = deque(maxlen=1000)
         self.shards = shards
@@ -186,8 +187,8 @@ class Learner(LearnerProgress):
             self.save()
 
     def train_on(self, rows: dict[str, np.ndarray]) -> dict[str, float]:
-        """One `update` of the algorithm on `rows`."""
-        batch = {k: torch.from_numpy(np.array(v, np.float32)).to(self.device) for k, v in rows.items()}
+        """One `update` of the algorithm on `rows` (a replay sample: obs.batch packs them)."""
+        batch = {k: torch.from_numpy(v).to(self.device) for k, v in obs.batch(self.spaces, rows).items()}
         stats = self.algo.update(self.nets, batch, self.cfg)
         self.counters.updates += 1
         self.counters.rows_trained += len(rows["rewards"])
@@ -219,6 +220,7 @@ class Learner(LearnerProgress):
                 "target_ratio": self.cfg.replay_ratio,
                 "lost": self.shards.total("lost"), "restored": self.shards.total("restored"),
                 "refused_fragments": self.shards.total("refused"),
+                "malformed_streams": self.shards.total("malformed"),
                 "shards": self.shards.status()}  # fmt: skip
 
     def status(self, connected_actors: int = 0) -> dict[str, Any]:
@@ -256,6 +258,6 @@ def run_learner(algo: OffPolicy, cfg: OffPolicyConfig, ctx: RunContext) -> int:
     learner = Learner(algo, cfg, ctx, shards)
     loop = ServingLoop(learner, ctx, take=lambda fragment: None, experience_schema={}, credits_per_stream=1,
                        agents=initial_agents(ctx), fragment_wait=0.0)  # fmt: skip
-    spaces = spaces_for(ctx.env)
     return loop.run(ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
-                    policy_for=lambda params: eval_policy(cfg, spaces, params))  # fmt: skip
+                    policy_for=lambda params: eval_policy(cfg, learner.spaces, params),
+                    obs_keys=cfg.obs_keys)  # fmt: skip

@@ -1,14 +1,17 @@
-"""The off-policy actor's policy in numpy (actors and the evaluator never import torch): a squashed
-Gaussian, tanh(mean + std * noise), on an MLP trunk, as SAC's actor network is (algorithms/sac).
-Actions are in [-1, 1] per dimension; `to_env` scales them to the Box's bounds."""
+"""The off-policy actor's policy in numpy (actors and the evaluator of vector environments never
+import torch): a squashed Gaussian, tanh(mean + std * noise), on an MLP trunk after the
+observation encoder (encoder.py: nothing for vectors, a CNN in torch for an image), as SAC's
+actor network is (algorithms/sac). It takes packed observation rows (obs.policy_rows); actions
+are in [-1, 1] per dimension, `to_env` scales them to the Box's bounds."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from surreal.algorithms.common.numpy_mlp import Layers
+from surreal.algorithms.envs.make import EnvSpaces
 
 # The log std's range (SB3's and the SAC authors' clamp), the same in the learner's network.
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -20,9 +23,17 @@ def _layers(weights: Mapping[str, np.ndarray], prefix: str) -> Layers:
 
 
 class SquashedGaussian:
-    """Observations [N, D] -> actions [N, A] in [-1, 1]: samples, or the mean's tanh (`deterministic`)."""
+    """Packed observations [N, D] -> actions [N, A] in [-1, 1]: samples, or the mean's tanh
+    (`deterministic`)."""
 
-    def __init__(self, weights: Mapping[str, np.ndarray], activation: str, rng: np.random.Generator) -> None:
+    def __init__(
+        self, weights: Mapping[str, np.ndarray], activation: str, rng: np.random.Generator, sp: EnvSpaces
+    ) -> None:
+        self.encoder: Callable[[np.ndarray], np.ndarray] | None = None
+        if any(k.startswith("encoder.") for k in weights):  # a CNN's weights: an image among the leaves
+            from surreal.algorithms.offpolicy.encoder import PolicyEncoder
+
+            self.encoder = PolicyEncoder(weights, sp)
         self.trunk = _layers(weights, "trunk")
         self.mu = (weights["mu.weight"], weights["mu.bias"])
         self.log_std = (weights["log_std.weight"], weights["log_std.bias"])
@@ -31,6 +42,8 @@ class SquashedGaussian:
 
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
         h = obs.astype(np.float32, copy=False)
+        if self.encoder is not None:
+            h = self.encoder(h)
         for w, b in self.trunk:
             h = h @ w.T + b
             h = np.maximum(h, 0.0) if self.relu else np.tanh(h)

@@ -19,7 +19,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +32,7 @@ from surreal.algorithms.common.run import RunContext, extras_done
 from surreal.algorithms.common.scale import read_scale
 from surreal.algorithms.common.serving import SPARE_STREAMS, initial_agents, max_streams
 from surreal.algorithms.envs.make import EnvSpaces, spaces_for
+from surreal.algorithms.offpolicy import obs
 from surreal.algorithms.offpolicy.config import OffPolicyConfig
 from surreal.algorithms.offpolicy.replay import RatioLimiter, Rows, error_buffer_for
 from surreal.protocol.client import LearnerClient, ProtocolError
@@ -47,10 +50,10 @@ SHARD_DIR = "replay"
 
 
 def fields(sp: EnvSpaces) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    """A transition's fields: name -> (dtype, row shape)."""
+    """A transition's fields: name -> (dtype, row shape); the observation's as obs.fields keeps them."""
     f32 = np.dtype(np.float32)
-    return {"obs": (f32, (sp.obs_dim,)), "actions": (f32, (sp.action_dim,)), "rewards": (f32, ()),
-            "next_obs": (f32, (sp.obs_dim,)), "terminated": (np.dtype(bool), ())}  # fmt: skip
+    return {**obs.fields(sp), "actions": (f32, (sp.action_dim,)), "rewards": (f32, ()),
+            "terminated": (np.dtype(bool), ())}  # fmt: skip
 
 
 def schema(sp: EnvSpaces) -> dict[str, TensorSpec]:
@@ -59,19 +62,19 @@ def schema(sp: EnvSpaces) -> dict[str, TensorSpec]:
             "episode_returns": TensorSpec(np.float64, (None,))}  # fmt: skip
 
 
-def rows_problem(tensors: dict[str, np.ndarray], max_abs_reward: float) -> str | None:
+def rows_problem(sp: EnvSpaces, tensors: dict[str, np.ndarray], max_abs_reward: float) -> str | None:
     """Why a fragment that has the schema's shapes cannot be true, or None."""
-    rows = {len(tensors[name]) for name in ("obs", "actions", "rewards", "next_obs", "terminated")}
+    rows = {len(tensors[name]) for name in fields(sp)}
     if len(rows) != 1 or 0 in rows:
         return "its fields hold different numbers of rows, or none"
-    for name in ("obs", "actions", "rewards", "next_obs", "episode_returns"):
+    for name in ("actions", "rewards", "episode_returns"):
         if not np.isfinite(tensors[name]).all():
             return f"non-finite {name}"
     if np.abs(tensors["actions"]).max() > 1.0:
         return "an action outside [-1, 1] (the policy's squashed space)"
     if np.abs(tensors["rewards"]).max() > max_abs_reward:
         return f"a reward beyond max_abs_reward ({max_abs_reward:g})"
-    return None
+    return obs.problem(sp, tensors)
 
 
 class Shard:
@@ -79,7 +82,7 @@ class Shard:
     thread of the server's executor)."""
 
     def __init__(self, cfg: OffPolicyConfig, sp: EnvSpaces, index: int, shards: int, exp_dir: Path) -> None:
-        self.cfg, self.index = cfg, index
+        self.cfg, self.index, self.spaces = cfg, index, sp
         self.rows = Rows(fields(sp), -(-cfg.buffer_size // shards))
         self.limiter = RatioLimiter(cfg.replay_ratio, max(1, cfg.learning_starts // shards),
                                     error_buffer_for(cfg.batch_size))  # fmt: skip
@@ -91,7 +94,8 @@ class Shard:
         self.episodes: deque[float] = deque(maxlen=MAX_EPISODES_KEPT)
         self.refused = 0
         # Counters of earlier lives (inserted, sampled), and what this life started with.
-        self.base = {"inserted": 0, "sampled": 0, "lost": 0, "refused": 0}
+        self.base = {"inserted": 0, "sampled": 0, "lost": 0, "refused": 0, "malformed": 0}
+        self.malformed: Callable[[], int] = lambda: 0  # streams its server ended (run_replay sets it)
         self.restored = 0
         self._from_limiter = (0, 0)  # the limiter's counts that are not this life's own inserts/samples
 
@@ -123,18 +127,18 @@ class Shard:
         lim, (ins0, smp0) = self.limiter, self._from_limiter
         return ReplayState(size=self.rows.size, inserted=self.base["inserted"] + lim.inserted - ins0,
                            sampled=self.base["sampled"] + lim.sampled - smp0, restored=self.restored,
-                           lost=self.base["lost"], refused=self.base["refused"] + self.refused)  # fmt: skip
+                           lost=self.base["lost"], refused=self.base["refused"] + self.refused,
+                           malformed=self.base["malformed"] + self.malformed())  # fmt: skip
 
     def note(self) -> None:
         state = self.state()
-        write_json(self.note_path, {"size": state.size, "inserted": state.inserted, "sampled": state.sampled,
-                                    "lost": state.lost, "refused": state.refused})  # fmt: skip
+        write_json(self.note_path, {"size": state.size, **{k: getattr(state, k) for k in self.base}})
 
     def insert(self, fragment: Fragment, wait: float) -> bool | None:
         """Insert `fragment`'s rows once the limiter lets them in: True, False if it still held
         them after `wait` s (call again), None if the fragment was refused for its contents."""
         tensors = fragment.tensors
-        problem = rows_problem(tensors, self.cfg.max_abs_reward)
+        problem = rows_problem(self.spaces, tensors, self.cfg.max_abs_reward)
         if problem is not None:
             self.refused += 1
             log.warning("refused a fragment of %s: %s", fragment.worker_id, problem)
@@ -162,20 +166,28 @@ class Shard:
         log.info("replay shard %d: saved %d rows to %s", self.index, self.rows.size, self.save_path)
 
 
+def serve(shard: Shard, token: str, **options: Any) -> LearnerServer:
+    """The shard's server (not started): actors' experience streams in its schema, with credits
+    granted once a fragment is in (credit_on_take=False: the limiter holds them), Replay.Sample,
+    its state as status, and the streams it ends for a malformed fragment counted in the state."""
+    server = LearnerServer(token=token, experience_schema=schema(shard.spaces), credit_on_take=False,
+                           credits_per_stream=shard.cfg.credits_per_worker,
+                           status_provider=lambda: dataclasses.asdict(shard.state()), sampler=shard.sample,
+                           **options)  # fmt: skip
+    shard.malformed = lambda: server.stats["rejected_invalid"]
+    return server
+
+
 def run_replay(cfg: OffPolicyConfig, ctx: RunContext) -> int:
     """Serve one shard until the run is done (0), or SIGTERM (saved: EXIT_PREEMPTED)."""
     cfg.validate()
-    sp = spaces_for(ctx.env)
+    sp = spaces_for(ctx.env).keep(cfg.obs_keys)
     index, addr = ctx.index, ctx.replay_for(ctx.index)
     shard = Shard(cfg, sp, index, len(ctx.replay_addrs), ctx.exp_dir)
     shard.restore()
     host, port = addr.rsplit(":", 1)
-    server = LearnerServer(token=ctx.token, experience_schema=schema(sp), port=int(port),
-                           host="0.0.0.0" if ctx.bind_all else host,
-                           credits_per_stream=cfg.credits_per_worker,
-                           max_streams=max_streams(initial_agents(ctx)), credit_on_take=False,
-                           status_provider=lambda: dataclasses.asdict(shard.state()),
-                           sampler=shard.sample)  # fmt: skip
+    server = serve(shard, ctx.token, port=int(port), host="0.0.0.0" if ctx.bind_all else host,
+                   max_streams=max_streams(initial_agents(ctx)))  # fmt: skip
     learner = LearnerClient(ctx.learner_for(0), ctx.token)
     server.start()
     try:

@@ -18,6 +18,8 @@ from surreal.algorithms.offpolicy.config import OffPolicyConfig
 if TYPE_CHECKING:
     import torch
 
+    from surreal.algorithms.envs.make import EnvSpaces
+
 
 @dataclass(frozen=True)
 class SACConfig(OffPolicyConfig):
@@ -52,8 +54,8 @@ class SAC(OffPolicy):
     def default_steps(self, env: Any, agents: int, resolved: Any = None) -> int:
         return DEFAULT_STEPS.get(as_env_ref(env).name, self.steps)
 
-    def make(self, cfg: SACConfig, obs_dim: int, action_dim: int) -> torch.nn.Module:
-        return Nets(cfg, obs_dim, action_dim)
+    def make(self, cfg: SACConfig, spaces: EnvSpaces) -> torch.nn.Module:
+        return Nets(cfg, spaces)
 
     def update(self, nets: Any, batch: dict[str, torch.Tensor], cfg: SACConfig) -> dict[str, Any]:
         """One gradient step of the temperature, the twin critics and the policy on `batch` (in
@@ -102,11 +104,16 @@ def _mlp(sizes: list[int], activation: str) -> torch.nn.Sequential:
     return torch.nn.Sequential(*layers)
 
 
-def Nets(cfg: SACConfig, obs_dim: int, action_dim: int) -> Any:  # noqa: N802
-    """SAC's networks and optimizers as one module (its state_dict is the checkpoint's model)."""
+def Nets(cfg: SACConfig, spaces: EnvSpaces) -> Any:  # noqa: N802
+    """SAC's networks and optimizers as one module (its state_dict is the checkpoint's model).
+    The actor and the twin critics each put their own observation encoder first (SB3's
+    share_features_extractor=False; the twins share theirs, as SB3's critic does)."""
     import torch
 
+    from surreal.algorithms.offpolicy.encoder import Encoder
     from surreal.algorithms.offpolicy.policy import LOG_STD_MAX, LOG_STD_MIN
+
+    action_dim = spaces.action_dim
 
     class Actor(torch.nn.Module):
         """The squashed Gaussian; offpolicy/policy.py runs the same weights in numpy."""
@@ -114,14 +121,15 @@ def Nets(cfg: SACConfig, obs_dim: int, action_dim: int) -> Any:  # noqa: N802
         def __init__(self) -> None:
             super().__init__()
             act = torch.nn.ReLU if cfg.activation == "relu" else torch.nn.Tanh
-            widths = [obs_dim, *cfg.hidden_sizes]
+            self.encoder = Encoder(spaces)
+            widths = [self.encoder.out_dim, *cfg.hidden_sizes]
             self.trunk = torch.nn.Sequential(*(m for a, b in zip(widths[:-1], widths[1:], strict=False)
                                                for m in (torch.nn.Linear(a, b), act())))  # fmt: skip
             self.mu = torch.nn.Linear(cfg.hidden_sizes[-1], action_dim)
             self.log_std = torch.nn.Linear(cfg.hidden_sizes[-1], action_dim)
 
         def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            h = self.trunk(obs)
+            h = self.trunk(self.encoder(obs))
             mean, log_std = self.mu(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
             u = mean + log_std.exp() * torch.randn_like(mean)
             # log N(u; mean, std) less log|d tanh(u)/du| = 2 (log 2 - u - softplus(-2u)), stably
@@ -133,11 +141,12 @@ def Nets(cfg: SACConfig, obs_dim: int, action_dim: int) -> Any:  # noqa: N802
     class Twin(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            sizes = [obs_dim + action_dim, *cfg.hidden_sizes, 1]
+            self.encoder = Encoder(spaces)
+            sizes = [self.encoder.out_dim + action_dim, *cfg.hidden_sizes, 1]
             self.q1, self.q2 = _mlp(sizes, cfg.activation), _mlp(sizes, cfg.activation)
 
         def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            x = torch.cat([obs, action], -1)
+            x = torch.cat([self.encoder(obs), action], -1)
             return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
     class SACNets(torch.nn.Module):

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18surreal/v1/surreal.proto\x12\nsurreal.v1\"U\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x05\x64type\x18\x02 \x01(\x0e\x32\x11.surreal.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\x1a\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\"G\n\x08\x46ragment\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12#\n\x07tensors\x18\x02 \x03(\x0b\x32\x12.surreal.v1.Tensor\"i\n\x11\x45xperienceRequest\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.surreal.v1.HelloH\x00\x12(\n\x08\x66ragment\x18\x02 \x01(\x0b\x32\x14.surreal.v1.FragmentH\x00\x42\x06\n\x04kind\"I\n\x06\x43redit\x12\x0f\n\x07\x63redits\x18\x01 \x01(\x05\x12\x1b\n\x0elatest_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_latest_version\"0\n\tGetParams\x12\x15\n\rknown_version\x18\x01 \x01(\x03\x12\x0c\n\x04role\x18\x02 \x01(\t\"u\n\x06Params\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x11\n\tunchanged\x18\x02 \x01(\x08\x12#\n\x07weights\x18\x03 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12\"\n\x06\x65xtras\x18\x04 \x03(\x0b\x32\x12.surreal.v1.Tensor\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x87\x01\n\nEvalReport\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tenv_steps\x18\x02 \x01(\x03\x12\x13\n\x0bmean_return\x18\x03 \x01(\x01\x12\x12\n\nstd_return\x18\x04 \x01(\x01\x12\x10\n\x08\x65pisodes\x18\x05 \x01(\x05\x12\x13\n\x0bmean_length\x18\x06 \x01(\x01\"\x05\n\x03\x41\x63k\".\n\rSampleRequest\x12\x0c\n\x04rows\x18\x01 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x02 \x01(\x05\"o\n\x0bReplayState\x12\x0c\n\x04size\x18\x01 \x01(\x03\x12\x10\n\x08inserted\x18\x02 \x01(\x03\x12\x0f\n\x07sampled\x18\x03 \x01(\x03\x12\x10\n\x08restored\x18\x04 \x01(\x03\x12\x0c\n\x04lost\x18\x05 \x01(\x03\x12\x0f\n\x07refused\x18\x06 \x01(\x03\"~\n\x07Sampled\x12\r\n\x05ready\x18\x01 \x01(\x08\x12#\n\x07tensors\x18\x02 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12&\n\x05state\x18\x03 \x01(\x0b\x32\x17.surreal.v1.ReplayState\x12\x17\n\x0f\x65pisode_returns\x18\x04 \x03(\x01*c\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x46LOAT32\x10\x01\x12\x0b\n\x07\x46LOAT64\x10\x02\x12\t\n\x05INT32\x10\x03\x12\t\n\x05INT64\x10\x04\x12\t\n\x05UINT8\x10\x05\x12\x08\n\x04\x42OOL\x10\x06\x32M\n\nExperience\x12?\n\x06Stream\x12\x1d.surreal.v1.ExperienceRequest\x1a\x12.surreal.v1.Credit(\x01\x30\x01\x32>\n\nParameters\x12\x30\n\x03Get\x12\x15.surreal.v1.GetParams\x1a\x12.surreal.v1.Params2z\n\x06Status\x12\x39\n\x03Get\x12\x19.surreal.v1.StatusRequest\x1a\x17.surreal.v1.StatusReply\x12\x35\n\nReportEval\x12\x16.surreal.v1.EvalReport\x1a\x0f.surreal.v1.Ack2B\n\x06Replay\x12\x38\n\x06Sample\x12\x19.surreal.v1.SampleRequest\x1a\x13.surreal.v1.Sampledb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18surreal/v1/surreal.proto\x12\nsurreal.v1\"U\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x05\x64type\x18\x02 \x01(\x0e\x32\x11.surreal.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\x1a\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\"G\n\x08\x46ragment\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12#\n\x07tensors\x18\x02 \x03(\x0b\x32\x12.surreal.v1.Tensor\"i\n\x11\x45xperienceRequest\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.surreal.v1.HelloH\x00\x12(\n\x08\x66ragment\x18\x02 \x01(\x0b\x32\x14.surreal.v1.FragmentH\x00\x42\x06\n\x04kind\"I\n\x06\x43redit\x12\x0f\n\x07\x63redits\x18\x01 \x01(\x05\x12\x1b\n\x0elatest_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_latest_version\"0\n\tGetParams\x12\x15\n\rknown_version\x18\x01 \x01(\x03\x12\x0c\n\x04role\x18\x02 \x01(\t\"u\n\x06Params\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x11\n\tunchanged\x18\x02 \x01(\x08\x12#\n\x07weights\x18\x03 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12\"\n\x06\x65xtras\x18\x04 \x03(\x0b\x32\x12.surreal.v1.Tensor\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x87\x01\n\nEvalReport\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tenv_steps\x18\x02 \x01(\x03\x12\x13\n\x0bmean_return\x18\x03 \x01(\x01\x12\x12\n\nstd_return\x18\x04 \x01(\x01\x12\x10\n\x08\x65pisodes\x18\x05 \x01(\x05\x12\x13\n\x0bmean_length\x18\x06 \x01(\x01\"\x05\n\x03\x41\x63k\".\n\rSampleRequest\x12\x0c\n\x04rows\x18\x01 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x02 \x01(\x05\"\x82\x01\n\x0bReplayState\x12\x0c\n\x04size\x18\x01 \x01(\x03\x12\x10\n\x08inserted\x18\x02 \x01(\x03\x12\x0f\n\x07sampled\x18\x03 \x01(\x03\x12\x10\n\x08restored\x18\x04 \x01(\x03\x12\x0c\n\x04lost\x18\x05 \x01(\x03\x12\x0f\n\x07refused\x18\x06 \x01(\x03\x12\x11\n\tmalformed\x18\x07 \x01(\x03\"~\n\x07Sampled\x12\r\n\x05ready\x18\x01 \x01(\x08\x12#\n\x07tensors\x18\x02 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12&\n\x05state\x18\x03 \x01(\x0b\x32\x17.surreal.v1.ReplayState\x12\x17\n\x0f\x65pisode_returns\x18\x04 \x03(\x01*c\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x46LOAT32\x10\x01\x12\x0b\n\x07\x46LOAT64\x10\x02\x12\t\n\x05INT32\x10\x03\x12\t\n\x05INT64\x10\x04\x12\t\n\x05UINT8\x10\x05\x12\x08\n\x04\x42OOL\x10\x06\x32M\n\nExperience\x12?\n\x06Stream\x12\x1d.surreal.v1.ExperienceRequest\x1a\x12.surreal.v1.Credit(\x01\x30\x01\x32>\n\nParameters\x12\x30\n\x03Get\x12\x15.surreal.v1.GetParams\x1a\x12.surreal.v1.Params2z\n\x06Status\x12\x39\n\x03Get\x12\x19.surreal.v1.StatusRequest\x1a\x17.surreal.v1.StatusReply\x12\x35\n\nReportEval\x12\x16.surreal.v1.EvalReport\x1a\x0f.surreal.v1.Ack2B\n\x06Replay\x12\x38\n\x06Sample\x12\x19.surreal.v1.SampleRequest\x1a\x13.surreal.v1.Sampledb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'surreal.protocol.v1.surreal_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DTYPE']._serialized_start=1059
-  _globals['_DTYPE']._serialized_end=1158
+  _globals['_DTYPE']._serialized_start=1079
+  _globals['_DTYPE']._serialized_end=1178
   _globals['_TENSOR']._serialized_start=40
   _globals['_TENSOR']._serialized_end=125
   _globals['_HELLO']._serialized_start=127
@@ -57,16 +57,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ACK']._serialized_end=768
   _globals['_SAMPLEREQUEST']._serialized_start=770
   _globals['_SAMPLEREQUEST']._serialized_end=816
-  _globals['_REPLAYSTATE']._serialized_start=818
-  _globals['_REPLAYSTATE']._serialized_end=929
-  _globals['_SAMPLED']._serialized_start=931
-  _globals['_SAMPLED']._serialized_end=1057
-  _globals['_EXPERIENCE']._serialized_start=1160
-  _globals['_EXPERIENCE']._serialized_end=1237
-  _globals['_PARAMETERS']._serialized_start=1239
-  _globals['_PARAMETERS']._serialized_end=1301
-  _globals['_STATUS']._serialized_start=1303
-  _globals['_STATUS']._serialized_end=1425
-  _globals['_REPLAY']._serialized_start=1427
-  _globals['_REPLAY']._serialized_end=1493
+  _globals['_REPLAYSTATE']._serialized_start=819
+  _globals['_REPLAYSTATE']._serialized_end=949
+  _globals['_SAMPLED']._serialized_start=951
+  _globals['_SAMPLED']._serialized_end=1077
+  _globals['_EXPERIENCE']._serialized_start=1180
+  _globals['_EXPERIENCE']._serialized_end=1257
+  _globals['_PARAMETERS']._serialized_start=1259
+  _globals['_PARAMETERS']._serialized_end=1321
+  _globals['_STATUS']._serialized_start=1323
+  _globals['_STATUS']._serialized_end=1445
+  _globals['_REPLAY']._serialized_start=1447
+  _globals['_REPLAY']._serialized_end=1513
 # @@protoc_insertion_point(module_scope)

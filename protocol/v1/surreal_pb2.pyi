@@ -126,20 +126,22 @@ class SampleRequest(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class ReplayState(_message.Message):
-    __slots__ = ("size", "inserted", "sampled", "restored", "lost", "refused")
+    __slots__ = ("size", "inserted", "sampled", "restored", "lost", "refused", "malformed")
     SIZE_FIELD_NUMBER: _ClassVar[int]
     INSERTED_FIELD_NUMBER: _ClassVar[int]
     SAMPLED_FIELD_NUMBER: _ClassVar[int]
     RESTORED_FIELD_NUMBER: _ClassVar[int]
     LOST_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
+    MALFORMED_FIELD_NUMBER: _ClassVar[int]
     size: int
     inserted: int
     sampled: int
     restored: int
     lost: int
     refused: int
-    def __init__(self, size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., restored: _Optional[int] = ..., lost: _Optional[int] = ..., refused: _Optional[int] = ...) -> None: ...
+    malformed: int
+    def __init__(self, size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., restored: _Optional[int] = ..., lost: _Optional[int] = ..., refused: _Optional[int] = ..., malformed: _Optional[int] = ...) -> None: ...
 
 class Sampled(_message.Message):
     __slots__ = ("ready", "tensors", "state", "episode_returns")

@@ -24,6 +24,10 @@ the action is a leaf of every kind too (`ACTION_SPACE`): a Tuple of
 
 A step pays at most 4 (an episode 32); a uniformly random action ~1.6 a step (~13; measured:
 `python tests/envs/cue_world.py`).
+
+With `actions="box"` the action is a Box(-1, 1, (4,)) (what SAC takes), paying
+(a[cue] - mean of the other three + 2) / 4 in [0, 1]: any policy blind to the cue, random or
+not, expects 0.5 a step (4 an episode), the optimal one (+1 at the cue, -1 elsewhere) 1 (8).
 """
 
 from __future__ import annotations
@@ -43,10 +47,9 @@ class CueWorld(gym.Env[dict[str, Any], np.int64]):
     def __init__(
         self, length: int = 8, note: bool = True, actions: str = "discrete", obs: str = "dict"
     ) -> None:
-        if actions not in ("discrete", "tuple") or obs not in ("dict", "box"):
-            raise ValueError(
-                f"actions must be 'discrete' or 'tuple' and obs 'dict' or 'box', got {actions!r}, {obs!r}"
-            )
+        if actions not in ("discrete", "tuple", "box") or obs not in ("dict", "box"):
+            raise ValueError(f"actions must be 'discrete', 'tuple' or 'box' and obs 'dict' or 'box', "
+                             f"got {actions!r}, {obs!r}")  # fmt: skip
         self.length = length
         spaces: dict[str, gym.Space] = {
             "cue": gym.spaces.Discrete(4, start=START),
@@ -59,7 +62,7 @@ class CueWorld(gym.Env[dict[str, Any], np.int64]):
         self.observation_space = gym.spaces.Dict(spaces)
         if obs == "box":  # the cue alone, one-hot (what ES's networks take)
             self.observation_space = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
-        self.action_space = gym.spaces.Discrete(4) if actions == "discrete" else ACTION_SPACE
+        self.action_space = {"discrete": gym.spaces.Discrete(4), "tuple": ACTION_SPACE, "box": BOX}[actions]
         self._cue, self._t, self._note, self._box = 0, 0, note, obs == "box"
 
     def _obs(self) -> Any:
@@ -87,11 +90,12 @@ class CueWorld(gym.Env[dict[str, Any], np.int64]):
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if not self.action_space.contains(action):
             raise ValueError(f"{action!r} is not an action of {self.action_space}")
-        reward = (
-            float(int(action) == self._cue)
-            if isinstance(action, int | np.integer)
-            else pays(self._cue, action)
-        )
+        if isinstance(action, int | np.integer):
+            reward = float(int(action) == self._cue)
+        elif isinstance(action, np.ndarray):
+            reward = box_pays(self._cue, action)
+        else:
+            reward = pays(self._cue, action)
         self._t += 1
         return self._obs(), reward, False, self._t >= self.length, {}
 
@@ -103,6 +107,15 @@ ACTION_SPACE = gym.spaces.Tuple(
         gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32),
     )
 )
+
+
+BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+
+def box_pays(cue: int, action: np.ndarray) -> float:
+    """The reward of a Box action for `cue`: in [0, 1], 0.5 for any blind policy."""
+    others = np.delete(np.asarray(action, np.float64), cue)
+    return float((action[cue] - others.mean() + 2.0) / 4.0)
 
 
 def pays(cue: int, action: tuple[Any, ...]) -> float:

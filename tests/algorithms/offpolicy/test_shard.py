@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.offpolicy.shard import Shard, schema
+from surreal.algorithms.offpolicy.shard import Shard, serve
 from surreal.algorithms.sac import SACConfig
 from surreal.protocol import LearnerClient, LearnerServer, ProtocolError
 from surreal.protocol.auth import TOKEN_METADATA_KEY
@@ -41,9 +41,7 @@ def shard(tmp_path: Path) -> Iterator[tuple[Shard, LearnerServer, LearnerClient]
     sp = spaces_for("Pendulum-v1")
     shard = Shard(CFG, sp, 0, 1, tmp_path)
     shard.restore()
-    server = LearnerServer(
-        token=TOKEN, experience_schema=schema(sp), credit_on_take=False, sampler=shard.sample
-    )
+    server = serve(shard, TOKEN)
     client = LearnerClient(f"127.0.0.1:{server.start()}", TOKEN)
     yield shard, server, client
     client.close()
@@ -92,9 +90,13 @@ def test_a_wrong_shape_ends_that_stream_only(shard) -> None:
     with pytest.raises(ProtocolError, match="INVALID_ARGUMENT"):
         for _ in range(50):
             stream.send(0, _fragment(), timeout=0.1)
-    assert server.stats["rejected_invalid"] == 1
+    assert server.stats["rejected_invalid"] == 1 and shard.state().malformed == 1  # status has it
     client.experience("actor-1").send(0, _fragment(), timeout=5.0)
     assert _take(shard, server, 1) == [True]
+    shard.note()  # a replacement (after a SIGKILL or SIGTERM) goes on counting from its note
+    replacement = Shard(CFG, spaces_for("Pendulum-v1"), 0, 1, shard.dir.parent)
+    replacement.restore()
+    assert replacement.state().malformed == 1
 
 
 def test_the_limiter_holds_a_sample_and_bad_requests_are_refused(shard) -> None:
