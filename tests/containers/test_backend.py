@@ -256,12 +256,21 @@ def test_a_detached_run_ends_by_itself_and_frees_every_container_then_list_statu
     logs and removes the containers; then the rest of the CLI on what is left. An off-policy run,
     so that the replay shard's Indexed Job (its stable name through the headless Service, the
     learner's claim it saves to) is proven in real containers too; PPO's detached runs are the
-    resize's below and test_pods.py's, with faults. A short run: SAC learning Pendulum is proven on
-    the local backend (tests/integration/test_sac.py), so this one trains an eighth of the preset's
-    replay ratio: 29-32 s a run (it was 44 s as a PPO run, 65 s at SAC's full ratio)."""
-    cli.run("create", "dt", "--algo", "sac", "--env", "Pendulum-v1", "--agents", "2", "--steps", "2000",
+    resize's below and test_pods.py's, with faults. Its shard is preempted mid-run (SIGTERM to its
+    container): it saves to the claim, its replacement restores every row. A short run: SAC learning
+    Pendulum is proven on the local backend (tests/integration/test_sac.py), so this one trains an
+    eighth of the preset's replay ratio: 55-86 s a run, 3 runs (in one the actors took 30 s to
+    reach the replacement shard; in the others under 10 s)."""
+    cli.run("create", "dt", "--algo", "sac", "--env", "Pendulum-v1", "--agents", "2", "--steps", "4000",
             "--seed", "1", "--set", "eval_episodes=2", "--set", "replay_ratio=32", "--backend", "containers",
             "--detach", timeout=300.0)  # fmt: skip
+    # Preemption of the shard mid-run: SIGTERM to its container; it saves its rows to the claim
+    # and its replacement (the same index, the same stable name) restores them.
+    note = lambda: next(cli.home.rglob("replay/shard-0.json"), None)  # noqa: E731
+    wait_until("the shard to hold rows", lambda: (n := note()) and json.loads(n.read_text())["size"] >= 500,
+               300, poll=0.5)  # fmt: skip
+    [shard] = [c for c in cli.containers("dt") if c.startswith("dt-replay-0")]
+    cli.engine("kill", "--signal", "TERM", shard)
     record = cli.home / "experiments" / "dt" / "containers.json"
     wait_until("the run to end", lambda: "phase" in json.loads(record.read_text()), 600, poll=1.0)
     assert cli.containers("dt") == []  # the run is done: its containers are gone, its files stay
@@ -269,13 +278,21 @@ def test_a_detached_run_ends_by_itself_and_frees_every_container_then_list_statu
     assert (st["backend"], st["phase"], st["agents"]) == ("containers", "Succeeded", 2), st
     assert st["env_steps"] >= 2_000 and st["eval_return"] is not None, st
     assert {c["role"] for c in st["components"]} == {"learner", "replay", "actor", "evaluator", "tensorboard"}
-    # The shard held the actors' transitions, none lost, and the learner trained on them.
+    # The shard held the actors' transitions, none lost (the SIGTERM's were kept), and the learner
+    # trained on them.
     replay = st["replay"]
     assert replay["size"] > 0 and replay["lost"] == replay["refused_fragments"] == 0, st
     assert st["rows_trained"] > 0, st
     # Every Job's pod exited 0 by itself once the run was done; none had to be stopped.
     assert json.loads(record.read_text())["stopped_at_end"] == []
-    assert {c["state"] for c in st["components"] if c["role"] != "tensorboard"} == {"Succeeded"}, st
+    # ...but the preempted shard's, which saved its rows: its replacement restored every one of them.
+    [preempted] = [c for c in st["components"] if c["state"] != "Succeeded" and c["role"] != "tensorboard"]
+    assert (preempted["name"], preempted["state"]) == (shard, "Stopped"), preempted
+    assert "preempted" in preempted["detail"], preempted
+    logdir = cli.home / "experiments" / "dt" / "logs"
+    logs = "".join(p.read_text() for p in logdir.glob("dt-replay-0-*.log"))
+    [saved] = re.findall(r"replay shard 0: saved (\d+) rows", logs)
+    assert replay["restored"] == int(saved) >= 500 and replay["lost"] == 0, replay
     assert [(j["role"], j["state"]) for j in st["jobs"]] == [
         ("learner", "Complete"), ("actor", "Complete"), ("evaluator", "Complete"),
         ("replay", "Complete")]  # fmt: skip
