@@ -37,6 +37,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "Pendulum-v1": {"learning_rate": 1e-3, "learning_starts": 100, "random_steps": 100},
 }
 MUJOCO: dict[str, Any] = {"learning_starts": 10_000, "random_steps": 10_000}
+# Pixels: a replay row holds two images a byte a pixel (offpolicy/obs.py), so 1M rows of 84x84x3
+# frames would be 42 GB; 100k (4.2 GB) is what SB3's and the zoo's image runs keep.
+IMAGES: dict[str, Any] = {"buffer_size": 100_000}
 DEFAULT_STEPS = {"Pendulum-v1": 20_000}
 
 
@@ -49,7 +52,9 @@ class SAC(OffPolicy):
         if name in PRESETS:
             return SACConfig(**PRESETS[name])
         facts = resolved or self.resolve_env(as_env_ref(env))
-        return SACConfig(**(MUJOCO if facts.entry_point.startswith("gymnasium.envs.mujoco") else {}))
+        images = facts.image_shape is not None or any(x.get("kind") == "image" for x in facts.obs_leaves)
+        return SACConfig(**(MUJOCO if facts.entry_point.startswith("gymnasium.envs.mujoco") else {}),
+                         **(IMAGES if images else {}))  # fmt: skip
 
     def default_steps(self, env: Any, agents: int, resolved: Any = None) -> int:
         return DEFAULT_STEPS.get(as_env_ref(env).name, self.steps)

@@ -50,6 +50,7 @@ def test_every_leaf_travels_in_its_dtype_and_a_shard_distrusts_each(tmp_path: Pa
     assert shard_memory_mb(dataclasses.replace(CFG, buffer_size=1_000_000), sp, 2) == 256 + math.ceil(
         500_000 * transition_bytes(sp) / 2**20
     )
+    assert SAC().preset(CUE, 1).buffer_size == 100_000  # pixels: 1M rows would not fit a node
     actor = Actor(CFG, CUE, num_envs=2, seed=0, random_steps=0)
     tensors = actor.collect()
     assert set(tensors) == set(schema(sp)) and tensors["obs.frame"].shape == (8, 3, 6, 6)
