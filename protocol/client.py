@@ -168,6 +168,7 @@ class LearnerClient:
         tls_root: bytes | None = None,
     ) -> None:
         options = client_options(max_message_bytes)
+        self.address = address
         if tls_root is None:
             self._channel = grpc.insecure_channel(address, options=options)
         else:
@@ -191,7 +192,7 @@ class LearnerClient:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ProtocolError("UNAVAILABLE", f"learner not ready after {timeout} s: {last}")
+                raise ProtocolError("UNAVAILABLE", f"{self.address} not ready after {timeout} s: {last}")
             try:
                 reply = self._health.Check(request, timeout=min(left, 1.0), wait_for_ready=True)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:

@@ -191,7 +191,7 @@ class ExperienceService:
         if stream.error is not None:
             await context.abort(*stream.error)
         if self._stopping.is_set():
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is shutting down")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
 
     def _credit(self, credits: int) -> pb.Credit:
         """A grant, with the version an actor would get from Parameters.Get now (so it asks only
@@ -219,7 +219,7 @@ class ExperienceService:
 
     async def _open(self, worker_id: str, context: grpc.aio.ServicerContext) -> _Stream:
         if self._stopping.is_set():
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the learner is shutting down")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
         cap = self._max_streams  # read once: set_max_streams may replace it from another thread
         if len(self._streams) >= cap:
             self._counters.add("rejected_streams")
