@@ -95,7 +95,7 @@ class Shard:
         self.refused = 0
         # Counters of earlier lives (inserted, sampled), and what this life started with.
         self.base = {"inserted": 0, "sampled": 0, "lost": 0, "refused": 0, "malformed": 0}
-        self.malformed: Callable[[], int] = lambda: 0  # streams its server ended (run_replay sets it)
+        self.malformed: Callable[[], int] = lambda: 0  # streams its server ended (serve() sets it)
         self.restored = 0
         self._from_limiter = (0, 0)  # the limiter's counts that are not this life's own inserts/samples
 
