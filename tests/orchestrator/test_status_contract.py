@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
+from surreal.algorithms.offpolicy.learner import Learner
 from surreal.orchestrator import status
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
@@ -24,11 +26,19 @@ def _names(line_start: str) -> set[str]:
     return set(re.findall(r"`([a-z_A-Z]+)`", section[start : end if end > 0 else None]))
 
 
+def _replay_fields() -> list[str]:
+    """The keys an off-policy learner reports under `replay` (its status with two quiet shards)."""
+    shards = SimpleNamespace(total=lambda field: 0, status=lambda: [{}, {}])
+    learner = SimpleNamespace(shards=shards, _rates=[], cfg=SimpleNamespace(replay_ratio=8.0))
+    return list(Learner.replay_status(learner))  # type: ignore[arg-type]
+
+
 def test_the_doc_lists_every_field_phase_and_state_of_the_contract() -> None:
     assert set(status.IDENTITY_FIELDS) <= _names("Identity")
     assert {p.value for p in status.Phase} == _names("`phase`") - {"phase"}
     assert set(status.METRIC_FIELDS) == _names("The learner's metrics")
     assert set(status.EXTRA_METRICS) == _names("What the learner reports")
+    assert set(_replay_fields()) == _names("`replay`") - {"replay"}
     rows = _names("`components`")
     assert set(status.COMPONENT_FIELDS) <= rows
     assert {s.value for s in status.ComponentState} == rows - set(status.COMPONENT_FIELDS) - {
