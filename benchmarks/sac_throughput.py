@@ -6,10 +6,17 @@
 
 For each: wall seconds of the run (the learner's elapsed time; SB3's learn()), env steps/s
 (sampling), gradient updates/s and rows trained/s (update Hz), the final policy's eval return and
-the replay ratio held; then surreal's wall time and rates over SB3's.
+the replay ratio held; the seconds to a return (`--target`; Pendulum -200, HalfCheetah 3,000): the
+wall time of the first evaluation, every `--eval-every` env steps, whose mean reaches it; then
+surreal's wall time, rates and time to the return over SB3's.
+
+Both evaluate the deterministic policy on the same cadence: SB3 in line with its clock paused
+(its wall time is training only), surreal's evaluator beside the learner on the same cores (its
+clock runs on), so the comparison leans SB3's way. SB3 plays `eval_episodes` episodes an
+evaluation, surreal's evaluator at least 5,000 steps' worth.
 
     python benchmarks/sac_throughput.py [--env Pendulum-v1] [--steps 10000] [--agents 2,4,8] \
-        [--shards 1,2] [--set hidden_sizes=[64,64] --set replay_ratio=128]
+        [--shards 1,2] [--set hidden_sizes=[64,64] --set replay_ratio=128] [--target -200]
 
 Shared machines are noisy: read the ratios of one run, not absolute figures across runs.
 """
@@ -27,34 +34,65 @@ import time
 from pathlib import Path
 
 DEFAULT_SETS = ("hidden_sizes=[64,64]", "replay_ratio=128")  # Pendulum in about a minute a run
+TARGETS = {"Pendulum-v1": -200.0, "HalfCheetah-v5": 3000.0}  # the issue's returns to reach
 SURREAL = shutil.which("surreal", path=str(Path(sys.executable).parent)) or "surreal"
 
 
-def surreal_run(env: str, steps: int, agents: int, shards: int, sets: list[str], seed: int) -> dict:
+def first_reaching(points: list[tuple[int, float, float]], target: float | None) -> float | None:
+    """Seconds of the first (env steps, seconds, mean return) evaluation at or above `target`."""
+    return next((sec for _, sec, mean in points if target is not None and mean >= target), None)
+
+
+def surreal_run(env: str, steps: int, agents: int, shards: int, sets: list[str], seed: int,
+                eval_every: int, target: float | None) -> dict:  # fmt: skip
+    from surreal.orchestrator.plot import read_local
+
     home = Path(tempfile.mkdtemp(prefix="surreal-sac-bench-"))
     try:
         argv = [SURREAL, "create", "b", "--algo", "sac", "--env", env, "--steps", str(steps),
                 "--seed", str(seed), "--agents", str(agents), "--replay-shards", str(shards)]  # fmt: skip
-        for s in sets:
+        for s in [*sets, f"eval_interval={eval_every}"]:
             argv += ["--set", s]
         env_vars = {"SURREAL_HOME": str(home), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"}
         subprocess.run(argv, env=env_vars, check=True, capture_output=True, timeout=7200)
         st = json.loads(subprocess.run([SURREAL, "status", "b", "-o", "json"], env=env_vars, check=True,
                                        capture_output=True, text=True).stdout)  # fmt: skip
+        evals = read_local(home, "b").eval
     finally:
         shutil.rmtree(home, ignore_errors=True)
     seconds, replay = st["elapsed_seconds"], st["replay"]
+    points = list(zip(evals.steps, evals.seconds, evals.values, strict=True))
     return {"seconds": seconds, "env_steps_s": st["env_steps"] / seconds,
             "updates_s": st["updates"] / seconds,
             "rows_s": st["rows_trained"] / seconds, "eval_return": st["eval_return"],
-            "ratio_held": sum(s["sampled"] for s in replay["shards"]) / max(1, st["env_steps"])}  # fmt: skip
+            "ratio_held": sum(s["sampled"] for s in replay["shards"]) / max(1, st["env_steps"]),
+            "to_target": first_reaching(points, target)}  # fmt: skip
 
 
-def sb3_run(env: str, steps: int, cfg: object, seed: int) -> dict:
+def sb3_run(env: str, steps: int, cfg: object, seed: int, eval_every: int, target: float | None) -> dict:
     import gymnasium as gym
     import torch
     from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+
+    class Evals(BaseCallback):
+        """Every `eval_every` env steps, the deterministic policy's mean return, the clock paused."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.env, self.started, self.paused = Monitor(gym.make(env)), time.perf_counter(), 0.0
+            self.points: list[tuple[int, float, float]] = []  # (env steps, training seconds, mean)
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps % eval_every == 0:
+                begun = time.perf_counter()
+                mean, _ = evaluate_policy(self.model, self.env, n_eval_episodes=cfg.eval_episodes,  # type: ignore[attr-defined]
+                                          deterministic=True)  # fmt: skip
+                self.points.append((self.num_timesteps, begun - self.started - self.paused, float(mean)))
+                self.paused += time.perf_counter() - begun
+            return True
 
     torch.set_num_threads(1)
     batch, ratio = cfg.batch_size, cfg.replay_ratio  # type: ignore[attr-defined]
@@ -63,14 +101,15 @@ def sb3_run(env: str, steps: int, cfg: object, seed: int) -> dict:
                 buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts, tau=cfg.tau,  # type: ignore[attr-defined]
                 gamma=cfg.gamma, train_freq=train_freq, gradient_steps=gradient_steps, seed=seed,  # type: ignore[attr-defined]
                 policy_kwargs={"net_arch": list(cfg.hidden_sizes)}, device="cpu")  # type: ignore[attr-defined]  # fmt: skip
-    started = time.perf_counter()
-    model.learn(steps)
-    seconds = time.perf_counter() - started
-    mean, _ = evaluate_policy(model, gym.make(env), n_eval_episodes=10, deterministic=True)
+    evals = Evals()
+    model.learn(steps, callback=evals)
+    seconds = time.perf_counter() - evals.started - evals.paused
+    mean, _ = evaluate_policy(model, Monitor(gym.make(env)), n_eval_episodes=10, deterministic=True)
     updates = model._n_updates
     return {"seconds": seconds, "env_steps_s": steps / seconds, "updates_s": updates / seconds,
             "rows_s": updates * batch / seconds, "eval_return": float(mean),
-            "ratio_held": updates * batch / steps}  # fmt: skip
+            "ratio_held": updates * batch / steps,
+            "to_target": first_reaching(evals.points, target)}  # fmt: skip
 
 
 def main() -> None:
@@ -85,8 +124,13 @@ def main() -> None:
     # Given sets replace these (argparse would append them to a default list).
     parser.add_argument("--set", action="append", help="KEY=VALUE over the preset; default: "
                         f"{' '.join(DEFAULT_SETS)}")  # fmt: skip
+    parser.add_argument("--target", type=float, help="the return to time; default: -200 on Pendulum, "
+                        "3,000 on HalfCheetah")  # fmt: skip
+    parser.add_argument("--eval-every", type=int, help="env steps between evaluations; default: steps / 20")
     args = parser.parse_args()
     args.set = args.set or list(DEFAULT_SETS)
+    target = args.target if args.target is not None else TARGETS.get(args.env)
+    every = args.eval_every or max(1, args.steps // 20)
     from dataclasses import replace
 
     from surreal.algorithms.registry import get_algorithm
@@ -95,21 +139,25 @@ def main() -> None:
     cfg = replace(get_algorithm("sac").preset(args.env, 2), **overrides)
     print(f"{args.env}, {args.steps:,} env steps, seed {args.seed}: batch {cfg.batch_size}, replay "
           f"ratio {cfg.replay_ratio:g}, hidden {list(cfg.hidden_sizes)}, learning_starts "
-          f"{cfg.learning_starts}", flush=True)  # fmt: skip
+          f"{cfg.learning_starts}; evaluations every {every:,} env steps, time to return {target}",
+          flush=True)  # fmt: skip
     print(f"{'run':<28}{'wall s':>8}{'steps/s':>9}{'updates/s':>10}{'rows/s':>10}{'eval':>9}{'ratio':>8}"
-          f"{'wall/SB3':>10}{'upd/SB3':>9}", flush=True)  # fmt: skip
-    base = sb3_run(args.env, args.steps, cfg, args.seed)
+          f"{'to ret s':>9}{'wall/SB3':>10}{'upd/SB3':>9}{'to/SB3':>8}", flush=True)  # fmt: skip
+    base = sb3_run(args.env, args.steps, cfg, args.seed, every, target)
     row("SB3 SAC", base, base)  # each row as it ends: a long run (HalfCheetah) shows what it has
     for shards in (int(s) for s in args.shards.split(",")):
         for agents in (int(a) for a in args.agents.split(",")):
-            figures = surreal_run(args.env, args.steps, agents, shards, args.set, args.seed)
+            figures = surreal_run(args.env, args.steps, agents, shards, args.set, args.seed, every, target)
             row(f"surreal {agents} agents {shards} shard{'s' if shards > 1 else ''}", figures, base)
 
 
 def row(name: str, f: dict, base: dict) -> None:
+    """One run's figures and its ratios to SB3's; a return not reached (or not timed) is "-"."""
+    to, base_to = f["to_target"], base["to_target"]
     print(f"{name:<28}{f['seconds']:>8.0f}{f['env_steps_s']:>9.0f}{f['updates_s']:>10.0f}{f['rows_s']:>10.0f}"
-          f"{f['eval_return']:>9.1f}{f['ratio_held']:>8.1f}{f['seconds'] / base['seconds']:>10.2f}"
-          f"{f['updates_s'] / base['updates_s']:>9.2f}", flush=True)  # fmt: skip
+          f"{f['eval_return']:>9.1f}{f['ratio_held']:>8.1f}{'-' if to is None else f'{to:.0f}':>9}"
+          f"{f['seconds'] / base['seconds']:>10.2f}{f['updates_s'] / base['updates_s']:>9.2f}"
+          f"{'-' if to is None or not base_to else f'{to / base_to:.2f}':>8}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
