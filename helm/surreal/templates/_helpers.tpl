@@ -97,10 +97,10 @@ set; none for an on-policy one, which refuses more (the CLI's refusal, word for 
 {{- $shards := int (.Values.replayShards | default 0) -}}
 {{- $offPolicy := has .Values.algo (splitList "," (include "surreal.replayAlgos" .)) -}}
 {{- if and (eq $shards 0) $offPolicy -}}{{- $shards = 1 -}}{{- end -}}
-{{- if and (gt $shards 1) (has .Values.algo (list "ppo" "es")) -}}
+{{- if and (gt $shards 1) (not $offPolicy) -}}
 {{- fail (printf "replay_shards %d: %s learns on-policy and keeps no replay (an off-policy algorithm does: sac)" $shards .Values.algo) -}}
 {{- end -}}
-{{- if has .Values.algo (list "ppo" "es") -}}{{- $shards = 0 -}}{{- end -}}
+{{- if not $offPolicy -}}{{- $shards = 0 -}}{{- end -}}
 {{- $shards -}}
 {{- end -}}
 
