@@ -104,7 +104,7 @@ def sb3_run(env: str, steps: int, cfg: object, seed: int, eval_every: int, targe
     evals = Evals()
     model.learn(steps, callback=evals)
     seconds = time.perf_counter() - evals.started - evals.paused
-    mean, _ = evaluate_policy(model, Monitor(gym.make(env)), n_eval_episodes=10, deterministic=True)
+    mean, _ = evaluate_policy(model, evals.env, n_eval_episodes=10, deterministic=True)
     updates = model._n_updates
     return {"seconds": seconds, "env_steps_s": steps / seconds, "updates_s": updates / seconds,
             "rows_s": updates * batch / seconds, "eval_return": float(mean),
