@@ -7,8 +7,11 @@
 For each: wall seconds of the run (the learner's elapsed time; SB3's learn()), env steps/s
 (sampling), gradient updates/s and rows trained/s (update Hz), the final policy's eval return and
 the replay ratio held; the seconds to a return (`--target`; Pendulum -200, HalfCheetah 3,000): the
-wall time of the first evaluation, every `--eval-every` env steps, whose mean reaches it; then
-surreal's wall time, rates and time to the return over SB3's.
+wall time of the first evaluation, every `--eval-every` env steps, whose mean reaches it; where
+the time goes: the share of the learner's time in gradient updates (SB3's in `train()` from its
+first call on; surreal's `replay.update_share`, over its last half minute of training): near 1,
+the update is the cap, not sampling, the transport or the replay; then surreal's wall time, rates
+and time to the return over SB3's.
 
 Both evaluate the deterministic policy on the same cadence: SB3 in line with its clock paused
 (its wall time is training only), surreal's evaluator beside the learner on the same cores (its
@@ -66,7 +69,7 @@ def surreal_run(env: str, steps: int, agents: int, shards: int, sets: list[str],
             "updates_s": st["updates"] / seconds,
             "rows_s": st["rows_trained"] / seconds, "eval_return": st["eval_return"],
             "ratio_held": sum(s["sampled"] for s in replay["shards"]) / max(1, st["env_steps"]),
-            "to_target": first_reaching(points, target)}  # fmt: skip
+            "update_share": replay["update_share"], "to_target": first_reaching(points, target)}  # fmt: skip
 
 
 def sb3_run(env: str, steps: int, cfg: object, seed: int, eval_every: int, target: float | None) -> dict:
@@ -84,6 +87,8 @@ def sb3_run(env: str, steps: int, cfg: object, seed: int, eval_every: int, targe
             super().__init__()
             self.env, self.started, self.paused = Monitor(gym.make(env)), time.perf_counter(), 0.0
             self.points: list[tuple[int, float, float]] = []  # (env steps, training seconds, mean)
+            self.updating = 0.0  # seconds in model.train(), and the training clock at its first call
+            self.first_update: float | None = None
 
         def _on_step(self) -> bool:
             if self.num_timesteps % eval_every == 0:
@@ -102,13 +107,25 @@ def sb3_run(env: str, steps: int, cfg: object, seed: int, eval_every: int, targe
                 gamma=cfg.gamma, train_freq=train_freq, gradient_steps=gradient_steps, seed=seed,  # type: ignore[attr-defined]
                 policy_kwargs={"net_arch": list(cfg.hidden_sizes)}, device="cpu")  # type: ignore[attr-defined]  # fmt: skip
     evals = Evals()
+    train = model.train
+
+    def timed_train(*args: object, **kwargs: object) -> None:
+        begun = time.perf_counter()
+        if evals.first_update is None:
+            evals.first_update = begun - evals.started - evals.paused
+        train(*args, **kwargs)  # type: ignore[arg-type]
+        evals.updating += time.perf_counter() - begun
+
+    model.train = timed_train  # type: ignore[method-assign]
     model.learn(steps, callback=evals)
     seconds = time.perf_counter() - evals.started - evals.paused
+    since_updates = seconds - (evals.first_update or 0.0)
     mean, _ = evaluate_policy(model, evals.env, n_eval_episodes=10, deterministic=True)
     updates = model._n_updates
     return {"seconds": seconds, "env_steps_s": steps / seconds, "updates_s": updates / seconds,
             "rows_s": updates * batch / seconds, "eval_return": float(mean),
             "ratio_held": updates * batch / steps,
+            "update_share": evals.updating / since_updates if since_updates > 0 else None,
             "to_target": first_reaching(evals.points, target)}  # fmt: skip
 
 
@@ -142,7 +159,8 @@ def main() -> None:
           f"{cfg.learning_starts}; evaluations every {every:,} env steps, time to return {target}",
           flush=True)  # fmt: skip
     print(f"{'run':<28}{'wall s':>8}{'steps/s':>9}{'updates/s':>10}{'rows/s':>10}{'eval':>9}{'ratio':>8}"
-          f"{'to ret s':>9}{'wall/SB3':>10}{'upd/SB3':>9}{'to/SB3':>8}", flush=True)  # fmt: skip
+          f"{'upd share':>10}{'to ret s':>9}{'wall/SB3':>10}{'upd/SB3':>9}{'to/SB3':>8}",
+          flush=True)  # fmt: skip
     base = sb3_run(args.env, args.steps, cfg, args.seed, every, target)
     row("SB3 SAC", base, base)  # each row as it ends: a long run (HalfCheetah) shows what it has
     for shards in (int(s) for s in args.shards.split(",")):
@@ -153,9 +171,10 @@ def main() -> None:
 
 def row(name: str, f: dict, base: dict) -> None:
     """One run's figures and its ratios to SB3's; a return not reached (or not timed) is "-"."""
-    to, base_to = f["to_target"], base["to_target"]
+    to, base_to, share = f["to_target"], base["to_target"], f["update_share"]
     print(f"{name:<28}{f['seconds']:>8.0f}{f['env_steps_s']:>9.0f}{f['updates_s']:>10.0f}{f['rows_s']:>10.0f}"
-          f"{f['eval_return']:>9.1f}{f['ratio_held']:>8.1f}{'-' if to is None else f'{to:.0f}':>9}"
+          f"{f['eval_return']:>9.1f}{f['ratio_held']:>8.1f}{'-' if share is None else f'{share:.2f}':>10}"
+          f"{'-' if to is None else f'{to:.0f}':>9}"
           f"{f['seconds'] / base['seconds']:>10.2f}{f['updates_s'] / base['updates_s']:>9.2f}"
           f"{'-' if to is None or not base_to else f'{to / base_to:.2f}':>8}", flush=True)  # fmt: skip
 

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 PREFETCH = 4  # batches each shard's thread keeps ready
 SAMPLE_WAIT_SECONDS = 0.2  # how long a shard may hold a sample for its limiter before answering
-RATE_WINDOW = 64  # (time, inserted, sampled) points the rates and the ratio held are measured over
+RATE_WINDOW = 64  # (time, inserted, sampled, seconds updating) points the rates are measured over
 RECENT_RETURNS = 20
 
 
@@ -124,7 +124,8 @@ class Learner(LearnerProgress):
         self._init_progress()
         self._ckpt_dir: Path = ctx.exp_dir / "checkpoints"
         self._tb: Scalars | None = Scalars(ctx.exp_dir / "tb")
-        self._rates: deque[tuple[float, int, int]] = deque(maxlen=RATE_WINDOW)
+        self._rates: deque[tuple[float, int, int, float]] = deque(maxlen=RATE_WINDOW)
+        self._updating = 0.0  # seconds in train_on since start: the update's share of the learner's time
         self._batch: dict[str, np.ndarray] | None = None
         self._unpublished = False
         self.last_stats: dict[str, float] = {}
@@ -149,9 +150,9 @@ class Learner(LearnerProgress):
         while self.shards.returns:
             self.train_returns.append(self.shards.returns.popleft())
             c.episodes += 1
-        now = time.monotonic()
-        if not self._rates or now - self._rates[-1][0] >= 0.5:
-            self._rates.append((now, inserted, self.shards.total("sampled")))
+        now = time.monotonic()  # the window stops at done: a finished run shows the rates it trained at
+        if not self.done and (not self._rates or now - self._rates[-1][0] >= 0.5):
+            self._rates.append((now, inserted, self.shards.total("sampled"), self._updating))
 
     def ready(self) -> bool:
         """A batch is at hand, and the last update's version has been published (the serving loop
@@ -188,11 +189,13 @@ class Learner(LearnerProgress):
 
     def train_on(self, rows: dict[str, np.ndarray]) -> dict[str, float]:
         """One `update` of the algorithm on `rows` (a replay sample: obs.batch packs them)."""
+        started = time.perf_counter()
         batch = {k: torch.from_numpy(v).to(self.device) for k, v in obs.batch(self.spaces, rows).items()}
         stats = self.algo.update(self.nets, batch, self.cfg)
         self.counters.updates += 1
         self.counters.rows_trained += len(rows["rewards"])
         self.last_stats = {k: float(v) for k, v in stats.items()}
+        self._updating += time.perf_counter() - started
         return self.last_stats
 
     def new_version(self) -> None:
@@ -209,15 +212,18 @@ class Learner(LearnerProgress):
     # --- status, checkpoints
 
     def replay_status(self) -> dict[str, Any]:
-        """The replay's size, its rates over the last half minute or so, and the ratio held there."""
+        """The replay's size, its rates over the last half minute or so, the ratio held there, and the
+        share of that time the learner spent updating (near 1: the update is the cap; well below:
+        the learner waits on the replay, that is on the actors, the transport or the limiter)."""
         if self.shards is None:
             return {}
-        (t0, i0, s0), (t1, i1, s1) = (self._rates[0], self._rates[-1]) if self._rates else ((0, 0, 0),) * 2
+        first, last = (self._rates[0], self._rates[-1]) if self._rates else ((0, 0, 0, 0),) * 2
+        (t0, i0, s0, u0), (t1, i1, s1, u1) = first, last
         dt = t1 - t0
         return {"size": self.shards.total("size"), "inserts_per_second": (i1 - i0) / dt if dt > 0 else 0.0,
                 "samples_per_second": (s1 - s0) / dt if dt > 0 else 0.0,
                 "replay_ratio": (s1 - s0) / (i1 - i0) if i1 > i0 else None,
-                "target_ratio": self.cfg.replay_ratio,
+                "target_ratio": self.cfg.replay_ratio, "update_share": (u1 - u0) / dt if dt > 0 else None,
                 "lost": self.shards.total("lost"), "restored": self.shards.total("restored"),
                 "refused_fragments": self.shards.total("refused"),
                 "malformed_streams": self.shards.total("malformed"),
