@@ -98,6 +98,9 @@ class Algorithm:
 
     def check_local(self, config: Any) -> None:
         """Raise ValueError when `config` cannot run on this machine (e.g. a GPU it does not have)."""
+        device = getattr(config, "device", "cpu")
+        if device not in ("auto", "cpu"):
+            _module("common.device").resolve_device(device)
 
     def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
         """The bytes of one message of experience from a worker of `agents_in_worker` agents (0
@@ -172,10 +175,6 @@ class OnPolicy(Algorithm):
 
     def check_config(self, config: Any, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
         _module("onpolicy.config").check_config(config, env, resolved=resolved)
-
-    def check_local(self, config: Any) -> None:
-        if config.device not in ("auto", "cpu"):
-            _module("onpolicy.device").resolve_device(config.device)
 
     def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
         return int(_module("onpolicy.fragment").fragment_bytes(config, resolved, agents_in_worker))

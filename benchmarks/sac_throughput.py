@@ -19,7 +19,7 @@ clock runs on), so the comparison leans SB3's way. SB3 plays `eval_episodes` epi
 evaluation, surreal's evaluator at least 5,000 steps' worth.
 
     python benchmarks/sac_throughput.py [--env Pendulum-v1] [--steps 10000] [--agents 2,4,8] \
-        [--shards 1,2] [--set hidden_sizes=[64,64] --set replay_ratio=128] [--target -200]
+        [--shards 1,2] [--set hidden_sizes=[64,64] --set replay_ratio=128] [--target -200] [--device cuda]
 
 Shared machines are noisy: read the ratios of one run, not absolute figures across runs.
 """
@@ -105,7 +105,7 @@ def sb3_run(env: str, steps: int, cfg: object, seed: int, eval_every: int, targe
     model = SAC("MlpPolicy", gym.make(env), learning_rate=cfg.learning_rate, batch_size=batch,  # type: ignore[attr-defined]
                 buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts, tau=cfg.tau,  # type: ignore[attr-defined]
                 gamma=cfg.gamma, train_freq=train_freq, gradient_steps=gradient_steps, seed=seed,  # type: ignore[attr-defined]
-                policy_kwargs={"net_arch": list(cfg.hidden_sizes)}, device="cpu")  # type: ignore[attr-defined]  # fmt: skip
+                policy_kwargs={"net_arch": list(cfg.hidden_sizes)}, device=cfg.device)  # type: ignore[attr-defined]  # fmt: skip
     evals = Evals()
     train = model.train
 
@@ -144,6 +144,9 @@ def main() -> None:
     parser.add_argument("--target", type=float, help="the return to time; default: -200 on Pendulum, "
                         "3,000 on HalfCheetah")  # fmt: skip
     parser.add_argument("--eval-every", type=int, help="env steps between evaluations; default: steps / 20")
+    parser.add_argument(
+        "--device", default="cpu", help="both learners' torch device (cpu, cuda); default cpu"
+    )
     args = parser.parse_args()
     args.set = args.set or list(DEFAULT_SETS)
     target = args.target if args.target is not None else TARGETS.get(args.env)
@@ -152,11 +155,15 @@ def main() -> None:
 
     from surreal.algorithms.registry import get_algorithm
 
-    overrides = {k: ast.literal_eval(v) for k, v in (s.split("=", 1) for s in args.set)}
+    args.set.append(f"device={args.device}")  # surreal's default (auto) would take a GPU SB3 is not given
+    overrides = {
+        k: (v if k == "device" else ast.literal_eval(v)) for k, v in (s.split("=", 1) for s in args.set)
+    }
     cfg = replace(get_algorithm("sac").preset(args.env, 2), **overrides)
-    print(f"{args.env}, {args.steps:,} env steps, seed {args.seed}: batch {cfg.batch_size}, replay "
-          f"ratio {cfg.replay_ratio:g}, hidden {list(cfg.hidden_sizes)}, learning_starts "
-          f"{cfg.learning_starts}; evaluations every {every:,} env steps, time to return {target}",
+    print(f"{args.env}, {args.steps:,} env steps, seed {args.seed}, learners on {cfg.device}: batch "
+          f"{cfg.batch_size}, replay ratio {cfg.replay_ratio:g}, hidden {list(cfg.hidden_sizes)}, "
+          f"learning_starts {cfg.learning_starts}; evaluations every {every:,} env steps, time to return "
+          f"{target}",
           flush=True)  # fmt: skip
     print(f"{'run':<28}{'wall s':>8}{'steps/s':>9}{'updates/s':>10}{'rows/s':>10}{'eval':>9}{'ratio':>8}"
           f"{'upd share':>10}{'to ret s':>9}{'wall/SB3':>10}{'upd/SB3':>9}{'to/SB3':>8}",

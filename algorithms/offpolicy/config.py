@@ -10,6 +10,7 @@ from typing import ClassVar
 import numpy as np
 
 from surreal.algorithms.common import bounds
+from surreal.algorithms.common.device import DEVICE_RE, DEVICE_RULE
 from surreal.algorithms.envs.make import EnvSpaces, resolve_env, spaces_of
 from surreal.algorithms.envs.obs_leaves import image_slice
 from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
@@ -46,7 +47,7 @@ class OffPolicyConfig(bounds.Settings):
     gamma: float = 0.99
     tau: float = 0.005  # target networks' Polyak step
     learner_threads: int = 1
-    device: str = "cpu"
+    device: str = "auto"  # as PPO's: CUDA when torch sees a GPU (--gpu on a cluster), else the CPU
     publish_seconds: float = 0.05  # a new policy version at least this often while it trains
 
     # --- networks ---
@@ -67,9 +68,7 @@ class OffPolicyConfig(bounds.Settings):
 
     def validate(self) -> None:
         super().validate()
-        self.require(
-            self.device == "cpu" or self.device.startswith("cuda"), "device", "must be cpu or cuda[:N]"
-        )
+        self.require(bool(DEVICE_RE.fullmatch(self.device)), "device", DEVICE_RULE)
         self.require(self.learning_starts <= self.buffer_size, "learning_starts",
                      f"must be at most buffer_size ({self.buffer_size:,})")  # fmt: skip
 

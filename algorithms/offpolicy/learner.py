@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from surreal.algorithms.common.checkpoint import load_checkpoint
+from surreal.algorithms.common.device import resolve_device
 from surreal.algorithms.common.progress import LearnerProgress
 from surreal.algorithms.common.run import RunContext, progress_extras
 from surreal.algorithms.common.serving import ServingLoop, initial_agents
@@ -115,7 +116,7 @@ class Learner(LearnerProgress):
     def __init__(self, algo: OffPolicy, cfg: OffPolicyConfig, ctx: RunContext, shards: Shards | None) -> None:
         self.algo, self.cfg, self.total_steps = algo, cfg, ctx.total_steps
         self.spaces = spaces_for(ctx.env).keep(cfg.obs_keys)
-        self.device = torch.device(cfg.device)
+        self.device = resolve_device(cfg.device)
         torch.manual_seed(ctx.seed)
         self.nets: Any = algo.make(cfg, self.spaces).to(self.device)
         self.counters = Counters()
@@ -128,7 +129,7 @@ class Learner(LearnerProgress):
         self._updating = 0.0  # seconds in train_on since start: the update's share of the learner's time
         self._batch: dict[str, np.ndarray] | None = None
         self._unpublished = False
-        self.last_stats: dict[str, float] = {}
+        self._stats: dict[str, Any] = {}  # the last update's, as it returned them (tensors)
         self._restore()
 
     # --- training
@@ -187,16 +188,21 @@ class Learner(LearnerProgress):
         if self.checkpoint_due():
             self.save()
 
-    def train_on(self, rows: dict[str, np.ndarray]) -> dict[str, float]:
+    @property
+    def last_stats(self) -> dict[str, float]:
+        """The last update's statistics as numbers: read when shown, not at each update, so that a
+        learner on a GPU does not wait for its kernels once per statistic per update."""
+        return {k: float(v) for k, v in self._stats.items()}
+
+    def train_on(self, rows: dict[str, np.ndarray]) -> None:
         """One `update` of the algorithm on `rows` (a replay sample: obs.batch packs them)."""
         started = time.perf_counter()
         batch = {k: torch.from_numpy(v).to(self.device) for k, v in obs.batch(self.spaces, rows).items()}
         stats = self.algo.update(self.nets, batch, self.cfg)
         self.counters.updates += 1
         self.counters.rows_trained += len(rows["rewards"])
-        self.last_stats = {k: float(v) for k, v in stats.items()}
+        self._stats = stats
         self._updating += time.perf_counter() - started
-        return self.last_stats
 
     def new_version(self) -> None:
         self.counters.version += 1

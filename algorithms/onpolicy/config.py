@@ -5,16 +5,15 @@ examples/a2c.py) and their ranges (`BOUNDS`); `--set NAME=VALUE` reaches every f
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import ClassVar
 
 from surreal.algorithms.common import bounds
+from surreal.algorithms.common.device import DEVICE_RE, DEVICE_RULE
 from surreal.algorithms.envs.make import resolve_env, spaces_of
 from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
 
 FEATURES = 512  # width of the CNN trunk's output (cnn.py), which the MLPs take for images
-DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 TINY, HUGE = 1e-12, bounds.UNBOUNDED  # "> 0", and no natural upper bound
 
 
@@ -74,7 +73,7 @@ class OnPolicyConfig(bounds.Settings):
 
     def validate(self) -> None:
         super().validate()
-        self.require(bool(DEVICE_RE.fullmatch(self.device)), "device", "must be auto, cpu, cuda or cuda:N")
+        self.require(bool(DEVICE_RE.fullmatch(self.device)), "device", DEVICE_RULE)
 
 
 # The counts and waits from what a worker, an evaluator and a learner can hold and finish, the

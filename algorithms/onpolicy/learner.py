@@ -26,6 +26,7 @@ import torch
 
 from surreal.algorithms.api import OnPolicy
 from surreal.algorithms.common.checkpoint import load_checkpoint
+from surreal.algorithms.common.device import resolve_device
 from surreal.algorithms.common.exits import EXIT_COLLECTIVE_FAILED
 from surreal.algorithms.common.normalization import RunningMeanStd
 from surreal.algorithms.common.progress import LearnerProgress
@@ -41,7 +42,6 @@ from surreal.algorithms.common.tb import Scalars
 from surreal.algorithms.envs.make import EnvSpaces, spaces_for
 from surreal.algorithms.onpolicy.batch import TENSORS, Batch
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
-from surreal.algorithms.onpolicy.device import resolve_device
 from surreal.algorithms.onpolicy.evaluator import eval_policy
 from surreal.algorithms.onpolicy.fragment import (
     REJECT_REASONS,

@@ -1,5 +1,5 @@
-"""The PPO learner's device: chosen by `device`, implied by --gpu, checked before a local run, and
-checkpoints that load on either device. The CUDA tests run where torch sees a GPU."""
+"""A learner's device (PPO's and SAC's): chosen by `device`, implied by --gpu, checked before a local
+run, and checkpoints that load on either device. The CUDA tests run where torch sees a GPU."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import numpy as np
 import pytest
 import torch
 
+from surreal.algorithms.common.device import resolve_device
+from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.envs.make import spaces_for
+from surreal.algorithms.offpolicy.learner import Learner as OffPolicyLearner
+from surreal.algorithms.offpolicy.shard import fields as replay_fields
 from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.device import resolve_device
 from surreal.algorithms.onpolicy.learner import Learner
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
+from surreal.algorithms.sac import SAC, SACConfig
 from surreal.protocol.types import Fragment
 from surreal.spec import SpecError, build_spec
 
@@ -121,3 +125,94 @@ def test_checkpoints_load_across_devices(tmp_path, saved_on, loaded_on):
     for _ in range(4):
         resumed.add_fragment(Fragment("a", resumed.counters.version, actor.collect()))
     assert resumed.update()  # Adam's state came along to the new device
+
+
+# --- SAC's learner (the off-policy runtime's): the same `device`, the same rules
+
+
+def _sac_learner(device: str, exp_dir) -> OffPolicyLearner:
+    cfg = SACConfig(hidden_sizes=(32, 32), batch_size=64, device=device)
+    return OffPolicyLearner(SAC(), cfg, RunContext(ENV, 0, 10_000, 1, exp_dir, "127.0.0.1:1", "t"), None)
+
+
+def _sac_rows(learner: OffPolicyLearner, seed: int) -> dict[str, np.ndarray]:
+    """A replay sample of random transitions in the shard's fields (actions inside [-1, 1])."""
+    rng = np.random.default_rng(seed)
+    n = learner.cfg.batch_size
+    return {name: (rng.random((n, *shape)) < 0.1 if dtype.kind == "b" else rng.uniform(-1, 1, (n, *shape)))
+            .astype(dtype) for name, (dtype, shape) in replay_fields(learner.spaces).items()}  # fmt: skip
+
+
+def test_sac_given_gpus_trains_on_cuda_and_takes_the_device_names_ppo_takes(tmp_path):
+    flags = {"algo": "sac", "env": ENV}
+    assert build_spec("x", flags={**flags, "backend": "kube", "gpu": 1}).config.device == "cuda"
+    assert build_spec("x", flags=flags).config.device == "auto"
+    for bad in ("gpu", "cuda:x", ""):
+        with pytest.raises(SpecError, match="sac.device must be auto, cpu, cuda or cuda:N"):
+            build_spec("x", flags=flags, overrides={"device": bad})
+    learner = _sac_learner("auto", tmp_path)
+    try:
+        assert learner.device.type == ("cuda" if CUDA else "cpu")
+        assert next(learner.nets.parameters()).device == learner.device
+    finally:
+        learner.close()
+
+
+@pytest.fixture
+def same_noise(monkeypatch):
+    """The policy's Gaussian noise drawn on the CPU and moved, from the generator this returns: a
+    learner on CUDA draws what one on the CPU draws when each update starts from the same seed."""
+    generator, randn_like = torch.Generator(), torch.randn_like
+
+    def drawn_on_the_cpu(t: torch.Tensor, **kwargs) -> torch.Tensor:
+        if kwargs:
+            return randn_like(t, **kwargs)
+        return torch.randn(t.shape, generator=generator, dtype=t.dtype).to(t.device)
+
+    monkeypatch.setattr(torch, "randn_like", drawn_on_the_cpu)
+    return generator
+
+
+@needs_cuda
+def test_the_sac_learner_trains_on_cuda_as_on_the_cpu(tmp_path, same_noise):
+    """The same weights, batch and noise: the first update's statistics agree closely; after three
+    updates nearly every weight does (Adam's first steps are about lr x the gradient's sign, so a
+    gradient within rounding of zero may step the other way: at most 6 x lr apart)."""
+    cpu, gpu = (_sac_learner(d, tmp_path / d) for d in ("cpu", "cuda"))
+    try:
+        assert all(p.device.type == "cuda" for p in gpu.nets.parameters())
+        for i in range(3):
+            rows = _sac_rows(cpu, i)
+            for learner in (cpu, gpu):
+                same_noise.manual_seed(i)
+                learner.train_on(rows)
+            if i == 0:
+                want, got = cpu.last_stats, gpu.last_stats
+                for k, w in want.items():
+                    np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
+        got, want = gpu.params().weights, cpu.params().weights
+        for k, w in want.items():
+            close = np.abs(got[k] - w) <= 1e-5 + 1e-4 * np.abs(w)
+            assert close.mean() >= 0.999 and np.abs(got[k] - w).max() <= 6 * cpu.cfg.learning_rate, k
+    finally:
+        cpu.close()
+        gpu.close()
+
+
+@needs_cuda
+@pytest.mark.parametrize(("saved_on", "loaded_on"), [("cuda", "cpu"), ("cpu", "cuda")])
+def test_sac_checkpoints_load_across_devices(tmp_path, saved_on, loaded_on):
+    learner = _sac_learner(saved_on, tmp_path)
+    learner.train_on(_sac_rows(learner, 0))
+    learner.save()
+    before = learner.params().weights
+    learner.close()
+    resumed = _sac_learner(loaded_on, tmp_path)
+    try:
+        assert all(p.device.type == loaded_on for p in resumed.nets.parameters())
+        for k, w in resumed.params().weights.items():
+            np.testing.assert_array_equal(w, before[k])
+        resumed.train_on(_sac_rows(resumed, 1))  # Adam's state came along to the new device
+        assert all(np.isfinite(v) for v in resumed.last_stats.values())
+    finally:
+        resumed.close()

@@ -1,10 +1,15 @@
-"""Which torch device the on-policy learner trains on (`device`: auto, cpu, cuda or cuda:N)."""
+"""Which torch device a learner trains on (every algorithm's `device`: auto, cpu, cuda or cuda:N)."""
 
 from __future__ import annotations
 
+import re
+
+DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+DEVICE_RULE = "must be auto, cpu, cuda or cuda:N"
+
 
 def resolve_device(name: str, rank: int = 0):  # -> torch.device (torch imported here, not at spec time)
-    """`name` as OnPolicyConfig.validate() accepts it. "auto": a CUDA device when torch sees one, else
+    """`name` as DEVICE_RE accepts it. "auto": a CUDA device when torch sees one, else
     the CPU. Of learner rank `rank`, "auto" and "cuda" mean its own GPU where there are several
     (rank modulo the devices torch sees: a pod given `--gpu N` for N ranks gives each rank one).
     "cuda" (or "cuda:N") when torch sees no such device raises ValueError saying why, instead of
