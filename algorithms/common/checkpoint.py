@@ -31,6 +31,18 @@ def _replace_atomically(path: Path, write: Any) -> None:
         raise
 
 
+def on_cpu(value: Any) -> Any:
+    """`value` (tensors in dicts, lists and tuples, as state_dict()s hold them) with every tensor on
+    the CPU; a tensor there already is not copied."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: on_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(on_cpu(v) for v in value)
+    return value
+
+
 def load_checkpoint(directory: Path) -> dict[str, Any] | None:
     """The last saved state, or None if there is none."""
     path = directory / LATEST
@@ -104,8 +116,10 @@ class Envelope:
     KEYS = ("counters", "train_returns", "eval", "clean", "saved_at")
 
     def save(self, state: dict[str, Any], directory: Path) -> Path:
-        """Write the algorithm's `state` inside this envelope as `directory/latest.pt`."""
+        """Write the algorithm's `state` inside this envelope as `directory/latest.pt`, its tensors
+        on the CPU whatever device they trained on (the file loads anywhere, as it is)."""
         assert not set(self.KEYS) & state.keys(), "the state uses a key of the envelope"
+        state = on_cpu(state)
         envelope = {
             "counters": self.counters,
             "train_returns": self.train_returns,

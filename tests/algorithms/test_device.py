@@ -83,11 +83,21 @@ def _trained(device: str, exp_dir=None) -> tuple[Learner, Actor]:
     return learner, actor
 
 
-def test_checkpoints_hold_cpu_tensors_whatever_the_device(tmp_path):
-    learner, _ = _trained("cpu", tmp_path)
+def _tensors(value) -> list[torch.Tensor]:
+    """Every tensor in a loaded checkpoint's dicts and lists."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
+    return [t for v in items for t in _tensors(v)]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_checkpoints_hold_cpu_tensors_whatever_the_device(tmp_path, device):
+    learner, _ = _trained(device, tmp_path)
     learner.save()
-    state = torch.load(tmp_path / "checkpoints" / "latest.pt", weights_only=True)
-    assert all(t.device.type == "cpu" for t in state["model"].values())
+    state = torch.load(tmp_path / "checkpoints" / "latest.pt", weights_only=True)  # no map_location
+    assert _tensors(state["model"]) and _tensors(state["optimizer"]["state"])
+    assert all(t.device.type == "cpu" for t in _tensors(state))
 
 
 @needs_cuda
@@ -207,6 +217,8 @@ def test_sac_checkpoints_load_across_devices(tmp_path, saved_on, loaded_on):
     learner.save()
     before = learner.params().weights
     learner.close()
+    saved = torch.load(tmp_path / "checkpoints" / "latest.pt", weights_only=True)  # no map_location
+    assert all(t.device.type == "cpu" for t in _tensors(saved))
     resumed = _sac_learner(loaded_on, tmp_path)
     try:
         assert all(p.device.type == loaded_on for p in resumed.nets.parameters())
