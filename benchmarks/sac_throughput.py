@@ -155,11 +155,9 @@ def main() -> None:
 
     from surreal.algorithms.registry import get_algorithm
 
-    args.set.append(f"device={args.device}")  # surreal's default (auto) would take a GPU SB3 is not given
-    overrides = {
-        k: (v if k == "device" else ast.literal_eval(v)) for k, v in (s.split("=", 1) for s in args.set)
-    }
-    cfg = replace(get_algorithm("sac").preset(args.env, 2), **overrides)
+    overrides = {k: ast.literal_eval(v) for k, v in (s.split("=", 1) for s in args.set)}
+    cfg = replace(get_algorithm("sac").preset(args.env, 2), **overrides, device=args.device)
+    sets = [*args.set, f"device={args.device}"]  # surreal's default (auto) would take a GPU SB3 is not given
     print(f"{args.env}, {args.steps:,} env steps, seed {args.seed}, learners on {cfg.device}: batch "
           f"{cfg.batch_size}, replay ratio {cfg.replay_ratio:g}, hidden {list(cfg.hidden_sizes)}, "
           f"learning_starts {cfg.learning_starts}; evaluations every {every:,} env steps, time to return "
@@ -172,7 +170,7 @@ def main() -> None:
     row("SB3 SAC", base, base)  # each row as it ends: a long run (HalfCheetah) shows what it has
     for shards in (int(s) for s in args.shards.split(",")):
         for agents in (int(a) for a in args.agents.split(",")):
-            figures = surreal_run(args.env, args.steps, agents, shards, args.set, args.seed, every, target)
+            figures = surreal_run(args.env, args.steps, agents, shards, sets, args.seed, every, target)
             row(f"surreal {agents} agents {shards} shard{'s' if shards > 1 else ''}", figures, base)
 
 
