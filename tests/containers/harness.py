@@ -4,10 +4,11 @@ condition, a crash or an OOM kill from the host, and `surreal status` of the run
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from surreal.orchestrator.containers.plan import RUN_LABEL, ContainersError, PodRun
@@ -88,3 +89,20 @@ class HarnessRun(Run):
             raise ContainersError(f"{pod.name} is not running")
         os.kill(pid, sig)
         return pid
+
+
+@contextlib.contextmanager
+def held_containers(engine: Engine, names: Sequence[str]) -> Iterator[list[str]]:
+    """The containers' processes stopped (SIGSTOP to each one's PID 1, from the host) for the block,
+    continued after it: held actors take no env step, so a run cannot end while a test injects its
+    faults, however fast the machine. A signal sent meanwhile (a stop's SIGTERM) is delivered when
+    they go on. Yields the names held."""
+    pids = [int(info["State"]["Pid"]) for info in engine.inspect(list(names))] if names else []
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield list(names)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import held_containers
 
 from surreal.orchestrator.containers.run import Engine
 from surreal.orchestrator.launcher import wait_until
@@ -44,6 +45,19 @@ class Cli:
         """Containers of experiment `name` on this machine, running or not."""
         out = self.engine(
             "ps", "-a", "--filter", f"label=surreal.io/experiment={name}", "--format", "{{.Names}}"
+        )
+        return out.split()
+
+    def running(self, name: str, role: str) -> list[str]:
+        """The running containers of `name`'s `role`."""
+        out = self.engine(
+            "ps",
+            "--filter",
+            f"label=surreal.io/experiment={name}",
+            "--filter",
+            f"label=surreal.io/component={role}",
+            "--format",
+            "{{.Names}}",
         )
         return out.split()
 
@@ -86,12 +100,29 @@ def test_a_queued_run_is_resized_through_suspend_and_resume_losing_no_update(cli
     [learner] = [c["name"] for c in before["components"] if c["role"] == "learner"]  # one pod, two ranks
     actors = sorted(c["name"] for c in before["components"] if c["role"] == "actor")
 
-    scale = subprocess.Popen([SURREAL, "scale", "qr", "--agents", "4", "--learner-pods", "2"], env=cli.env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             stdin=subprocess.DEVNULL)  # fmt: skip
+    # The actors are held from the first update until the suspension shows: the run cannot reach its
+    # steps before it is suspended, however fast the machine (the stop's SIGTERM reaches them when
+    # they go on).
+    with held_containers(cli.engine, cli.running("qr", "actor")):
+        scale = subprocess.Popen(
+            [SURREAL, "scale", "qr", "--agents", "4", "--learner-pods", "2"],
+            env=cli.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            during = wait_until(
+                "the resize to show",
+                lambda: (st := cli.status("qr"))["admission"] != "Admitted" and st,
+                120.0,
+                poll=0.2,
+            )
+        except BaseException:
+            scale.kill()
+            raise
     try:
-        during = wait_until("the resize to show", lambda: (st := cli.status("qr"))["admission"] != "Admitted"
-                            and st, 120.0, poll=0.2)  # fmt: skip
         out, err = scale.communicate(timeout=300)
     finally:
         scale.kill()
@@ -177,15 +208,25 @@ def test_learner_ranks_in_two_pods_ride_out_a_killed_pod_and_a_preempted_one(cli
     wait_until("10 updates", lambda: updates(10), 300.0, poll=0.5)
     wait_until("a timed checkpoint", lambda: "checkpoint: version" in cli.run("logs", "lp", "learner").stdout
                and learner_container(True), 60.0)  # fmt: skip
-    cli.engine("kill", "--signal", "KILL", learner_container(True))
-    killed = wait_until("the group's restart", lambda: (st := cli.status("lp")).get("group_restarts") and st,
-                        180.0, poll=0.5)  # fmt: skip
+    # Each fault is injected with the actors held (SIGSTOP): the run cannot reach its steps before
+    # the fault's recovery is seen, however fast the machine.
+    with held_containers(cli.engine, cli.running("lp", "actor")):
+        cli.engine("kill", "--signal", "KILL", learner_container(True))
+        killed = wait_until(
+            "the group's restart",
+            lambda: (st := cli.status("lp")).get("group_restarts") and st,
+            180.0,
+            poll=0.5,
+        )
     wait_until("5 more updates", lambda: updates(killed["updates"] + 5), 180.0, poll=0.5)
-    pod0 = learner_container(False)
-    peer = learner_container(True)
-    cli.engine("kill", "--signal", "TERM", pod0)
-    replacement = wait_until("pod 0's replacement",
-                             lambda: (c := learner_container(False)) and c != pod0 and c, 120.0)  # fmt: skip
+    with held_containers(cli.engine, cli.running("lp", "actor")):
+        pod0 = learner_container(False)
+        peer = learner_container(True)
+        cli.engine("kill", "--signal", "TERM", pod0)
+        replacement = wait_until(
+            "pod 0's replacement", lambda: (c := learner_container(False)) and c != pod0 and c, 120.0
+        )
+        assert (st := cli.status("lp"))["env_steps"] < STEPS, st
 
     final = wait_until("the end", lambda: (st := cli.status("lp"))["phase"] in ("Succeeded", "Failed") and st,
                        600.0, poll=1.0)  # fmt: skip
@@ -248,6 +289,9 @@ def test_scale_starts_and_stops_actor_containers_and_the_learner_follows(cli: Cl
     assert not (cli.home / "experiments" / "sc").exists()
 
 
+DT_STEPS = 8_000  # the detached SAC run below
+
+
 def test_a_detached_run_ends_by_itself_and_frees_every_container_then_list_status_logs_delete(
     cli: Cli,
 ) -> None:
@@ -261,16 +305,49 @@ def test_a_detached_run_ends_by_itself_and_frees_every_container_then_list_statu
     Pendulum is proven on the local backend (tests/integration/test_sac.py), so this one trains an
     eighth of the preset's replay ratio: 55-86 s a run, 3 runs (in one the actors took 30 s to
     reach the replacement shard; in the others under 10 s)."""
-    cli.run("create", "dt", "--algo", "sac", "--env", "Pendulum-v1", "--agents", "2", "--steps", "4000",
-            "--seed", "1", "--set", "eval_episodes=2", "--set", "replay_ratio=32", "--backend", "containers",
-            "--detach", timeout=300.0)  # fmt: skip
+    cli.run(
+        "create",
+        "dt",
+        "--algo",
+        "sac",
+        "--env",
+        "Pendulum-v1",
+        "--agents",
+        "2",
+        "--steps",
+        str(DT_STEPS),
+        "--seed",
+        "1",
+        "--set",
+        "eval_episodes=2",
+        "--set",
+        "replay_ratio=32",
+        "--backend",
+        "containers",
+        "--detach",
+        timeout=300.0,
+    )
     # Preemption of the shard mid-run: SIGTERM to its container; it saves its rows to the claim
-    # and its replacement (the same index, the same stable name) restores them.
+    # and its replacement (the same index, the same stable name) restores them. The actors are held
+    # (SIGSTOP) from when the shard holds rows until the replacement has restored them: the run
+    # cannot end first (a done shard has nothing to save), however fast the machine.
     note = lambda: next(cli.home.rglob("replay/shard-0.json"), None)  # noqa: E731
     wait_until("the shard to hold rows", lambda: (n := note()) and json.loads(n.read_text())["size"] >= 500,
                300, poll=0.5)  # fmt: skip
-    [shard] = [c for c in cli.containers("dt") if c.startswith("dt-replay-0")]
-    cli.engine("kill", "--signal", "TERM", shard)
+    with held_containers(cli.engine, cli.running("dt", "actor")):
+        [shard] = [c for c in cli.containers("dt") if c.startswith("dt-replay-0")]
+        cli.engine("kill", "--signal", "TERM", shard)
+        wait_until(
+            "the shard's replacement to restore its rows",
+            lambda: any(
+                "restored" in cli.run("logs", "dt", c, ok=False).stdout
+                for c in cli.running("dt", "replay")
+                if c != shard
+            ),
+            300,
+            poll=1.0,
+        )
+        assert (n := note()) is not None and json.loads(n.read_text())["inserted"] < DT_STEPS
     record = cli.home / "experiments" / "dt" / "containers.json"
     wait_until("the run to end", lambda: "phase" in json.loads(record.read_text()), 600, poll=1.0)
     assert cli.containers("dt") == []  # the run is done: its containers are gone, its files stay

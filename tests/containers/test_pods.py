@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import HarnessRun
+from harness import HarnessRun, held_containers
 
 from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.orchestrator.containers import plan as containers_plan
@@ -343,17 +343,9 @@ def test_every_containers_log_is_readable(ppo: Observed) -> None:
     assert "TensorBoard" in next(t for n, t in logs.items() if n.startswith("cpc-tensorboard"))
 
 
-@contextlib.contextmanager
-def held(run: HarnessRun, pods: list[containers_plan.PodRun]) -> Iterator[None]:
+def held(run: HarnessRun, pods: list[containers_plan.PodRun]) -> contextlib.AbstractContextManager[list[str]]:
     """The pods' processes stopped (SIGSTOP) for the block, continued after it."""
-    pids = [int(run.engine.inspect([p.name])[0]["State"]["Pid"]) for p in pods]
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
+    return held_containers(run.engine, [p.name for p in pods])
 
 
 def connected_to(pid: int, port: int) -> bool:

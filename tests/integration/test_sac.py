@@ -8,10 +8,11 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
-from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
+from cli_harness import RUN_TIMEOUT, Cli, ended, frozen, running, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -61,25 +62,38 @@ def noted_rows(note: Path) -> int:
 def test_shards_and_the_learner_killed_or_preempted_and_the_run_succeeds(cli: Cli) -> None:
     """Two shards, four agents: SIGKILL to replay-0 (its rows are lost: status counts them), SIGTERM to
     replay-1 (it saves; its replacement restores exactly what was saved), then SIGKILL to the learner
-    (it resumes from its checkpoint, the shards' rows untouched); the run goes on to Succeeded."""
+    (it resumes from its checkpoint, the shards' rows untouched); the run goes on to Succeeded.
+
+    The run is held open while the faults are injected, whatever the machine's speed: its actors
+    are frozen (SIGSTOP) from the moment it has steps and updates until every replacement is up,
+    so it cannot reach its steps meanwhile (CI lost this race on a faster machine: the run was done
+    4 s after the shards started, and a done shard has nothing to save). The learner's updates
+    pace the actors (8 env steps an update at this ratio), and the status read may be a second
+    old: its steps are far beyond what a fast machine reaches in the second before the freeze,
+    which the status written after the freeze shows."""
+    steps = 40_000
     cli.run("create", "shards", "--algo", "sac", "--env", "Pendulum-v1", "--agents", "4",
-            "--replay-shards", "2", "--steps", "6000", "--seed", "1", "--set", "hidden_sizes=[32,32]",
-            "--set", "replay_ratio=32",
-            "--set", "eval_episodes=2", "--detach", timeout=30.0)  # fmt: skip
-    wait_for(lambda: (s := running(cli, "shards", min_updates=20)) and s["env_steps"] >= 1500, 120.0,
-             "updates from both shards")  # fmt: skip
-    # The rows a SIGKILL loses are counted from the shard's last note of its counters (every 2 s):
-    # kill it once a note holds rows (seen in CI: killed 3 s after its start, before its first).
-    note = cli.exp_dir("shards") / "replay" / "shard-0.json"
-    wait_for(lambda: noted_rows(note) > 0, 60.0, "replay-0's note of its rows")
-    killed, preempted = cli.component("shards", "replay-0"), cli.component("shards", "replay-1")
-    os.kill(killed["pid"], signal.SIGKILL)
-    os.kill(preempted["pid"], signal.SIGTERM)
-    wait_for(lambda: all(cli.component("shards", c)["restarts"] == 1 for c in ("replay-0", "replay-1")), 60.0,
-             "both shards replaced")  # fmt: skip
-    learner = cli.component("shards", "learner")
-    os.kill(learner["pid"], signal.SIGKILL)
-    wait_for(lambda: cli.component("shards", "learner")["restarts"] == 1, 60.0, "the learner replaced")
+            "--replay-shards", "2", "--steps", str(steps), "--seed", "1", "--set", "hidden_sizes=[32,32]",
+            "--set", "replay_ratio=32", "--set", "eval_episodes=2", "--detach", timeout=30.0)  # fmt: skip
+    first = wait_for(lambda: running(cli, "shards", min_updates=1), 120.0, "updates from the shards")
+    with frozen(cli, "shards") as actors:
+        frozen_at = time.time()
+        status = cli.exp_dir("shards") / "status.json"
+        wait_for(lambda: status.stat().st_mtime > frozen_at + 0.5, 30.0, "a status written after the freeze")
+        seen = json.loads(status.read_text())
+        assert actors and seen["env_steps"] < steps // 2 and not seen.get("done"), (first, seen)
+        # The rows a SIGKILL loses are counted from the shard's last note of its counters (every 2
+        # s): kill it once a note holds rows (seen in CI: killed 3 s after its start, before its first).
+        note = cli.exp_dir("shards") / "replay" / "shard-0.json"
+        wait_for(lambda: noted_rows(note) > 0, 60.0, "replay-0's note of its rows")
+        killed, preempted = cli.component("shards", "replay-0"), cli.component("shards", "replay-1")
+        os.kill(killed["pid"], signal.SIGKILL)
+        os.kill(preempted["pid"], signal.SIGTERM)
+        wait_for(lambda: all(cli.component("shards", c)["restarts"] == 1 for c in ("replay-0", "replay-1")),
+                 60.0, "both shards replaced")  # fmt: skip
+        learner = cli.component("shards", "learner")
+        os.kill(learner["pid"], signal.SIGKILL)
+        wait_for(lambda: cli.component("shards", "learner")["restarts"] == 1, 60.0, "the learner replaced")
     final = wait_for(lambda: ended(cli, "shards"), RUN_TIMEOUT, "the run to end", poll=0.5)
     assert final["phase"] == "Succeeded", final
     assert {c["name"]: c["restarts"] for c in final["components"] if c["restarts"]} == {
