@@ -17,6 +17,7 @@ from typing import IO, Any
 import psutil
 
 from surreal.algorithms.common.scale import SCALE_FILE
+from surreal.algorithms.offpolicy.replay import DELETING_FILE
 from surreal.orchestrator.files import read_json, write_json_atomic
 from surreal.orchestrator.launcher import CorruptFile, LauncherError
 from surreal.spec import ExperimentSpec, SpecError, load_spec_file, load_yaml_file, validate_name
@@ -184,6 +185,14 @@ def poll_metrics(exp_dir: Path) -> dict[str, Any]:
         return read_metrics(exp_dir)
     except CorruptFile:
         return {}
+
+
+def mark_deleting(exp_dir: Path | str) -> None:
+    """Tell the experiment's components, before they are stopped, that no replacement will start
+    (replay.DELETING_FILE: a shard then saves nothing). An empty file, which a full disk still
+    takes; nothing is lost if it does not (the save fails and is counted, the folder goes)."""
+    with contextlib.suppress(OSError):
+        (Path(exp_dir) / DELETING_FILE).touch()
 
 
 def remove_dir(path: Path) -> None:

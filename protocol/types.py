@@ -60,8 +60,13 @@ class ReplayState:
     sampled: int = 0
     restored: int = 0
     lost: int = 0
-    refused: int = 0
-    malformed: int = 0
+    refused: int = 0  # fragments refused for their contents
+    malformed: int = 0  # streams ended for a fragment of the wrong shape or dtype
+    # Calls its server refused before any fragment reached it (a learner's wire_rejections).
+    unauthenticated: int = 0
+    undecodable: int = 0
+    too_many_streams: int = 0
+    bad_samples: int = 0
 
 
 @dataclass(frozen=True, eq=False)

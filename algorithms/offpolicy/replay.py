@@ -17,6 +17,11 @@ from typing import Any
 
 import numpy as np
 
+# Written into the experiment's folder by a launcher that deletes it, before it stops anything: a
+# shard stopped then keeps nothing for a replacement that will never start (its rows, gigabytes
+# for images, would only delay the deletion or fill a disk).
+DELETING_FILE = "deleting"
+
 
 class Rows:
     """Up to `capacity` rows of the named fields (`fields`: name -> (dtype, row shape)); the oldest
@@ -46,6 +51,9 @@ class Rows:
         self._next = (self._next + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
+    def clear(self) -> None:
+        self.size = self._next = 0
+
     def sample(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         if self.size == 0:
             raise ValueError("sample from an empty replay")
@@ -57,27 +65,28 @@ class Rows:
         order = (self._next - self.size + np.arange(self.size)) % self.capacity
         tmp = path.with_name(path.name + ".tmp.npz")
         arrays: dict[str, Any] = {name: array[order] for name, array in self.data.items()}
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
+        try:
+            np.savez(tmp, **arrays)
+            os.replace(tmp, path)
+        except BaseException:  # a full disk: no half-written file left to fill it further
+            tmp.unlink(missing_ok=True)
+            raise
 
-    def load(self, path: Path) -> int:
-        """Add the rows saved at `path`; how many. Raises ValueError when they are not this
-        replay's fields, dtypes and shapes."""
+    def read(self, path: Path) -> dict[str, np.ndarray]:
+        """The rows saved at `path`, not yet added. Raises ValueError when they are not this
+        replay's fields, dtypes and shapes (and whatever numpy raises for a damaged file)."""
         with np.load(path, allow_pickle=False) as saved:
             if set(saved.files) != set(self.data):
-                raise ValueError(f"{path} holds {sorted(saved.files)}, not {sorted(self.data)}")
+                raise ValueError(f"it holds {sorted(saved.files)}, not {sorted(self.data)}")
             rows = {name: saved[name] for name in self.data}
         for name, array in rows.items():
             mine = self.data[name]
             if array.dtype != mine.dtype or array.shape[1:] != mine.shape[1:]:
-                raise ValueError(f"{path}: {name} is {array.dtype}{list(array.shape[1:])}, "
+                raise ValueError(f"{name} is {array.dtype}{list(array.shape[1:])}, "
                                  f"not {mine.dtype}{list(mine.shape[1:])}")  # fmt: skip
         if len({len(a) for a in rows.values()}) > 1:
-            raise ValueError(f"{path}: its fields hold different numbers of rows")
-        count = len(next(iter(rows.values()))) if rows else 0
-        if count:
-            self.add(rows)
-        return count
+            raise ValueError("its fields hold different numbers of rows")
+        return rows
 
 
 class RatioLimiter:

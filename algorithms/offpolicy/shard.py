@@ -5,10 +5,12 @@ actor whose insert would outrun the learner gets no credit back until the learne
 sample that would outrun the actors waits, and is answered "not ready" after its wait.
 
 Nothing lost that can be kept: on SIGTERM the shard saves its rows to the experiment's volume
-(replay/shard-I.npz) and its replacement restores them; every few seconds it notes its counters
-(replay/shard-I.json), so that a replacement after a SIGKILL knows how many rows were lost and
-its counters never go back. The shard ends (exit 0) once the learner's parameters say the run is
-done and its actors have hung up.
+(replay/shard-I.npz) and its replacement restores them, checked as inserts are; every few seconds
+it notes its counters (replay/shard-I.json), so that a replacement after a SIGKILL knows how many
+rows were lost and its counters never go back. A save the disk will not take, or one that cannot
+be read back, is counted lost, never a crash. No save once the run is done or its folder is being
+deleted. The shard ends (exit 0) once the learner's parameters say the run is done and its actors
+have hung up.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from surreal.algorithms.common import preemption
@@ -32,11 +35,14 @@ from surreal.algorithms.common.run import RunContext, extras_done
 from surreal.algorithms.common.scale import read_scale
 from surreal.algorithms.common.serving import SPARE_STREAMS, initial_agents, max_streams
 from surreal.algorithms.envs.make import EnvSpaces, spaces_for
+from surreal.algorithms.envs.ref import EnvRef, resolve
 from surreal.algorithms.offpolicy import obs
 from surreal.algorithms.offpolicy.config import OffPolicyConfig
-from surreal.algorithms.offpolicy.replay import RatioLimiter, Rows, error_buffer_for
+from surreal.algorithms.offpolicy.replay import DELETING_FILE, RatioLimiter, Rows, error_buffer_for
+from surreal.algorithms.onpolicy.fragment import Rejection
 from surreal.protocol.client import LearnerClient, ProtocolError
 from surreal.protocol.codec import TensorSpec
+from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.server import LearnerServer
 from surreal.protocol.types import Fragment, ReplayState, Sampled
 
@@ -47,6 +53,12 @@ DONE_POLL_SECONDS = 1.0  # how often the shard asks the learner whether the run 
 RELEASE_SECONDS = 30.0  # after the end, the longest it serves for its actors to see it
 MAX_EPISODES_KEPT = 10_000  # episode returns kept for the learner between two of its samples
 SHARD_DIR = "replay"
+STATUS_FILE = "status.json"  # the learner's (serving.py), in the experiment's folder
+# What the shard's server refused (LearnerServer.stats), under ReplayState's names.
+WIRE_COUNTS = {"malformed": "rejected_invalid", "unauthenticated": "rejected_auth",
+               "undecodable": "rejected_undecodable", "too_many_streams": "rejected_streams",
+               "bad_samples": "rejected_samples"}  # fmt: skip
+COUNTS = ("inserted", "sampled", "lost", "refused", *WIRE_COUNTS)  # noted, and summed over lives
 
 
 def fields(sp: EnvSpaces) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
@@ -62,27 +74,63 @@ def schema(sp: EnvSpaces) -> dict[str, TensorSpec]:
             "episode_returns": TensorSpec(np.float64, (None,))}  # fmt: skip
 
 
-def rows_problem(sp: EnvSpaces, tensors: dict[str, np.ndarray], max_abs_reward: float) -> str | None:
-    """Why a fragment that has the schema's shapes cannot be true, or None."""
+def rows_problem(sp: EnvSpaces, tensors: dict[str, np.ndarray], max_abs_reward: float) -> Rejection | None:
+    """Why rows that have the schema's shapes cannot be true (an insert's, a save's), or None."""
     rows = {len(tensors[name]) for name in fields(sp)}
     if len(rows) != 1 or 0 in rows:
-        return "its fields hold different numbers of rows, or none"
-    for name in ("actions", "rewards", "episode_returns"):
+        return Rejection("malformed", "its fields hold different numbers of rows, or none")
+    for name in ("actions", "rewards"):
         if not np.isfinite(tensors[name]).all():
-            return f"non-finite {name}"
+            return Rejection("non_finite", f"non-finite {name}")
     if np.abs(tensors["actions"]).max() > 1.0:
-        return "an action outside [-1, 1] (the policy's squashed space)"
+        return Rejection("out_of_range", "an action outside [-1, 1] (the policy's squashed space)")
     if np.abs(tensors["rewards"]).max() > max_abs_reward:
-        return f"a reward beyond max_abs_reward ({max_abs_reward:g})"
-    return obs.problem(sp, tensors)
+        return Rejection("out_of_range", f"a reward beyond max_abs_reward ({max_abs_reward:g})")
+    found = obs.problem(sp, tensors)
+    return None if found is None else Rejection("bad_observation", found)
+
+
+def fragment_problem(
+    sp: EnvSpaces, tensors: dict[str, np.ndarray], max_abs_reward: float, max_rows: int, max_return: float
+) -> Rejection | None:
+    """Why an actor's fragment cannot be true, or None: its rows (rows_problem), more of them than its
+    worker can have stepped (`max_rows`: env steps are rows inserted), or episode returns that no
+    episode could have earned (`max_return`), or more of them than steps (an episode ends on one)."""
+    rows, returns = len(tensors["rewards"]), tensors["episode_returns"]
+    if rows > max_rows:
+        return Rejection("too_many_rows", f"more rows than a worker steps in a fragment ({max_rows:,})")
+    if len(returns) > rows:
+        return Rejection("malformed", "more episode returns than rows")
+    if not np.isfinite(returns).all():
+        return Rejection("non_finite", "non-finite episode_returns")
+    if len(returns) and np.abs(returns).max() > max_return:
+        return Rejection("out_of_range", f"an episode return beyond max_abs_reward x the longest episode "
+                         f"({max_return:g})")  # fmt: skip
+    return rows_problem(sp, tensors, max_abs_reward)
+
+
+def longest_episode(env: EnvRef) -> int | None:
+    """The most steps an episode of `env` lasts: the max_episode_steps it is made with (create gives
+    one to every environment without a time limit of its own), else its registration's; None if
+    it has neither."""
+    steps = env.kwargs.get("max_episode_steps")
+    if steps is None:
+        found = resolve(env)
+        steps = (gym.spec(found) if isinstance(found, str) else found).max_episode_steps
+    return int(steps) if steps else None
 
 
 class Shard:
     """A shard's rows, its limiter and its counters; `sample` is what Replay.Sample calls (on a
-    thread of the server's executor)."""
+    thread of the server's executor). A fragment holds at most what a worker of `agents` agents
+    steps (a worker hosts at most all of the run's), an episode at most `episode_steps` rewards
+    (None: no time limit, only finite returns)."""
 
-    def __init__(self, cfg: OffPolicyConfig, sp: EnvSpaces, index: int, shards: int, exp_dir: Path) -> None:
+    def __init__(self, cfg: OffPolicyConfig, sp: EnvSpaces, index: int, shards: int, exp_dir: Path,
+                 *, agents: int = 1, episode_steps: int | None = None) -> None:  # fmt: skip
         self.cfg, self.index, self.spaces = cfg, index, sp
+        self.agents = agents
+        self.max_return = cfg.max_abs_reward * episode_steps if episode_steps else float("inf")
         self.rows = Rows(fields(sp), -(-cfg.buffer_size // shards))
         self.limiter = RatioLimiter(cfg.replay_ratio, max(1, cfg.learning_starts // shards),
                                     error_buffer_for(cfg.batch_size))  # fmt: skip
@@ -93,11 +141,19 @@ class Shard:
         self.note_path = self.dir / f"shard-{index}.json"
         self.episodes: deque[float] = deque(maxlen=MAX_EPISODES_KEPT)
         self.refused = 0
-        # Counters of earlier lives (inserted, sampled), and what this life started with.
-        self.base = {"inserted": 0, "sampled": 0, "lost": 0, "refused": 0, "malformed": 0}
-        self.malformed: Callable[[], int] = lambda: 0  # streams its server ended (serve() sets it)
+        # One line for the first refusal, then a summary at most every 10 s: an actor whose every
+        # fragment is refused (rewards beyond max_abs_reward, NaNs) must not grow the log by the MB.
+        self.refusals = RejectionLog(log, "fragment")
+        # Counters of earlier lives, and what this life started with.
+        self.base = dict.fromkeys(COUNTS, 0)
+        self.wire: Callable[[], dict[str, int]] = dict  # what its server refused (serve() sets it)
         self.restored = 0
         self._from_limiter = (0, 0)  # the limiter's counts that are not this life's own inserts/samples
+        self._note_failed = False
+
+    @property
+    def max_rows(self) -> int:
+        return self.cfg.fragment_length * self.cfg.envs_per_agent * self.agents
 
     def restore(self) -> None:
         """Take what a predecessor left: its saved rows (SIGTERM) or, without them, its last note
@@ -109,12 +165,9 @@ class Shard:
             held = int(note.get("size", 0))
         except (OSError, ValueError, TypeError, AttributeError):
             held = 0
+        self.save_path.with_name(self.save_path.name + ".tmp.npz").unlink(missing_ok=True)  # a killed save's
         if self.save_path.exists():
-            try:
-                self.restored = self.rows.load(self.save_path)
-            except (OSError, ValueError) as exc:
-                log.error("cannot restore %s (%s): starting empty", self.save_path, exc)
-            self.save_path.unlink(missing_ok=True)  # a later SIGKILL must not bring back stale rows
+            self._take_save()
         self.base["lost"] += max(0, held - self.restored)
         if self.restored:
             self.limiter.restored(self.restored)
@@ -123,25 +176,61 @@ class Shard:
                  self.base["lost"])  # fmt: skip
         self.note()
 
+    def _take_save(self) -> None:
+        """Add the predecessor's saved rows, checked as an insert's are. A save that cannot be read
+        (truncated by a full disk, damaged, of another config) or whose rows no actor could have
+        sent is set aside as *.unreadable, never retried; its rows are counted lost."""
+        try:
+            rows = self.rows.read(self.save_path)
+            count = len(rows["rewards"])
+            problem = rows_problem(self.spaces, rows, self.cfg.max_abs_reward) if count else None
+        except Exception as exc:  # noqa: BLE001 - numpy and zipfile raise a dozen kinds for a damaged file
+            problem = Rejection("unreadable", f"{type(exc).__name__}: {str(exc)[:200]}")
+        if problem is None:
+            self.rows.add(rows)
+            self.restored = count
+            self.save_path.unlink(missing_ok=True)  # a later SIGKILL must not bring back stale rows
+            return
+        aside = self.save_path.with_name(self.save_path.name + ".unreadable")
+        log.error("replay shard %d: cannot restore %s (%s); set aside as %s, its rows counted lost",
+                  self.index, self.save_path, problem.detail, aside.name)  # fmt: skip
+        try:
+            self.save_path.replace(aside)
+        except OSError:
+            self.save_path.unlink(missing_ok=True)
+
     def state(self) -> ReplayState:
-        lim, (ins0, smp0) = self.limiter, self._from_limiter
+        lim, (ins0, smp0), wire = self.limiter, self._from_limiter, self.wire()
         return ReplayState(size=self.rows.size, inserted=self.base["inserted"] + lim.inserted - ins0,
                            sampled=self.base["sampled"] + lim.sampled - smp0, restored=self.restored,
                            lost=self.base["lost"], refused=self.base["refused"] + self.refused,
-                           malformed=self.base["malformed"] + self.malformed())  # fmt: skip
+                           **{k: self.base[k] + wire.get(n, 0) for k, n in WIRE_COUNTS.items()})  # fmt: skip
 
     def note(self) -> None:
+        """Note the counters for a replacement. A disk that will not take them (full) is said
+        once and the shard goes on: its replacement then counts from an older note."""
+        self.refusals.flush()
         state = self.state()
-        write_json(self.note_path, {"size": state.size, **{k: getattr(state, k) for k in self.base}})
+        try:
+            write_json(self.note_path, {"size": state.size, **{k: getattr(state, k) for k in COUNTS}})
+        except OSError as exc:
+            if not self._note_failed:
+                log.error("replay shard %d: cannot note its counters in %s (%s); going on",
+                          self.index, self.note_path, exc.strerror or exc)  # fmt: skip
+            self._note_failed = True
+            return
+        self._note_failed = False
 
     def insert(self, fragment: Fragment, wait: float) -> bool | None:
         """Insert `fragment`'s rows once the limiter lets them in: True, False if it still held
         them after `wait` s (call again), None if the fragment was refused for its contents."""
         tensors = fragment.tensors
-        problem = rows_problem(self.spaces, tensors, self.cfg.max_abs_reward)
+        problem = fragment_problem(
+            self.spaces, tensors, self.cfg.max_abs_reward, self.max_rows, self.max_return
+        )
         if problem is not None:
             self.refused += 1
-            log.warning("refused a fragment of %s: %s", fragment.worker_id, problem)
+            self.refusals.note(fragment.worker_id, *problem)
             return None
         n = len(tensors["rewards"])
         if not self.limiter.await_insert(n, wait):
@@ -160,21 +249,29 @@ class Shard:
         return Sampled(rows, self.state(), returns)
 
     def save(self) -> None:
+        """Save the rows for the replacement and note the counters. Rows the disk will not take
+        (full) are counted lost in the note, so that the replacement does not count them again."""
         with self.lock:
-            self.rows.save(self.save_path)
+            try:
+                self.rows.save(self.save_path)
+                log.info("replay shard %d: saved %d rows to %s", self.index, self.rows.size, self.save_path)
+            except OSError as exc:
+                log.error("replay shard %d: cannot save its %d rows to %s (%s): they are lost", self.index,
+                          self.rows.size, self.save_path, exc.strerror or exc)  # fmt: skip
+                self.base["lost"] += self.rows.size
+                self.rows.clear()
         self.note()
-        log.info("replay shard %d: saved %d rows to %s", self.index, self.rows.size, self.save_path)
 
 
 def serve(shard: Shard, token: str, **options: Any) -> LearnerServer:
     """The shard's server (not started): actors' experience streams in its schema, with credits
     granted once a fragment is in (credit_on_take=False: the limiter holds them), Replay.Sample,
-    its state as status, and the streams it ends for a malformed fragment counted in the state."""
+    its state as status, and the calls it refuses (ReplayState.malformed and on) counted in the state."""
     server = LearnerServer(token=token, experience_schema=schema(shard.spaces), credit_on_take=False,
                            credits_per_stream=shard.cfg.credits_per_worker,
                            status_provider=lambda: dataclasses.asdict(shard.state()), sampler=shard.sample,
                            **options)  # fmt: skip
-    shard.malformed = lambda: server.stats["rejected_invalid"]
+    shard.wire = lambda: server.stats
     return server
 
 
@@ -183,7 +280,8 @@ def run_replay(cfg: OffPolicyConfig, ctx: RunContext) -> int:
     cfg.validate()
     sp = spaces_for(ctx.env).keep(cfg.obs_keys)
     index, addr = ctx.index, ctx.replay_for(ctx.index)
-    shard = Shard(cfg, sp, index, len(ctx.replay_addrs), ctx.exp_dir)
+    shard = Shard(cfg, sp, index, len(ctx.replay_addrs), ctx.exp_dir, agents=initial_agents(ctx),
+                  episode_steps=longest_episode(ctx.env))  # fmt: skip
     shard.restore()
     host, port = addr.rsplit(":", 1)
     server = serve(shard, ctx.token, port=int(port), host="0.0.0.0" if ctx.bind_all else host,
@@ -192,29 +290,29 @@ def run_replay(cfg: OffPolicyConfig, ctx: RunContext) -> int:
     server.start()
     try:
         with preemption.graceful():
-            return _serve(shard, server, learner, ctx.exp_dir)
+            return _serve(shard, server, learner, ctx)
     finally:
+        shard.refusals.flush(force=True)
         server.stop()
         learner.close()
 
 
-def _serve(shard: Shard, server: LearnerServer, learner: LearnerClient, exp_dir: Path) -> int:
+def _serve(shard: Shard, server: LearnerServer, learner: LearnerClient, ctx: RunContext) -> int:
     noted_at = asked_at = time.monotonic()
     done_at: float | None = None
     known = -1  # the learner's version last seen
     pending: Fragment | None = None
     while True:
         if preemption.requested():
-            if done_at is not None:  # the run is over: nothing to keep for a replacement
-                return 0
-            shard.save()
-            return EXIT_PREEMPTED
+            return _stop(shard, done_at is not None or _run_over(ctx), ctx.exp_dir)
         now = time.monotonic()
         if now - noted_at >= NOTE_SECONDS:
             shard.note()
             noted_at = now
             # `surreal scale` to more agents: their workers' streams (the learner reads the same file)
-            server.set_max_streams(max_streams(read_scale(exp_dir) or server.max_streams - SPARE_STREAMS))
+            agents = read_scale(ctx.exp_dir) or server.max_streams - SPARE_STREAMS
+            server.set_max_streams(max_streams(agents))
+            shard.agents = max(shard.agents, agents)  # a worker from before a scale down may still send
         if done_at is None and now - asked_at >= DONE_POLL_SECONDS:
             asked_at = now
             known, done = _learner_done(learner, known)
@@ -234,6 +332,29 @@ def _serve(shard: Shard, server: LearnerServer, learner: LearnerClient, exp_dir:
         if shard.insert(pending, wait=0.1) is not False:
             pending = None
             server.release()
+
+
+def _stop(shard: Shard, run_over: bool, exp_dir: Path) -> int:
+    """SIGTERM: save the rows for a replacement (EXIT_PREEMPTED), unless none will ever start: the
+    run is over (0) or its folder is being deleted."""
+    if run_over:
+        shard.note()
+        return 0
+    if not (exp_dir / DELETING_FILE).exists():
+        shard.save()
+    return EXIT_PREEMPTED
+
+
+def _run_over(ctx: RunContext) -> bool:
+    """Whether the learner's last status says the run's steps are in, read from the experiment's
+    folder that the shard saves into (the same volume on every backend). It outlives the learner,
+    which a launcher stops the shards after, maybe before the shard has polled it for the end, so
+    asking the learner itself would not do; a run that cannot say so gets the save."""
+    try:
+        steps = json.loads((ctx.exp_dir / STATUS_FILE).read_text()).get("env_steps")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(steps, int) and steps >= ctx.total_steps
 
 
 def _learner_done(learner: LearnerClient, known: int) -> tuple[int, bool]:

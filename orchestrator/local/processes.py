@@ -3,6 +3,7 @@ state.json, tell whether it is alive, and stop it and whatever it left."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -110,8 +111,10 @@ def current_phase(state: dict[str, Any] | None) -> str:
 
 
 def stop_experiment(exp_dir: Path | str, timeout: float = 20.0) -> None:
-    """SIGTERM the supervisor (SIGKILL after `timeout`), then the process groups of components
-    still alive (a supervisor killed without its pdeathsig, a non-Linux host); mark it Stopped."""
+    """Before deleting: SIGTERM the supervisor (SIGKILL after `timeout`), then the process groups
+    of components still alive (a supervisor killed without its pdeathsig, a non-Linux host); mark
+    it Stopped. Its components are told first that nothing they could save will be used."""
+    home.mark_deleting(exp_dir)
     state = read_state(exp_dir)
     if state is None:
         return
@@ -176,10 +179,12 @@ def _pgid(pid: int) -> int | None:
 
 
 def _mark_stopped(exp_dir: Path | str, state: dict[str, Any]) -> None:
-    """Record that the experiment was stopped when its supervisor could not do it itself."""
+    """Record that the experiment was stopped when its supervisor could not do it itself; on a
+    full disk it cannot, and the folder is removed next all the same."""
     state = dict(state, phase=Phase.STOPPED.value, ended_at=state.get("ended_at") or time.time())
     state["components"] = [
         c if c.get("state") in ENDED_STATES else dict(c, state=ComponentState.STOPPED.value)
         for c in state.get("components", [])
     ]
-    write_json_atomic(Path(exp_dir) / STATE_FILE, state)
+    with contextlib.suppress(OSError):
+        write_json_atomic(Path(exp_dir) / STATE_FILE, state)

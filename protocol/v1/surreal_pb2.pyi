@@ -126,7 +126,7 @@ class SampleRequest(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class ReplayState(_message.Message):
-    __slots__ = ("size", "inserted", "sampled", "restored", "lost", "refused", "malformed")
+    __slots__ = ("size", "inserted", "sampled", "restored", "lost", "refused", "malformed", "unauthenticated", "undecodable", "too_many_streams", "bad_samples")
     SIZE_FIELD_NUMBER: _ClassVar[int]
     INSERTED_FIELD_NUMBER: _ClassVar[int]
     SAMPLED_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,10 @@ class ReplayState(_message.Message):
     LOST_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
     MALFORMED_FIELD_NUMBER: _ClassVar[int]
+    UNAUTHENTICATED_FIELD_NUMBER: _ClassVar[int]
+    UNDECODABLE_FIELD_NUMBER: _ClassVar[int]
+    TOO_MANY_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    BAD_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     size: int
     inserted: int
     sampled: int
@@ -141,7 +145,11 @@ class ReplayState(_message.Message):
     lost: int
     refused: int
     malformed: int
-    def __init__(self, size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., restored: _Optional[int] = ..., lost: _Optional[int] = ..., refused: _Optional[int] = ..., malformed: _Optional[int] = ...) -> None: ...
+    unauthenticated: int
+    undecodable: int
+    too_many_streams: int
+    bad_samples: int
+    def __init__(self, size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., restored: _Optional[int] = ..., lost: _Optional[int] = ..., refused: _Optional[int] = ..., malformed: _Optional[int] = ..., unauthenticated: _Optional[int] = ..., undecodable: _Optional[int] = ..., too_many_streams: _Optional[int] = ..., bad_samples: _Optional[int] = ...) -> None: ...
 
 class Sampled(_message.Message):
     __slots__ = ("ready", "tensors", "state", "episode_returns")

@@ -64,7 +64,7 @@ def test_every_leaf_travels_in_its_dtype_and_a_shard_distrusts_each(tmp_path: Pa
         broken[name][0] = bad
         assert why in str(rows_problem(sp, broken, 1e6)), name
 
-    shard = Shard(CFG, sp, 0, 1, tmp_path)
+    shard = Shard(CFG, sp, 0, 1, tmp_path, agents=2)  # the actor's 2 envs: a worker of 2 agents
     shard.restore()
     bad = _fragment(actor)
     bad.tensors["obs.cue"][3] = -1

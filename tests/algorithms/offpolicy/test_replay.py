@@ -29,17 +29,18 @@ def test_the_ring_keeps_the_newest_rows_and_saves_them_oldest_first(tmp_path: Pa
     assert (sample["x"][:, 1] == -sample["x"][:, 0]).all()  # a row's fields stay together
     rows.save(tmp_path / "s.npz")
     again = Rows(FIELDS, capacity=5)
-    assert again.load(tmp_path / "s.npz") == 5
+    again.add(again.read(tmp_path / "s.npz"))
+    assert again.size == 5
     assert again.data["x"][:, 0].tolist() == [2, 3, 4, 5, 6]  # in order: the oldest is overwritten first
 
 
 def test_a_save_of_other_fields_is_refused(tmp_path: Path) -> None:
     np.savez(tmp_path / "s.npz", x=np.zeros((3, 4), np.float32), done=np.zeros(3, bool))
     with pytest.raises(ValueError, match="x is float32\\[4\\], not float32\\[2\\]"):
-        Rows(FIELDS, capacity=5).load(tmp_path / "s.npz")
+        Rows(FIELDS, capacity=5).read(tmp_path / "s.npz")
     np.savez(tmp_path / "t.npz", y=np.zeros((3, 2), np.float32))
     with pytest.raises(ValueError, match="holds \\['y'\\]"):
-        Rows(FIELDS, capacity=5).load(tmp_path / "t.npz")
+        Rows(FIELDS, capacity=5).read(tmp_path / "t.npz")
 
 
 def test_no_sample_before_min_size_and_inserts_wait_for_the_learner() -> None:

@@ -5,19 +5,27 @@ restored) while a SIGKILL's loss is counted."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.offpolicy.shard import Shard, serve
+from surreal.algorithms.offpolicy.learner import Learner, Shards
+from surreal.algorithms.offpolicy.shard import Shard, fragment_problem, serve
 from surreal.algorithms.sac import SACConfig
 from surreal.protocol import LearnerClient, LearnerServer, ProtocolError
 from surreal.protocol.auth import TOKEN_METADATA_KEY
 from surreal.protocol.client import rpc
+from surreal.protocol.ratelimit import RejectionLog
+from surreal.protocol.types import Fragment
 from surreal.protocol.v1 import surreal_pb2 as pb
 
 TOKEN = "t"
@@ -134,3 +142,104 @@ def test_a_sigterm_keeps_the_rows_and_a_sigkill_counts_them_lost(tmp_path: Path)
     other = Shard(dataclasses.replace(CFG), sp, 0, 2, tmp_path)  # shard 0's files are its own
     other.restore()
     assert other.state().lost == 0
+
+
+def test_a_fragment_holds_at_most_what_its_worker_stepped_and_returns_what_an_episode_earns(tmp_path) -> None:
+    """A forged insert of many rows would count as env steps, a return of 1e300 would move
+    train_return: both refused and counted, as is a fragment with more episode ends than steps."""
+    shard = Shard(CFG, spaces_for("Pendulum-v1"), 0, 1, tmp_path, agents=2, episode_steps=200)
+    shard.restore()
+    assert (shard.max_rows, shard.max_return) == (16, 200 * CFG.max_abs_reward)
+    two = {k: np.concatenate([v, v]) for k, v in _fragment().items() if k != "episode_returns"}
+    honest = Fragment("actor-0", 0, {**two, "episode_returns": np.array([-1.0])})
+    forged = Fragment("actor-0", 0, {k: np.concatenate([v, v]) for k, v in honest.tensors.items()})
+    cases = ((forged.tensors, "more rows than a worker steps"),
+             (_fragment(episode_returns=np.array([1e300])), "episode return beyond"),
+             (_fragment(episode_returns=np.zeros(9)), "more episode returns than rows"))  # fmt: skip
+    for tensors, reason in cases:
+        problem = fragment_problem(
+            shard.spaces, tensors, CFG.max_abs_reward, shard.max_rows, shard.max_return
+        )
+        assert problem is not None and reason in problem.detail
+        assert shard.insert(Fragment("actor-0", 0, tensors), wait=0.0) is None
+    assert shard.insert(honest, wait=1.0) is True
+    assert (shard.state().refused, shard.state().inserted) == (3, 16)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.integers(1, 40), agents=st.integers(1, 4), ret=st.floats(-1e12, 1e12), limit=st.integers(1, 1000)
+)
+def test_the_bounds_refuse_exactly_what_no_worker_could_send(tmp_path, rows, agents, ret, limit) -> None:
+    sp = spaces_for("Pendulum-v1")
+    tensors = {
+        k: np.resize(v, (rows, *v.shape[1:])) for k, v in _fragment().items() if k != "episode_returns"
+    }
+    tensors["episode_returns"] = np.array([ret])
+    max_rows = CFG.fragment_length * CFG.envs_per_agent * agents
+    problem = fragment_problem(sp, tensors, CFG.max_abs_reward, max_rows, CFG.max_abs_reward * limit)
+    assert (problem is None) == (rows <= max_rows and abs(ret) <= CFG.max_abs_reward * limit), problem
+
+
+def test_refusals_are_logged_once_then_summarized(tmp_path, caplog) -> None:
+    """An env whose every reward is beyond max_abs_reward: thousands of refusals, a few lines."""
+    now = [0.0]
+    shard = Shard(CFG, spaces_for("Pendulum-v1"), 0, 1, tmp_path)
+    shard.refusals = RejectionLog(logging.getLogger("surreal.algorithms.offpolicy.shard"), "fragment",
+                                  clock=lambda: now[0])  # fmt: skip
+    huge = Fragment("actor-0", 0, _fragment(rewards=np.full(8, 1e9, np.float32)))
+    with caplog.at_level(logging.WARNING):
+        for i in range(3000):
+            now[0] = i * 0.01  # 30 s of refusals
+            assert shard.insert(huge, wait=0.0) is None
+        shard.note()
+    lines = [r.getMessage() for r in caplog.records if "reject" in r.getMessage()]
+    assert shard.state().refused == 3000 and 2 <= len(lines) <= 4, lines
+    assert "out_of_range" in lines[-1] and "'actor-0'" in lines[-1]
+
+
+def test_calls_the_shard_refuses_at_the_wire_are_counted_and_outlive_it(shard) -> None:
+    shard, server, client = shard
+    sample = rpc(client._channel, "Replay", "Sample")
+    for metadata, rows in ((((TOKEN_METADATA_KEY, "wrong"),), 4), (((TOKEN_METADATA_KEY, TOKEN),), 0)):
+        with pytest.raises(grpc.RpcError):
+            sample(pb.SampleRequest(rows=rows, wait_ms=0), metadata=metadata, timeout=5)
+    state = shard.state()
+    assert (state.unauthenticated, state.bad_samples) == (1, 1)
+    assert client.status()["unauthenticated"] == 1  # what the learner reads when no sample comes
+    shard.note()
+    replacement = Shard(CFG, spaces_for("Pendulum-v1"), 0, 1, shard.dir.parent)
+    replacement.restore()
+    assert (replacement.state().unauthenticated, replacement.state().bad_samples) == (1, 1)
+
+
+def test_the_learner_follows_a_shards_counts_while_no_update_takes_its_batches(tmp_path) -> None:
+    """A done learner takes no batch while its final evaluation runs; the shard's refusals then
+    (an actor that has not yet seen the end) still reach status, as do its wire refusals."""
+    shard = Shard(CFG, spaces_for("Pendulum-v1"), 0, 1, tmp_path)
+    shard.restore()
+    server = serve(shard, TOKEN)
+    addr = f"127.0.0.1:{server.start()}"
+    for seed in range(2):
+        assert shard.insert(Fragment("actor-0", 0, _fragment(seed)), wait=1.0)
+    shards = Shards((addr,), TOKEN, rows=4)
+    try:
+        _until(shards.batches.full)
+        bad = Fragment("actor-0", 0, _fragment(rewards=np.full(8, np.nan, np.float32)))
+        for _ in range(5):
+            assert shard.insert(bad, wait=0.0) is None
+        with pytest.raises(ProtocolError):
+            LearnerClient(addr, "wrong").sample(4, wait=0.0)
+        _until(lambda: shards.states[0] is not None and shards.states[0].refused == 5)
+        status = Learner.replay_status(SimpleNamespace(shards=shards, _rates=(), cfg=CFG))  # type: ignore[arg-type]
+        assert status["refused_fragments"] == 5 and status["wire_rejections"]["unauthenticated"] == 1
+    finally:
+        shards.close()
+        server.stop(grace=0)
+
+
+def _until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
