@@ -34,6 +34,7 @@ from surreal.orchestrator.home import (
     existing_dir,
     home_dir,
     load_spec,
+    read_spec,
     user_import_path,
 )
 from surreal.spec import MAX_SEED, ExperimentSpec
@@ -99,6 +100,13 @@ def _load_policy(where: str | os.PathLike[str], home: Path | None, seed: int) ->
     spec_path = exp_dir / SPEC_FILE
     if not spec_path.is_file():
         raise ExperimentError(f"no {SPEC_FILE} at {spec_path}: the checkpoint's experiment cannot be told")
+    # A user's module: where the run's components imported it from, then where this shell would.
+    extend_import_path([*_run_import_path(checkpoint), *user_import_path()])
+    data = read_spec(exp_dir)
+    try:  # an algorithm module that is not importable here is not a corrupt spec file
+        get_algorithm(data["algo"])
+    except ValueError as exc:
+        raise ExperimentError(f"experiment {data['name']!r}: {exc}") from None
     spec = load_spec(exp_dir)
     if not checkpoint.is_file():
         where_kept = (
@@ -133,8 +141,6 @@ class TrainedPolicy:
     def __init__(self, spec: ExperimentSpec, saved: dict[str, Any], checkpoint: Path, seed: int = 0) -> None:
         assert spec.resolved is not None, "a spec written by create carries its resolved environment"
         self.spec, self.checkpoint = spec, checkpoint
-        # A user's module: where the run's components imported it from, then where this shell would.
-        extend_import_path([*_run_import_path(checkpoint), *user_import_path()])
         algorithm = get_algorithm(spec.algo)
         try:  # a torch file of someone else's: no envelope, or other weights
             envelope, state = Envelope.open(saved)

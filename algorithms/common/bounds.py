@@ -10,8 +10,9 @@ is made. The limits that follow from resources rather than from meaning are name
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from surreal.algorithms.common.numpy_mlp import ACTIVATIONS
@@ -50,6 +51,28 @@ def check(prefix: str, config: Any, bounds: Bounds) -> None:
             raise ValueError(f"{prefix}.{name} must be {kind}, got {value!r}")
         if not (low <= value <= high and math.isfinite(value)):
             raise ValueError(f"{prefix}.{name} must be {_range(low, high)}, got {value:,}")
+
+
+def check_declared(settings: type) -> None:
+    """Raise ValueError naming what is wrong with the BOUNDS a config class declares (a user's, at
+    create): not a mapping, a key that is not one of its fields, a value that is not (low, high)."""
+    declared, where = getattr(settings, "BOUNDS", None), f"{settings.__name__}.BOUNDS"
+    if not isinstance(declared, Mapping):
+        raise ValueError(
+            f"{where} must be a mapping of setting -> (low, high), got a {type(declared).__name__}"
+        )
+    names = {f.name for f in fields(settings)}
+    for name, pair in declared.items():
+        if name not in names:
+            raise ValueError(f"{where} names {reprlib.repr(name)}, not a field of {settings.__name__}")
+        numbers = (
+            isinstance(pair, tuple | list)
+            and len(pair) == 2
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)
+        )
+        if not (numbers and pair[0] <= pair[1]):
+            raise ValueError(f"{where}[{name!r}] must be (low, high), numbers with low <= high, "
+                             f"got {reprlib.repr(pair)}")  # fmt: skip
 
 
 def _range(low: float, high: float) -> str:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 DEBUG_ENV = "SURREAL_DEBUG"
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; never lets a traceback reach the user unless SURREAL_DEBUG=1 asks for one."""
+    if argv is None:  # the `surreal` command itself (tests pass argv, and keep their process)
+        _end(sys.argv[1:])
     try:
         import click
 
@@ -46,6 +49,28 @@ def main(argv: list[str] | None = None) -> None:
             f"(a bug in surreal; run again with {DEBUG_ENV}=1 for the traceback)",
             1,
         )
+
+
+def _end(argv: list[str]) -> NoReturn:
+    """Run the command, then end the process at once with the code it decided. A user's module
+    imported on the way (`--algo`, `--env`) may have started a thread that never ends, which the
+    interpreter's exit would wait for, or registered an exit handler that calls os._exit, which
+    would replace the code: neither runs past this."""
+    try:
+        main(argv)
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    if not isinstance(code, int):  # sys.exit(None) or sys.exit("message"), as the interpreter takes them
+        if code is not None:
+            print(code, file=sys.stderr)
+        code = 0 if code is None else 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe, a closed stream: nothing more to say
+            pass
+    os._exit(code)
 
 
 def _fail(message: str, code: int) -> None:

@@ -19,6 +19,9 @@ class WrongConfig(OnPolicy):
     name = "wrong"
     Config = PlainConfig  # type: ignore[assignment]
 
+    def update(self, *args: object) -> dict[str, float]:
+        return {}
+
 
 class Exploding(OnPolicy):
     name = "exploding"
