@@ -2,8 +2,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The CPU build of torch: installed first so that no dependency pulls a CUDA build.
+# The CPU build of torch, from PyTorch's CPU index as the Dockerfile installs it (PyPI's Linux wheel
+# is the CUDA build, gigabytes of libraries a CPU user never loads); installed first so that no
+# dependency pulls a CUDA build. Where that index cannot be reached (a machine with only a package
+# mirror) the plain pin comes from pip's configured indexes: asking for the index anyway would only
+# retry it for every dependency, minutes of warnings, before pip went on without it.
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo test test-fast lint bench e2e clean repeat failure-demo
@@ -11,7 +16,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -c "import urllib.request as r; r.urlopen('$(TORCH_INDEX)/torch/', timeout=10)" 2>/dev/null \
+		&& $(BIN)/python -m pip install --quiet $(TORCH) --index-url $(TORCH_INDEX) \
+		|| $(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $(STAMP)
 

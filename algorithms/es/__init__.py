@@ -15,7 +15,8 @@ def _module(name: str) -> Any:
 
 class ES(Algorithm):
     name = "es"
-    ranks = False
+    # docs/decisions.md
+    one_learner = "its results are a few numbers per episode; one learner is never its bottleneck"
 
     def preset(self, env: Any, agents: int, resolved: Any = None) -> Any:
         return _module("presets").preset_for(env, agents, resolved=resolved)

@@ -94,7 +94,8 @@ class SAC(OffPolicy):
         with torch.no_grad():
             torch._foreach_lerp_(nets.target_params, nets.critic_params, cfg.tau)
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
-                "ent_coef": alpha, "entropy": -log_prob.detach().mean()}  # fmt: skip
+                "ent_coef": alpha, "entropy": -log_prob.detach().mean(),
+                "q_value": torch.min(q1, q2).detach().mean()}  # fmt: skip
 
 
 def _mlp(sizes: list[int], activation: str) -> torch.nn.Sequential:
