@@ -18,13 +18,18 @@ Kubernetes objects does not pay for them.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import importlib
+import reprlib
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from surreal.algorithms.common import bounds
 from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
+from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv, ours, raised
 from surreal.algorithms.offpolicy.config import OffPolicyConfig
 from surreal.algorithms.onpolicy.config import OnPolicyConfig
 
@@ -65,9 +70,12 @@ class Algorithm:
 
     name: ClassVar[str]  # how status, logs and errors name it
     roles: ClassVar[tuple[str, ...]] = ("learner", "actor", "evaluator")
-    # Whether it trains with learner ranks (spec `learners`); ES's results are a few numbers per
-    # episode, so one master is never its bottleneck (docs/decisions.md).
-    ranks: ClassVar[bool] = True
+    # What a subclass must write (check_algorithm): an algorithm of its own gives its roles' programs.
+    hooks: ClassVar[tuple[str, ...]] = ("preset", "role_main", "checkpoint_policy")
+    # Why it trains with one learner, in the line that refuses `--learners N` ("": it trains with
+    # learner ranks, spec `learners`).
+    one_learner: ClassVar[str] = ""
+    default_env: ClassVar[str] = "CartPole-v1"  # what `create` without --env trains on
     steps: ClassVar[int] = 1_000_000  # env steps a run trains for when none are given
 
     def resolve_env(self, env: EnvRef) -> ResolvedEnv:
@@ -106,6 +114,11 @@ class Algorithm:
         """The bytes of one message of experience from a worker of `agents_in_worker` agents (0
         for an algorithm whose workers send only small results)."""
         return 0
+
+    def first_update(self, config: Any) -> tuple[int, str]:
+        """The fewest env steps a run can apply an update in, and the setting that says so (create
+        refuses a run of fewer: it could not train); (0, "") for no such bound."""
+        return 0, ""
 
     def worker_envs(self, config: Any, agents_in_worker: int) -> int:
         """The environments a worker of `agents_in_worker` agents steps (one each by default)."""
@@ -162,6 +175,7 @@ class OnPolicy(Algorithm):
     `update`; override `preset` for tuned settings per environment."""
 
     Config: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
+    hooks = ("update",)
 
     def update(self, net: Network, optimizer: torch.optim.Optimizer, batch: Batch,
                cfg: Any, reduce: Reduce) -> dict[str, Any]:  # fmt: skip
@@ -178,6 +192,10 @@ class OnPolicy(Algorithm):
 
     def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
         return int(_module("onpolicy.fragment").fragment_bytes(config, resolved, agents_in_worker))
+
+    def first_update(self, config: Any) -> tuple[int, str]:
+        needed = int(config.steps_per_update)
+        return needed, f"{config.section}.steps_per_update = {needed:,}"
 
     def worker_envs(self, config: Any, agents_in_worker: int) -> int:
         return agents_in_worker * int(config.envs_per_agent)
@@ -208,7 +226,13 @@ class OffPolicy(Algorithm):
 
     Config: ClassVar[type[OffPolicyConfig]] = OffPolicyConfig
     roles = ("learner", "actor", "replay", "evaluator")
-    ranks = False  # one learner; large batches, not ranks (docs/algorithms/sac.md)
+    hooks = ("make", "update")
+    # The off-policy runtime has no ranks: its update is the cap, and a GPU, not a second learner
+    # sampling the same replay, is what raises it (docs/algorithms/sac.md).
+    one_learner = (
+        "one learner samples every replay shard: --gpu speeds its updates, --replay-shards its intake"
+    )
+    default_env = "Pendulum-v1"  # its actions must be continuous (check_env)
 
     def make(self, cfg: Any, spaces: EnvSpaces) -> torch.nn.Module:
         """The networks for `spaces` (envs/make.EnvSpaces): each takes packed observation rows
@@ -246,6 +270,10 @@ class OffPolicy(Algorithm):
         rows = config.fragment_length * self.worker_envs(config, agents_in_worker)
         return int(rows * _module("offpolicy.config").transition_bytes(sp))
 
+    def first_update(self, config: Any) -> tuple[int, str]:
+        starts = int(config.learning_starts)
+        return starts + 1, f"{config.section}.learning_starts = {starts:,}"
+
     def worker_envs(self, config: Any, agents_in_worker: int) -> int:
         return agents_in_worker * int(config.envs_per_agent)
 
@@ -264,3 +292,106 @@ def np_isfinite(array: Any) -> bool:
     import numpy as np
 
     return bool(np.isfinite(array).all())
+
+
+# What a user's algorithm (`--algo MODULE:NAME`, registry.py) can get wrong that `surreal create`
+# sees before anything runs; each is one ValueError naming the attribute or hook (the registry names
+# the algorithm). Unchecked, each surfaced in a component as a crash of surreal's, retried.
+
+REPLAY_ROLE = "replay"  # the one role make_program runs beyond learner, actor and evaluator
+
+
+def check_algorithm(algorithm: Algorithm) -> None:
+    """Raise ValueError when `algorithm` lacks a name or a hook its family calls, has roles the
+    program cannot run, or a Config that is not its family's or that no spec file can hold."""
+    family = next(f for f in (OffPolicy, OnPolicy, Algorithm) if isinstance(algorithm, f))
+    if not isinstance(getattr(algorithm, "name", None), str):
+        raise ValueError("name must be a string (status, logs and errors name the algorithm by it)")
+    for hook in family.hooks:
+        mine = getattr(type(algorithm), hook, None)
+        if not callable(mine) or mine is getattr(family, hook):
+            raise ValueError(f"no {hook} method: a subclass of {family.__name__} writes "
+                             f"{', '.join(family.hooks)} (docs/algorithms/writing.md)")  # fmt: skip
+    roles = algorithm.roles
+    if not isinstance(roles, tuple | list) or not all(isinstance(r, str) for r in roles):
+        raise ValueError(f"roles must be a tuple of role names, got {reprlib.repr(roles)}")
+    missing = [r for r in family.roles if r not in roles]  # make_program runs each of them
+    if missing:
+        raise ValueError(f"roles {tuple(roles)} lack {missing[0]!r} (a run of a {family.__name__} "
+                         f"algorithm has {', '.join(family.roles)})")  # fmt: skip
+    # A family runs its own programs; an algorithm of its own may add replay shards (make_program).
+    runs = (*family.roles, REPLAY_ROLE) if family is Algorithm else family.roles
+    for role in roles:
+        if role not in runs:
+            raise ValueError(f"roles name {role!r}: {family.__name__} runs {', '.join(runs)} only")
+    if isinstance(algorithm, OnPolicy | OffPolicy):
+        _check_config_class(algorithm)
+        made_by = f"{algorithm.Config.__name__}()"
+        with their_hook(made_by):
+            default = algorithm.Config()
+        check_settings(algorithm, default, made_by)
+
+
+def _check_config_class(algorithm: OnPolicy | OffPolicy) -> None:
+    family = OffPolicy if isinstance(algorithm, OffPolicy) else OnPolicy
+    base, config = family.Config, algorithm.Config
+    if not (isinstance(config, type) and dataclasses.is_dataclass(config) and issubclass(config, base)):
+        other = next((f.Config for f in (OnPolicy, OffPolicy) if isinstance(config, type)
+                      and issubclass(config, f.Config) and config is not f.Config), None)  # fmt: skip
+        got = getattr(config, "__name__", None) or reprlib.repr(config)
+        raise ValueError(f"Config must be a dataclass deriving from {base.__name__} ({family.__name__}'s), "
+                         f"got {got}{f', an {other.__name__}' if other else ''}")  # fmt: skip
+    bounds.check_declared(config)
+    try:  # --set and every spec file read a setting as its field's type
+        typing.get_type_hints(config)
+    except Exception as exc:  # noqa: BLE001 - whatever resolving the user's annotations raises
+        raise ValueError(f"{config.__name__}'s field types cannot be resolved: {raised(exc)}") from None
+
+
+def check_settings(algorithm: Algorithm, config: Any, made_by: str) -> None:
+    """Raise ValueError when `config` (what `made_by` made: a preset, Config()) is not `algorithm`'s
+    config, holds a value no spec file can, or its `validate` fails for another reason than a
+    setting out of range."""
+    if isinstance(algorithm, OnPolicy | OffPolicy):
+        wanted, ok = f"of its Config, {algorithm.Config.__name__}", isinstance(config, algorithm.Config)
+    else:
+        wanted = "a config dataclass with validate()"
+        ok = dataclasses.is_dataclass(config) and not isinstance(config, type) and hasattr(config, "validate")
+    if not ok:
+        raise ValueError(f"{made_by} returned an instance of {type(config).__name__}, not {wanted}")
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if not _writable(value):
+            raise ValueError(f"{made_by}: {f.name} = {reprlib.repr(value)} cannot be written to the spec "
+                             "file (a setting is None, a bool, int, float or str, or a list or mapping of "
+                             "them)")  # fmt: skip
+    with their_hook(f"{type(config).__name__}.validate()"):
+        try:
+            config.validate()
+        except ValueError:
+            pass  # a setting out of its range: create names it once --set and the config file had their say
+
+
+def _writable(value: Any) -> bool:
+    """Whether a setting's value is one a spec file (YAML, safe_dump) writes and reads back: exact
+    types, as a numpy float or an enum is not."""
+    if value is None or type(value) in (bool, int, float, str):
+        return True
+    if type(value) in (tuple, list):
+        return all(_writable(v) for v in value)
+    return type(value) is dict and all(type(k) is str and _writable(v) for k, v in value.items())
+
+
+@contextlib.contextmanager
+def their_hook(hook: str, refusals: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Run a user's `hook`: whatever it raises, any BaseException but `ours` (a Ctrl-C, a stop asked
+    for) and its `refusals` (passed on as they are), is one ValueError naming the hook and the
+    exception."""
+    try:
+        yield
+    except refusals:
+        raise
+    except BaseException as exc:
+        if ours(exc):
+            raise
+        raise ValueError(f"{hook} raised {raised(exc)}") from None

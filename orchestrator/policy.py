@@ -18,13 +18,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from surreal.algorithms.common.exits import (
+    EXIT_ALGORITHM_FAILED,
     EXIT_COLLECTIVE_FAILED,
     EXIT_ENV_FAILED,
     EXIT_GROUP_NOT_FORMED,
     EXIT_LEARNER_GONE,
     EXIT_NO_ACTORS,
+    EXIT_NOT_TRAINED,
     EXIT_PREEMPTED,
 )
 from surreal.orchestrator.program import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE, REPLAY_ROLE
@@ -83,13 +86,28 @@ def decide(policy: RolePolicy, code: int, counted_before: int) -> Decision:
 RETRIES = 5  # counted exits a role (an actor index) survives: the sixth fails it
 POLICIES: Mapping[str, RolePolicy] = {
     LEARNER_ROLE: RolePolicy(
-        retries=RETRIES, fatal_exits=(EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, EXIT_ENV_FAILED)
+        retries=RETRIES,
+        fatal_exits=(
+            EXIT_GROUP_NOT_FORMED,
+            EXIT_NO_ACTORS,
+            EXIT_ENV_FAILED,
+            EXIT_NOT_TRAINED,
+            EXIT_ALGORITHM_FAILED,
+        ),
     ),
-    ACTOR_ROLE: RolePolicy(retries=RETRIES, per_index=True, fatal_exits=(EXIT_LEARNER_GONE, EXIT_ENV_FAILED)),
+    ACTOR_ROLE: RolePolicy(
+        retries=RETRIES,
+        per_index=True,
+        fatal_exits=(EXIT_LEARNER_GONE, EXIT_ENV_FAILED, EXIT_ALGORITHM_FAILED),
+    ),
     # A shard is one index of its Indexed Job: a crash of one (its rows lost) fails no other.
-    REPLAY_ROLE: RolePolicy(retries=RETRIES, per_index=True, fatal_exits=(EXIT_ENV_FAILED,)),
+    REPLAY_ROLE: RolePolicy(
+        retries=RETRIES, per_index=True, fatal_exits=(EXIT_ENV_FAILED, EXIT_ALGORITHM_FAILED)
+    ),
     EVALUATOR_ROLE: RolePolicy(
-        retries=RETRIES, fatal_exits=(EXIT_LEARNER_GONE, EXIT_ENV_FAILED), fails_experiment=False
+        retries=RETRIES,
+        fatal_exits=(EXIT_LEARNER_GONE, EXIT_ENV_FAILED, EXIT_ALGORITHM_FAILED),
+        fails_experiment=False,
     ),
 }
 
@@ -119,6 +137,18 @@ def role_failure(role: str, failed: list[str], indexes: int, why: str) -> str | 
     if role == ACTOR_ROLE:
         return f"no actor is left to feed the learner: {', '.join(failed)} failed ({why})"
     return f"the {role} failed ({why})"
+
+
+def unfinished(final: Mapping[str, Any] | None) -> str | None:
+    """Why a learner that exited 0 has not succeeded: its last status (`final`) does not say its run
+    is done (its steps, an update applied, the final evaluation: serving.finish fails a run that
+    did not train before it writes that), as when the algorithm's code ended the process itself.
+    None when it does, or when nothing is known."""
+    if final is None or final.get("done"):
+        return None
+    return (f"the learner exited 0 before its run was done ({final.get('env_steps') or 0:,} env steps, "
+            f"{final.get('updates') or 0:,} updates applied): something in its process ended it early "
+            "(the algorithm's code?)")  # fmt: skip
 
 
 @dataclass(frozen=True)

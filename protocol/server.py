@@ -65,6 +65,7 @@ MAX_SAMPLE_WAIT_MS = 10_000  # the longest a Replay.Sample may ask the shard to 
 
 # GetParams.role of the evaluator's calls: with its reports, what `evaluator_heard_at` counts.
 EVALUATOR_ROLE = "evaluator"
+MAX_ASKERS = 4096  # parameter askers remembered (a peer each: a worker's channel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +182,10 @@ class LearnerServer:
         self._stopped = False
         # time.monotonic() of the evaluator's last call (a GetParams that says so, a ReportEval)
         self._evaluator_heard_at: float | None = None
+        # Who asks for parameters (a channel's peer address) -> (when it last asked: monotonic, the
+        # version it holds since): what `behind` reads at the end of a run. Pruned by age.
+        self._askers: dict[str, tuple[float, int]] = {}
+        self._askers_lock = threading.Lock()
 
     # ---- lifecycle
 
@@ -314,6 +319,14 @@ class LearnerServer:
         """(worker ids with an experience stream open now, when each last opened one: monotonic)."""
         return self._experience.workers()
 
+    def behind(self, version: int, within: float) -> int:
+        """How many of those that asked for parameters in the last `within` seconds hold a version
+        older than `version`: at the end, the peers that poll for parameters instead of streaming
+        (off-policy actors, replay shards) and have not yet been answered the version saying so."""
+        now = time.monotonic()
+        with self._askers_lock:
+            return sum(now - at <= within and holds < version for at, holds in self._askers.values())
+
     @property
     def evaluator_heard_at(self) -> float | None:
         """When (time.monotonic()) the evaluator last called: a GetParams with role "evaluator"
@@ -362,11 +375,20 @@ class LearnerServer:
         if request.role == EVALUATOR_ROLE:
             self._evaluator_heard_at = time.monotonic()
         published = self._published
+        self._asked(context.peer(), request.known_version if published is None else published.version)
         if published is None or request.known_version == published.version:
             self._counters.add("params_unchanged")
             return _NOTHING_YET if published is None else published.unchanged
         self._counters.add("params_full")
         return published.full
+
+    def _asked(self, peer: str, holds: int) -> None:
+        now = time.monotonic()
+        with self._askers_lock:
+            self._askers[peer] = (now, holds)
+            if len(self._askers) > MAX_ASKERS:  # peers made up by the thousand: keep the recent
+                recent = sorted(self._askers.items(), key=lambda kv: kv[1][0])[-MAX_ASKERS // 2 :]
+                self._askers = dict(recent)
 
     async def _get_status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> Any:
         await self._decoded(request, context)

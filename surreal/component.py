@@ -154,6 +154,10 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
         # (learners, evaluators) builds no throwaway environment to learn them again.
         use_resolved(spec.resolved)
     ctx = build_context(spec, worker_index(role, index))
+    if rank_from_environ() is None:
+        preemption.on_force_exit(
+            lambda f: write_termination_message(ctx.exp_dir, f.code, f, learner=role == prog.LEARNER_ROLE)
+        )
     main = get_algorithm(spec.algo).role_main(role)
     if role == prog.LEARNER_ROLE and ctx.learners > 1 and rank_from_environ() is None:
         main = run_ranks  # this process starts the learner's ranks (each runs `main`) and watches them

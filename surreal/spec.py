@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
+from surreal.algorithms.api import OffPolicy
 from surreal.algorithms.common.scale import MAX_SCALE_AGENTS
 from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
 from surreal.algorithms.registry import ALGORITHMS, get_algorithm
@@ -47,6 +49,11 @@ MAX_AGENTS = MAX_SCALE_AGENTS
 MAX_SEED = 2**32 - 1
 MAX_STEPS = 10**13  # about 300 years at a million steps a second
 MAX_GPU = MAX_LEARNERS  # a GPU per learner rank at most
+# A pod asks for what its replay shard holds (requests = limits); one past this fits no common node
+# (64 GiB machines: n2-standard-16, m5.4xlarge) and would stay Pending. Far above every preset's need
+# (SAC's largest, 100k image rows, is 4.2 GB).
+DEFAULT_MAX_POD_MEMORY_MB = 32 * 1024
+MAX_POD_MEMORY_MB = 2**30  # a pebibyte: the one bound is that it is a memory size
 # Every integer a spec holds is stored by numpy, torch or the protocol as a signed 64-bit number.
 MAX_INT = 2**63 - 1
 # A container image reference as registries parse it (the distribution project's grammar): an
@@ -74,6 +81,7 @@ TOP_LEVEL_KEYS = (
     "image",
     "gpu",
     "queue",
+    "max_pod_memory_mb",
     "env_kwargs",
 )
 ENV_KWARGS = "env_kwargs"
@@ -128,6 +136,9 @@ class ExperimentSpec:
     """GPUs for the learner (placed on the GPU node pool when > 0)."""
     queue: str = ""
     """Kubernetes only: the Kueue LocalQueue that admits the experiment's Jobs ("" for none)."""
+    max_pod_memory_mb: int = DEFAULT_MAX_POD_MEMORY_MB
+    """Kubernetes only: the most memory (MiB) a replay shard's pod may ask for; a shard that needs
+    more is refused at create (docs/kubernetes.md). Raise it to what your nodes can give a pod."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment's constructor (`--set env_kwargs.KEY=VALUE`, or a
     mapping in the YAML file); values are YAML scalars, lists or mappings."""
@@ -149,6 +160,8 @@ class ExperimentSpec:
             del data[ENV_KWARGS]
         if self.learner_pods == 1:  # and those of one learner pod
             del data["learner_pods"]
+        if self.max_pod_memory_mb == DEFAULT_MAX_POD_MEMORY_MB:  # and those of the default ceiling
+            del data["max_pod_memory_mb"]
         if "replay" not in get_algorithm(self.algo).roles:  # and those of an algorithm without replay
             del data["replay_shards"]
         data[self.algo] = _plain(dataclasses.asdict(self.config))
@@ -331,7 +344,37 @@ def build_spec(
     `flags` holds only the flags the user gave (None values are ignored).
     """
     _refuse_empty(flags, overrides or {})
-    return _build_spec(name, flags=flags, config_file=config_file, overrides=overrides, resolved=None)
+    spec = _build_spec(name, flags=flags, config_file=config_file, overrides=overrides, resolved=None)
+    check_replay_memory(spec)
+    return spec
+
+
+def check_replay_memory(spec: ExperimentSpec, available: int | None = None) -> None:
+    """Refuse, at create, replay shards that could not hold their rows: numpy allocates a shard's
+    ring whole at start, so an oversized buffer_size would only crash-loop its shards. Locally and
+    in containers they share this machine (`available` bytes; psutil's by default); on Kubernetes
+    each shard is a pod of at most max_pod_memory_mb. The sizes are the ones the pods ask for."""
+    algorithm = get_algorithm(spec.algo)
+    if not isinstance(algorithm, OffPolicy) or spec.resolved is None:
+        return
+    shard_mb = algorithm.shard_memory_mb(spec.config, spec.resolved, spec.replay_shards)
+    rows = f"{spec.algo}.buffer_size {spec.config.buffer_size:,}"
+    if spec.backend == "kube":
+        if shard_mb > spec.max_pod_memory_mb:
+            n = spec.replay_shards
+            pods = "the replay shard's pod" if n == 1 else f"each of the {n} replay shard pods"
+            raise SpecError(
+                f"{rows}: {pods} would ask for {shard_mb:,} MiB, "
+                f"over max_pod_memory_mb ({spec.max_pod_memory_mb:,} MiB; docs/kubernetes.md): lower "
+                "buffer_size, raise --replay-shards, or raise max_pod_memory_mb to what a node can give"
+            )
+        return
+    need = spec.replay_shards * shard_mb * 2**20
+    if available is None:
+        available = psutil.virtual_memory().available
+    if need > available:
+        raise SpecError(f"{rows}: the replay needs {need / 2**30:,.1f} GiB of memory and this machine has "
+                        f"{available / 2**30:,.1f} GiB available: lower buffer_size")  # fmt: skip
 
 
 # Settings whose empty value would silently become a default: a user who gives one empty meant
@@ -359,7 +402,7 @@ def _build_spec(
     validate_name(name)
     file_data = load_yaml_file(config_file) if config_file is not None else {}
     top: dict[str, Any] = {}
-    algo_section: dict[str, Any] = {}
+    sections: dict[str, Any] = {}  # an algorithm's settings, by the name of their section
     for key, value in file_data.items():
         if key in NOT_EMPTY and key != "image" and isinstance(value, str) and not value.strip():
             raise SpecError(
@@ -370,7 +413,7 @@ def _build_spec(
         elif key in DERIVED_KEYS:  # a spec a dry run printed: NAME names it, create resolves again
             continue
         elif isinstance(value, dict) or (value is None and key in ALGORITHMS):
-            algo_section.update({f"{key}.{k}": v for k, v in (value or {}).items()})
+            sections[key] = value or {}
         else:
             raise SpecError(f"unknown key {short(key)} in config file {str(config_file)!r}")
     top.update({k: v for k, v in flags.items() if v is not None})
@@ -386,12 +429,12 @@ def _build_spec(
 
     algo_name = _coerce("algo", str, top.get("algo") or "")
     if not algo_name:
-        raise SpecError("no algorithm given: use --algo (ppo, es or MODULE:NAME)")
+        raise SpecError(f"no algorithm given: use --algo ({', '.join(ALGORITHMS)} or MODULE:NAME)")
     try:
         algorithm = get_algorithm(algo_name)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
-    env_id = _coerce("env", str, top.get("env") or "CartPole-v1")
+    env_id = _coerce("env", str, top.get("env") or algorithm.default_env)
     # Presets and the default step budget follow the number of agents (docs/algorithms/<algo>.md).
     agents = _coerce("agents", int, top.get("agents", ExperimentSpec.agents))
     if agents < 1:
@@ -412,12 +455,11 @@ def _build_spec(
     except ValueError as exc:
         raise SpecError(str(exc)) from None
 
-    algo_values: dict[str, Any] = {}
-    for key, value in algo_section.items():
-        section, _, sub = key.partition(".")
+    # A section is named whole: an algorithm of one's own is "module.path:Name", dots and all.
+    for section in sections:
         if section != algo_name:
             raise SpecError(f"config file section {short(section)} does not match algorithm {algo_name!r}")
-        algo_values[sub] = value
+    algo_values: dict[str, Any] = dict(sections.get(algo_name, {}))
     for key, value in overrides.items():
         sub = key[len(algo_name) + 1 :] if key.startswith(f"{algo_name}.") else key
         algo_values[sub] = value
@@ -437,6 +479,10 @@ def _build_spec(
         algorithm.check_config(spec.config, spec.env_ref, resolved)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
+    needed, setting = algorithm.first_update(spec.config)
+    if spec.steps < needed:  # Succeeded means it trained: refuse a run that could not
+        raise SpecError(f"--steps {spec.steps:,} is too few to train: {algo_name} applies its first update "
+                        f"after {needed:,} env steps ({setting}); give more steps or lower it")  # fmt: skip
     if spec.backend == "local":
         try:
             algorithm.check_local(spec.config)
@@ -477,14 +523,18 @@ def _env_kwarg(key: str, text: Any) -> dict[str, Any]:
 
 def _apply(config: Any, values: Mapping[str, Any], prefix: str) -> Any:
     known = {f.name: f for f in dataclasses.fields(config)}
+    # An algorithm of one's own has no page of its own: its settings are its Config's fields.
+    page = f"docs/algorithms/{prefix}.md" if prefix in ALGORITHMS else "docs/algorithms/writing.md"
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key not in known:
             raise SpecError(
-                f"unknown setting {short(key)} (not an experiment key nor a field of the {prefix} config; "
-                f"see `surreal create --help` and docs/algorithms/{prefix}.md)"
+                f"unknown setting {short(key)} (not an experiment key nor a field of the {prefix} config, "
+                f"{type(config).__name__}; see `surreal create --help` and {page})"
             )
-        changes[key] = _coerce(f"{prefix}.{key}", typing.get_type_hints(type(config))[key], value)
+        # Named as the config's own checks name it (bounds.Settings.section: "a2c.ent_coef").
+        where = f"{getattr(config, 'section', prefix)}.{key}"
+        changes[key] = _coerce(where, typing.get_type_hints(type(config))[key], value)
     new = dataclasses.replace(config, **changes)
     try:
         new.validate()
@@ -521,7 +571,7 @@ def _coerce(key: str, target: Any, value: Any) -> Any:
         if target is int:
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
-            whole = int(str(value).replace("_", "")) if isinstance(value, str) else int(value)
+            whole = _whole(value) if isinstance(value, str) else int(value)
             if abs(whole) > MAX_INT:
                 raise SpecError(f"{key}: {short(value)} does not fit a 64-bit integer")
             return whole
@@ -560,6 +610,17 @@ def short(value: Any) -> str:
     return text if len(text) <= MAX_SHORT else f"{text[: MAX_SHORT - 3]}..."
 
 
+def _whole(text: str) -> int:
+    """An integer as a user writes one: 1_000_000, or 1e6 (sizes are written so), exact or refused."""
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        number = float(text)  # ValueError: not a number at all
+        if not number.is_integer() or abs(number) >= 2**53:  # past 2**53 a float skips integers
+            raise ValueError from None
+        return int(number)
+
+
 def _to_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -587,11 +648,9 @@ def _validate(spec: ExperimentSpec) -> None:
     _check_range("steps", spec.steps, 1, MAX_STEPS)
     _check_range("learners", spec.learners, 1, MAX_LEARNERS)
     if spec.learners > 1:
-        if not get_algorithm(spec.algo).ranks:
-            raise SpecError(
-                f"learners {spec.learners}: {spec.algo} trains with one learner (its "
-                "results are a few numbers per episode; one learner is never its bottleneck)"
-            )
+        reason = get_algorithm(spec.algo).one_learner
+        if reason:
+            raise SpecError(f"learners {spec.learners}: {spec.algo} trains with one learner ({reason})")
         if spec.agents < spec.learners:
             raise SpecError(
                 f"learners {spec.learners}: every learner rank needs an agent of its "
@@ -610,6 +669,7 @@ def _validate(spec: ExperimentSpec) -> None:
         raise SpecError(f"unknown backend {short(spec.backend)} (known: {', '.join(BACKENDS)})")
     check_agents(spec.agents_per_pod, "agents_per_pod")
     _check_range("gpu", spec.gpu, 0, MAX_GPU)
+    _check_range("max_pod_memory_mb", spec.max_pod_memory_mb, 1, MAX_POD_MEMORY_MB)
     if len(spec.namespace) > 63 or not NAMESPACE_RE.fullmatch(spec.namespace):
         raise SpecError(
             f"invalid namespace {short(spec.namespace)}: a DNS-1123 label of at most 63 characters "

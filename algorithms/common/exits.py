@@ -19,6 +19,14 @@ EXIT_COLLECTIVE_FAILED = 72
 # raised, or an actor's gave nothing but non-finite data): retrying runs the same code again, so it
 # fails the role at once, whichever role it is (a fatal exit of each).
 EXIT_ENV_FAILED = 73
+# The exit of a learner whose run cannot succeed as it is: it ended without training (no update
+# applied: every one skipped, or learning never started) or made no progress for its deadline
+# (config `progress_deadline_seconds`). Retrying runs the same settings again: a fatal exit.
+EXIT_NOT_TRAINED = 74
+# The exit of a component whose algorithm's code failed (a hook raised, returned what it must not,
+# or ended the process itself): the message names the algorithm, the hook and what it did; retrying
+# runs the same code again, so it fails the role at once, whichever role it is.
+EXIT_ALGORITHM_FAILED = 75
 # 128 + SIGTERM, what a process killed by the signal reports: the pod's exit code after a clean
 # stop (preemption.py), a disruption and not a failure.
 EXIT_PREEMPTED = 143

@@ -16,10 +16,14 @@ done it changes nothing (the run ends as it would have).
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 from surreal.algorithms.common.exits import EXIT_PREEMPTED
 from surreal.algorithms.common.run import RoleFailed
@@ -27,6 +31,21 @@ from surreal.algorithms.common.run import RoleFailed
 _requested = threading.Event()
 _graceful = threading.Event()
 _failure: list[RoleFailed] = []  # what stop_for was told (the first)
+_last_words: list[Callable[[RoleFailed], None]] = []  # how the component leaves its reason (force_exit)
+
+
+def on_force_exit(last_words: Callable[[RoleFailed], None]) -> None:
+    """How the component leaves a failure's reason (its termination message) when `force_exit` ends it."""
+    _last_words[:] = [last_words]
+
+
+def force_exit(failure: RoleFailed) -> NoReturn:
+    """Exit now with `failure.code`, whatever the main thread is stuck in, its reason left first."""
+    for last_words in _last_words:
+        with contextlib.suppress(Exception):
+            last_words(failure)
+    logging.shutdown()
+    os._exit(failure.code)
 
 
 def on_sigterm(*_: object) -> None:

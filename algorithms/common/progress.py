@@ -53,6 +53,19 @@ class LearnerProgress:
     def _note_steps(self) -> None:
         self._rate.append((time.monotonic(), self.counters.env_steps))
 
+    def training_problem(self) -> str | None:
+        """Why a run that reached its steps did not train, or None: a run is Succeeded only when at
+        least one update was applied (serving.finish fails it otherwise)."""
+        c = self.counters
+        if c.updates > 0:
+            return None
+        skipped = getattr(c, "skipped_updates", 0)
+        if skipped:
+            return (f"no update was applied in {c.env_steps:,} env steps: all {skipped:,} were skipped (a "
+                    "non-finite loss, gradient, statistic or weight; the weights were kept)")  # fmt: skip
+        return (f"no update was applied in {c.env_steps:,} env steps: learning never started (it "
+                "needs more env steps before its first update than the run has)")  # fmt: skip
+
     def record_eval(self, report: EvalReport) -> None:
         self.eval_return, self.eval_episodes = report.mean_return, report.episodes
         self.eval_stderr = report.std_return / max(1, report.episodes - 1) ** 0.5
@@ -90,7 +103,15 @@ class LearnerProgress:
         envelope = Envelope(dataclasses.asdict(counters), list(self.train_returns), self.eval_return,
                             self.best_eval_return, clean, eval_stderr=self.eval_stderr,
                             eval_episodes=self.eval_episodes)  # fmt: skip
-        envelope.save(state, directory)
+        try:
+            envelope.save(state, directory)
+        except OSError as exc:  # a full or failing disk: training goes on, and tries again later
+            self._checkpoint_monotonic, self._checkpoint_updates = time.monotonic(), self.counters.updates
+            logging.getLogger(type(self).__module__).error(
+                "checkpoint of version %d not written (%s): the last one written stays (version %s)",
+                counters.version, exc, self.checkpoint_version,
+            )  # fmt: skip
+            return
         self._note_checkpoint(counters.version, envelope.saved_at)
         logging.getLogger(type(self).__module__).info(
             "checkpoint: version %d, %d env steps, %d updates, train return %s, eval return %s%s",

@@ -14,16 +14,18 @@ import logging
 import math
 import os
 import queue
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from surreal.algorithms.common import deadline as deadline_mod
 from surreal.algorithms.common import preemption
 from surreal.algorithms.common.checkpoint import write_json
 from surreal.algorithms.common.evaluator import HEARTBEAT_SECONDS, Policy, eval_seed, evaluate
-from surreal.algorithms.common.exits import EXIT_PREEMPTED
+from surreal.algorithms.common.exits import EXIT_NOT_TRAINED, EXIT_PREEMPTED
 from surreal.algorithms.common.ranks import PeerLost, RankGroup
-from surreal.algorithms.common.run import RunContext, extras_done, extras_env_steps
+from surreal.algorithms.common.run import RoleFailed, RunContext, extras_done, extras_env_steps
 from surreal.algorithms.common.scale import SCALE_FILE, read_scale
 from surreal.algorithms.envs.make import EnvBatch
 from surreal.protocol.codec import TensorSpec
@@ -53,6 +55,10 @@ RELEASE_SECONDS = 60.0  # the longest the learner serves, after the end, for wor
 # still open this long after the end (or after it opened it, if later) is not listening (a buggy
 # or hostile peer) and is not waited for.
 HANG_UP_SECONDS = 10.0
+# Workers that poll for parameters rather than stream to the learner (off-policy actors, replay
+# shards) learn of the end from the version saying so: one that asked within this long (it asks
+# with every fragment, a shard every second) and still holds an older version is waited for.
+ASKING_SECONDS = 10.0
 HOLD_POLL_SECONDS = 0.001  # how often a learner rank waiting for its group looks again (a store read)
 # How long a learner rank waits for a fragment before it looks whether its group holds a batch
 # (one counter read in the group's store): an update's start is late by this at most. A single
@@ -92,6 +98,10 @@ WIRE_REJECTIONS = (
 
 class LearnerCore(Protocol):
     final_evaluated: bool
+    cfg: Any  # the algorithm's config (progress_deadline_seconds)
+    counters: Any  # env_steps, updates (applied), ...
+
+    def training_problem(self) -> str | None: ...  # why a run at its steps did not train, or None
 
     @property
     def holding(self) -> bool: ...  # a learner rank waits for its group's update, taking nothing
@@ -141,6 +151,7 @@ class ServingLoop:
         self.group = group or RankGroup()
         self.evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
         self.status_path = ctx.exp_dir / "status.json" if self.group.is_root else None
+        self._status_unwritten = False  # a write of status.json failed (said once)
         # How long a look for a fragment waits: 0 for a core whose `ready` waits itself (off-policy's,
         # on its replay's samples).
         self._fragment_wait = fragment_wait if fragment_wait is not None else (
@@ -182,6 +193,11 @@ class ServingLoop:
         """Fragments in, updates, parameters out, status about once a second, until the core is
         done; then announce `done` under a new version (unless the last update did) and save.
         False if SIGTERM came first (preemption): the version the core has is saved, cleanly."""
+        stopped = threading.Event()
+        deadline = getattr(self.core.cfg, "progress_deadline_seconds", deadline_mod.DEFAULT_SECONDS)
+        if self.group.size == 1:  # of ranks, a stop of one is its group's restart, not the run's end
+            c = self.core.counters
+            deadline_mod.watch(deadline, lambda: (c.env_steps, c.updates), stopped)
         try:
             return self._train()
         except PeerLost as exc:
@@ -190,6 +206,8 @@ class ServingLoop:
             # is restarted from it.
             log.warning("%s: saving and leaving so that the group restarts", exc)
             return self._preempted()
+        finally:
+            stopped.set()
 
     def _train(self) -> bool:
         core, server = self.core, self.server
@@ -290,15 +308,17 @@ class ServingLoop:
 
     def release_workers(self, timeout: float) -> None:
         """Serve until every worker has seen `done` and hung up (or `timeout`): those with a stream
-        open but for HANG_UP_SECONDS, and those owed the end (`owed_at_end`) until they open one."""
+        open but for HANG_UP_SECONDS, those owed the end (`owed_at_end`) until they open one, and
+        those polling for parameters (ASKING_SECONDS) until they have been answered the last version."""
         done_at = self._done_at if self._done_at is not None else time.monotonic()
         # Not those whose stream was open at the end and closed since: they saw `done` on it.
         missing = set(self._away_at_end)
         deadline = time.monotonic() + timeout
+        done_version = self.core.params().version
         while time.monotonic() < deadline:
             open_now, opened_at = self.server.workers()
             missing, listening = owed_the_end(done_at, time.monotonic(), missing, open_now, opened_at)
-            if not listening and not missing:
+            if not listening and not missing and not self.server.behind(done_version, ASKING_SECONDS):
                 if open_now:
                     log.warning("%d workers kept their streams open after the end: %s",
                                 len(open_now), sorted(open_now))  # fmt: skip
@@ -374,7 +394,12 @@ class ServingLoop:
         status["wire_rejections"] = {name: stats.get(counter, 0) for name, counter in WIRE_REJECTIONS}
         self.snapshot["status"] = status
         if self.status_path is not None:
-            write_json(self.status_path, status)
+            try:
+                write_json(self.status_path, status)
+            except OSError as exc:  # a full disk: the Status RPC still answers; said once
+                if not self._status_unwritten:
+                    log.error("cannot write %s (%s): status is served over gRPC only", self.status_path, exc)
+                self._status_unwritten = True
 
 
 def read_workers(path: os.PathLike[str] | str) -> dict[str, float]:
@@ -446,6 +471,9 @@ def finish(
         core.record_eval(result.report(params.version, extras_env_steps(params.extras)))
     core.save(clean=True)  # the final evaluation in the checkpoint too: load_policy says what status says
     loop.write_status()
+    if problem := core.training_problem():  # Succeeded means it trained
+        log.error("the run did not train: %s", problem)
+        raise RoleFailed(EXIT_NOT_TRAINED, f"the run did not train: {problem}")
     loop.release_workers(timeout=RELEASE_SECONDS)
     log.info("run complete: version %d evaluated, %d workers still connected; exiting",
              core.params().version, loop.server.stats.get("connected_streams", 0))  # fmt: skip

@@ -46,6 +46,8 @@ class ESConfig:
     # --- bookkeeping ---
     checkpoint_every: int = 20  # updates between checkpoints (and one at the end, and on SIGTERM)
     checkpoint_seconds: float = 60.0  # and at least this often: what a SIGKILL can lose at most
+    progress_deadline_seconds: float = 600.0  # a learner that counts no env step, or applies no update,
+    #   for this long while it trains fails the run, naming which (common/deadline.py)
     eval_interval: int = 100_000  # env steps between evaluations (the final policy always)
     eval_episodes: int = 10  # deterministic episodes per evaluation
     final_eval_timeout: float = 600.0  # seconds the master waits for the final evaluation
@@ -106,6 +108,7 @@ BOUNDS: bounds.Bounds = {
     # hand-outs of handout_ratio x population pairs: slack past 100x is only unused work
     "handout_ratio": (1.0, 100.0), "max_staleness": (0, 1_000_000), "obs_clip": (1e-12, HUGE),
     "flush_interval": (1e-3, 60.0), "credits_per_worker": (1, 64), "checkpoint_every": (1, 10**9),
-    "checkpoint_seconds": (1e-3, bounds.WEEK), "eval_interval": (1, 10**13),
+    "checkpoint_seconds": (1e-3, bounds.WEEK), "progress_deadline_seconds": (1.0, bounds.WEEK),
+    "eval_interval": (1, 10**13),
     "eval_episodes": (1, bounds.MAX_EVAL_EPISODES), "final_eval_timeout": (1e-3, bounds.WEEK),
 }  # fmt: skip

@@ -62,6 +62,8 @@ class OffPolicyConfig(bounds.Settings):
     # --- bookkeeping ---
     checkpoint_every: int = 10_000  # updates between checkpoints
     checkpoint_seconds: float = 60.0
+    progress_deadline_seconds: float = 600.0  # a learner that counts no env step, or applies no update,
+    #   for this long while it trains fails the run, naming which (common/deadline.py)
     eval_interval: int = 5_000
     eval_episodes: int = 10
     final_eval_timeout: float = 600.0
@@ -79,7 +81,8 @@ OffPolicyConfig.BOUNDS = {
     "learning_starts": (1, 10**10), "replay_ratio": (1e-3, 1e6), "batch_size": (1, 1 << 16),
     "learning_rate": (TINY, 1.0), "gamma": (TINY, 1.0), "tau": (TINY, 1.0), "learner_threads": (1, 1024),
     "publish_seconds": (1e-3, 3600.0), "max_abs_reward": (TINY, 1e30), "checkpoint_every": (1, 10**12),
-    "checkpoint_seconds": (1e-3, bounds.WEEK), "eval_interval": (1, 10**13),
+    "checkpoint_seconds": (1e-3, bounds.WEEK), "progress_deadline_seconds": (1.0, bounds.WEEK),
+    "eval_interval": (1, 10**13),
     "eval_episodes": (1, bounds.MAX_EVAL_EPISODES), "final_eval_timeout": (1e-3, bounds.WEEK),
 }  # fmt: skip
 

@@ -8,6 +8,7 @@ with every answer, so a restarted learner goes on from its checkpoint with the r
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import queue
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from surreal.algorithms.common import hooks
 from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.algorithms.common.device import resolve_device
 from surreal.algorithms.common.progress import LearnerProgress
@@ -31,6 +33,7 @@ from surreal.algorithms.offpolicy import obs
 from surreal.algorithms.offpolicy.config import OffPolicyConfig
 from surreal.algorithms.offpolicy.evaluator import eval_policy
 from surreal.protocol.client import LearnerClient, ProtocolError
+from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Params, ReplayState
 
 if TYPE_CHECKING:
@@ -42,6 +45,15 @@ PREFETCH = 4  # batches each shard's thread keeps ready
 SAMPLE_WAIT_SECONDS = 0.2  # how long a shard may hold a sample for its limiter before answering
 RATE_WINDOW = 64  # (time, inserted, sampled, seconds updating) points the rates are measured over
 RECENT_RETURNS = 20
+STATE_SECONDS = 1.0  # how stale a shard's counts in status may grow while no update takes a batch
+REPLAY_COUNTS = tuple(f.name for f in dataclasses.fields(ReplayState))
+# The shards' wire refusals in status, named as a learner's own "wire_rejections" (serving.py).
+REPLAY_WIRE = {"unauthenticated": "unauthenticated", "undecodable": "undecodable",
+               "invalid_stream": "malformed", "too_many_streams": "too_many_streams",
+               "bad_sample": "bad_samples"}  # fmt: skip
+TB_EVERY = 100  # updates between TensorBoard points (hundreds a second: every one would be megabytes)
+# The replay's figures TensorBoard draws (replay_status's), as `surreal status` shows them.
+TB_REPLAY = ("size", "replay_ratio", "update_share", "refused_fragments", "lost")
 
 
 class Shards:
@@ -75,10 +87,20 @@ class Shards:
             self.returns.extend(sampled.episode_returns)
             while sampled.rows is not None and not self._stop.is_set():
                 try:
-                    self.batches.put(sampled.rows, timeout=0.1)
+                    self.batches.put(sampled.rows, timeout=STATE_SECONDS)
                     break
                 except queue.Full:
-                    continue
+                    # No update takes batches (the run is done, its final evaluation under way): the
+                    # shard's counts still reach status, or its last refusals would never show there.
+                    self._refresh(i)
+
+    def _refresh(self, i: int) -> None:
+        """Shard `i`'s state from its Status, without a sample."""
+        try:
+            found = self._clients[i].status(timeout=STATE_SECONDS)
+            self.states[i] = ReplayState(**{k: int(found[k]) for k in REPLAY_COUNTS if k in found})
+        except (ProtocolError, ValueError, TypeError, AttributeError):
+            pass
 
     def total(self, field: str) -> int:
         return sum(getattr(s, field) for s in self.states if s is not None)
@@ -105,6 +127,7 @@ class Counters:
     episodes: int = 0
     elapsed_seconds: float = 0.0
     rows_trained: int = 0
+    skipped_updates: int = 0  # updates undone for a non-finite statistic or weight (weights kept)
 
 
 class Learner(LearnerProgress):
@@ -125,11 +148,13 @@ class Learner(LearnerProgress):
         self._init_progress()
         self._ckpt_dir: Path = ctx.exp_dir / "checkpoints"
         self._tb: Scalars | None = Scalars(ctx.exp_dir / "tb")
+        self._tb_updates = 0  # updates at the last TensorBoard point
         self._rates: deque[tuple[float, int, int, float]] = deque(maxlen=RATE_WINDOW)
         self._updating = 0.0  # seconds in train_on since start: the update's share of the learner's time
         self._batch: dict[str, np.ndarray] | None = None
         self._unpublished = False
         self._stats: dict[str, Any] = {}  # the last update's, as it returned them (tensors)
+        self._skips = RejectionLog(log, "update")
         self._restore()
 
     # --- training
@@ -169,10 +194,14 @@ class Learner(LearnerProgress):
         return True
 
     def update(self) -> None:
-        """Updates on the batches at hand for up to publish_seconds; one new version."""
+        """Updates on the batches at hand for up to publish_seconds; one new version. A burst whose
+        statistics or weights come out non-finite is undone as a whole (weights and optimizer state
+        as they were before it) and its updates counted skipped, as the on-policy learner does
+        with each update: one check, one host read, per version and not per update."""
         started = time.monotonic()
+        saved, burst = self._snapshot(), []
         while self._batch is not None:
-            self.train_on(self._batch)
+            burst.append(self.train_on(self._batch))
             self._batch = None
             if time.monotonic() - started >= self.cfg.publish_seconds:
                 break
@@ -180,13 +209,37 @@ class Learner(LearnerProgress):
                 self._batch = self.shards.batches.get_nowait() if self.shards else None
             except queue.Empty:
                 break
+        c = self.counters
+        if self._finite([stats for stats, _ in burst]):
+            c.updates += len(burst)
+            c.rows_trained += sum(rows for _, rows in burst)
+        else:
+            self._rollback(saved)
+            c.skipped_updates += len(burst)
+            self._skips.note("learner", "non_finite_update", f"a non-finite statistic or weight: "
+                             f"{len(burst)} updates were undone and the weights kept")  # fmt: skip
         self.counters.version += 1
         self._unpublished = True
         self._hear()
-        if self._tb is not None and self.counters.updates % 100 == 0:
-            self._tb.add("train", self.last_stats, self.counters.env_steps)
+        if self._tb is not None and self.counters.updates - self._tb_updates >= TB_EVERY:
+            self._log_update(self._tb)
         if self.checkpoint_due():
             self.save()
+
+    def _log_update(self, tb: Scalars) -> None:
+        """What PPO's learner writes, keyed by env steps (`surreal plot` draws progress/episode_return),
+        and the replay: the update's statistics (SAC's Q values among them), the rate and training
+        returns, the replay's size, the ratio it held, the update's share, what it refused and lost."""
+        c, step = self.counters, self.counters.env_steps
+        self._tb_updates = c.updates
+        tb.add("train", self.last_stats, step)
+        progress = {"steps_per_second": self.steps_per_second(), "episodes": c.episodes,
+                    "skipped_updates": c.skipped_updates}  # fmt: skip
+        if self.train_returns:
+            progress["episode_return"] = self.train_return()
+        tb.add("progress", progress, step)
+        replay = self.replay_status()
+        tb.add("replay", {k: replay[k] for k in TB_REPLAY if replay.get(k) is not None}, step)
 
     @property
     def last_stats(self) -> dict[str, float]:
@@ -194,15 +247,36 @@ class Learner(LearnerProgress):
         learner on a GPU does not wait for its kernels once per statistic per update."""
         return {k: float(v) for k, v in self._stats.items()}
 
-    def train_on(self, rows: dict[str, np.ndarray]) -> None:
-        """One `update` of the algorithm on `rows` (a replay sample: obs.batch packs them)."""
+    def train_on(self, rows: dict[str, np.ndarray]) -> tuple[dict[str, Any], int]:
+        """One `update` of the algorithm on `rows` (a replay sample: obs.batch packs them): its
+        statistics and the rows it trained on."""
         started = time.perf_counter()
         batch = {k: torch.from_numpy(v).to(self.device) for k, v in obs.batch(self.spaces, rows).items()}
-        stats = self.algo.update(self.nets, batch, self.cfg)
-        self.counters.updates += 1
-        self.counters.rows_trained += len(rows["rewards"])
+        stats = hooks.statistics(self.algo, "update", hooks.call(self.algo, "update", self.algo.update,
+                                                                   self.nets, batch, self.cfg))  # fmt: skip
         self._stats = stats
         self._updating += time.perf_counter() - started
+        return stats, len(rows["rewards"])
+
+    def _snapshot(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Copies of the networks' state and their optimizers', to undo a burst that went non-finite."""
+        weights = {k: v.detach().clone() for k, v in self.nets.state_dict().items()}
+        return weights, copy.deepcopy({k: o.state_dict() for k, o in self.nets.optimizers().items()})
+
+    def _rollback(self, saved: tuple[dict[str, torch.Tensor], dict[str, Any]]) -> None:
+        weights, optimizers = saved
+        self.nets.load_state_dict(weights)
+        for name, optimizer in self.nets.optimizers().items():
+            optimizer.load_state_dict(optimizers[name])
+            optimizer.zero_grad(set_to_none=True)
+
+    def _finite(self, burst: list[dict[str, Any]]) -> bool:
+        """Every statistic of the burst and every weight is finite (one host read)."""
+        values = [torch.as_tensor(v, dtype=torch.float64).to(self.device).reshape(1)
+                  for stats in burst for v in stats.values()]  # fmt: skip
+        checks = [torch.isfinite(torch.cat(values)).all()] if values else []
+        checks += [torch.isfinite(p).all() for p in self.nets.parameters()]
+        return bool(torch.stack(checks).all())
 
     def new_version(self) -> None:
         self.counters.version += 1
@@ -233,11 +307,13 @@ class Learner(LearnerProgress):
                 "lost": self.shards.total("lost"), "restored": self.shards.total("restored"),
                 "refused_fragments": self.shards.total("refused"),
                 "malformed_streams": self.shards.total("malformed"),
+                "wire_rejections": {name: self.shards.total(field) for name, field in REPLAY_WIRE.items()},
                 "shards": self.shards.status()}  # fmt: skip
 
     def status(self, connected_actors: int = 0) -> dict[str, Any]:
         return {**self.contract_status(0, connected_actors), "rows_trained": self.counters.rows_trained,
-                "train": self.last_stats, "replay": self.replay_status()}  # fmt: skip
+                "skipped_updates": self.counters.skipped_updates, "train": self.last_stats,
+                "replay": self.replay_status()}  # fmt: skip
 
     def save(self, *, clean: bool = False) -> None:
         optimizers = {k: o.state_dict() for k, o in self.nets.optimizers().items()}
@@ -255,6 +331,7 @@ class Learner(LearnerProgress):
             optimizer.load_state_dict(state["optimizers"][name])
 
     def close(self) -> None:
+        self._skips.flush(force=True)
         if self.shards is not None:
             self.shards.close()
         if self._tb is not None:

@@ -62,6 +62,8 @@ class OnPolicyConfig(bounds.Settings):
     # --- bookkeeping ---
     checkpoint_every: int = 50  # updates between checkpoints (and one at the end, and on SIGTERM)
     checkpoint_seconds: float = 60.0  # and at least this often: what a SIGKILL can lose at most
+    progress_deadline_seconds: float = 600.0  # a learner that counts no env step, or applies no update,
+    #   for this long while it trains fails the run, naming which (common/deadline.py)
     eval_interval: int = 50_000  # env steps between evaluations (the final policy always)
     eval_episodes: int = 10  # episodes per evaluation
     eval_deterministic: bool = True  # evaluate the policy's mode; False: its samples (an Atari
@@ -85,7 +87,8 @@ OnPolicyConfig.BOUNDS = {
     "max_grad_norm": (TINY, HUGE), "gamma": (TINY, 1.0), "gae_lambda": (0.0, 1.0),
     "learner_threads": (1, 1024), "obs_clip": (TINY, HUGE), "reward_clip": (TINY, HUGE),
     "max_abs_reward": (TINY, 1e30), "log_std_init": (-20.0, 20.0), "checkpoint_every": (1, 10**9),
-    "checkpoint_seconds": (1e-3, bounds.WEEK), "eval_interval": (1, 10**13),
+    "checkpoint_seconds": (1e-3, bounds.WEEK), "progress_deadline_seconds": (1.0, bounds.WEEK),
+    "eval_interval": (1, 10**13),
     "eval_episodes": (1, bounds.MAX_EVAL_EPISODES), "final_eval_timeout": (1e-3, bounds.WEEK),
     "rank_join_seconds": (1e-3, bounds.WEEK),
 }  # fmt: skip

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from surreal.algorithms.api import OnPolicy
+from surreal.algorithms.common import hooks
 from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.algorithms.common.device import resolve_device
 from surreal.algorithms.common.exits import EXIT_COLLECTIVE_FAILED
@@ -193,7 +194,9 @@ class Learner(LearnerProgress):
             group["lr"] = lr
         saved = self._snapshot()
         batch = dataclasses.replace(batch, group_rows=int(rows))
-        stats = self.algo.update(self.net, self.optimizer, batch, cfg, self.group)
+        update = self.algo.update
+        stats = hooks.statistics(self.algo, "update", hooks.call(
+            self.algo, "update", update, self.net, self.optimizer, batch, cfg, self.group))  # fmt: skip
         # One host read: the statistics, and whether every weight is still finite (the same on
         # every rank: the group's statistics, the same gradients).
         finite = torch.stack([torch.isfinite(p).all() for p in self._params]).all()

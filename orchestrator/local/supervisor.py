@@ -37,7 +37,17 @@ import psutil
 from surreal.orchestrator.files import write_json_atomic
 from surreal.orchestrator.home import LOG_DIR
 from surreal.orchestrator.local.sched_slice import slice_ms_from_env, slice_request
-from surreal.orchestrator.policy import POLICIES, Action, RoleEnd, RolePolicy, decide, outcome, policy_of
+from surreal.orchestrator.policy import (
+    POLICIES,
+    Action,
+    Decision,
+    RoleEnd,
+    RolePolicy,
+    decide,
+    outcome,
+    policy_of,
+    unfinished,
+)
 from surreal.orchestrator.program import ACTOR_ROLE, ENV_TERMINATION_LOG, LEARNER_ROLE, Component, Program
 from surreal.orchestrator.status import ENDED_STATES, ComponentState, Phase, describe_exit
 
@@ -153,6 +163,7 @@ class Supervisor:
         }
         self._retiring: list[_Child] = []  # left the program; stopping
         self._program_mtime = _mtime(self.exp_dir / PROGRAM_FILE)
+        self._unwritten = False  # the last state.json or log write failed (a full disk): said once
 
     def request_stop(self) -> None:
         """Stop every component and end as Stopped; a second request skips the grace period."""
@@ -293,6 +304,8 @@ class Supervisor:
             policy = dataclasses.replace(policy, retries=0, disruption_exits=())
         decision = decide(policy, code, child.failures)
         why = describe_exit(code)
+        if decision.action is Action.DONE and role == LEARNER_ROLE and (early := unfinished(self._final())):
+            decision, why = Decision(Action.FAIL_ROLE), early
         if decision.action in (Action.GIVE_UP, Action.FAIL_ROLE) and (reason := self._last_words(component)):
             why = f"{why}: {reason}"
         if decision.action is Action.DONE:
@@ -324,6 +337,14 @@ class Supervisor:
             self._note(child, f"{why}; giving up after {child.failures} failures")
         child.state = ComponentState.FAILED
         return self._outcome(why)
+
+    def _final(self) -> dict[str, Any] | None:
+        """The learner's last status.json, or None if unreadable."""
+        try:
+            found = json.loads((self.exp_dir / "status.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
 
     def _outcome(self, why: str) -> Phase | None:
         """The experiment's outcome (policy.outcome) from its components' states; `why`: how the
@@ -472,12 +493,29 @@ class Supervisor:
         """Say what the supervisor did in the component's own log (and the supervisor's)."""
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         line = f"[surreal supervisor {stamp}] {child.component.name}: {message}\n"
-        with open(self._log_path(child.component), "a") as out:
-            out.write(line)
+        try:
+            with open(self._log_path(child.component), "a") as out:
+                out.write(line)
+        except OSError as exc:
+            self._cannot_write(self._log_path(child.component), exc)
         log.info("%s: %s", child.component.name, message)
 
     def _write_state(self) -> None:
-        write_json_atomic(self.exp_dir / STATE_FILE, self.state())
+        """state.json, as status and delete read it. A disk that will not take it (full) must not
+        stop the supervisor: it goes on with the phase in memory, and the next write that passes
+        (once a component's failed save has freed its space, say) records it all."""
+        try:
+            write_json_atomic(self.exp_dir / STATE_FILE, self.state())
+        except OSError as exc:
+            self._cannot_write(self.exp_dir / STATE_FILE, exc)
+            return
+        self._unwritten = False
+
+    def _cannot_write(self, path: Path, exc: OSError) -> None:
+        if not self._unwritten:
+            log.error("cannot write %s (%s); going on, it is written again at the next change",
+                      path, exc.strerror or exc)  # fmt: skip
+        self._unwritten = True
 
 
 def killpg(pgid: int, sig: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import click
 
 from surreal.algorithms.envs.ref import extend_import_path
+from surreal.algorithms.registry import ALGORITHMS
 from surreal.cli.common import (
     NAME,
     ProgressLine,
@@ -18,6 +20,7 @@ from surreal.cli.common import (
     fmt,
     launcher_for,
     rejections,
+    replay_lines,
     summary,
     table,
 )
@@ -31,6 +34,15 @@ from surreal.orchestrator.status import METRIC_FIELDS
 from surreal.spec import SpecError, build_spec, notes, parse_set
 
 
+def default_envs() -> str:
+    """Each algorithm's environment when --env is not given, as help says it: "CartPole-v1; sac:
+    Pendulum-v1" (the most common one, then the others by algorithm)."""
+    envs = [a.default_env for a in ALGORITHMS.values()]
+    common = max(envs, key=envs.count)
+    others = [f"{name}: {a.default_env}" for name, a in ALGORITHMS.items() if a.default_env != common]
+    return "; ".join([common, *others])
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="surreal")
 def cli() -> None:
@@ -39,8 +51,10 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("name", type=NAME)
-@click.option("--algo", help="Algorithm: ppo, es, or your own as MODULE:NAME (docs/algorithms/writing.md).")
-@click.option("--env", "env_id", help="Environment id (default CartPole-v1), MODULE:ENV_ID or MODULE:CLASS.")
+@click.option("--algo", help=f"Algorithm: {', '.join(ALGORITHMS)}, or your own as MODULE:NAME "
+              "(docs/algorithms/writing.md).")  # fmt: skip
+@click.option("--env", "env_id", help=f"Environment id (default: {default_envs()}), MODULE:ENV_ID or "
+              "MODULE:CLASS.")  # fmt: skip
 @click.option("--agents", type=int, help="Logical agents (default 2).")
 @click.option("--learners", type=int, help="Learner ranks averaging gradients (default 1; PPO).")
 @click.option(
@@ -108,8 +122,12 @@ def create(
              "queue": queue}  # fmt: skip
     # A user's environment module imports from where this shell stands, as components will.
     extend_import_path(home.user_import_path())
+    # What the user's code prints (their module at import, their hooks) goes to stderr: stdout is
+    # create's own, a dry run's YAML or JSON that a pipe reads.
+    theirs = contextlib.redirect_stdout(sys.stderr)
     try:
-        spec = build_spec(name, flags=flags, config_file=config_file, overrides=parse_set(sets))
+        with theirs:
+            spec = build_spec(name, flags=flags, config_file=config_file, overrides=parse_set(sets))
     except SpecError as exc:
         fail(str(exc), code=2)
     for line in notes(spec):
@@ -117,7 +135,9 @@ def create(
     launcher = launcher_for(spec.backend, spec.namespace, context)
     where = Placement(pools_file, provider)
     if dry_run:
-        click.echo(call(launcher.dry_run, spec, output or "yaml", where, code=2), nl=False)
+        with theirs:
+            rendered = call(launcher.dry_run, spec, output or "yaml", where, code=2)
+        click.echo(rendered, nl=False)
         return
     if output:
         fail("-o/--output goes with --dry-run", code=2)
@@ -128,6 +148,8 @@ def create(
         final = call(launcher.status, name)
         click.echo("", err=True)
         click.echo(f"{name}: {final['phase']} — {summary(final)}", err=True)
+        if final.get("problem") and final["phase"] != "Succeeded":
+            click.echo(f"{name}: {final['problem']}", err=True)
     sys.exit(launched.exit_code)
 
 
@@ -175,6 +197,8 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
         where = f" in learner pod {rank['pod']}" if pods else ""
         click.echo(f"{'learner rank ' + str(rank['rank']) + ':':<18}{fmt(rank['env_steps'], ',d')} env steps "
                    f"from {rank['connected_actors']} actor streams{where}")  # fmt: skip
+    for i, line in enumerate(replay_lines(st)):
+        click.echo(f"{'replay:' if i == 0 else '':<18}{line}")
     if st.get("group_restarts"):
         click.echo(f"{'group restarts:':<18}{st['group_restarts']} (the learner ranks, from a checkpoint)")
     for key in ("queued", "admission", "waiting_for", "problem"):

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -131,10 +132,15 @@ class FakeCore:
     final_evaluated = False
     holding = False
     done = False
+    cfg = SimpleNamespace(progress_deadline_seconds=600.0)
 
     def __init__(self) -> None:
         self.agents: list[int] = []
         self.version = 0
+        self.counters = SimpleNamespace(env_steps=0, updates=0)
+
+    def training_problem(self) -> str | None:
+        return None
 
     def ready(self) -> bool:
         return False

@@ -58,9 +58,9 @@ def test_the_headline_command_gets_a_batch_per_round_and_a_larger_budget():
 
 
 def test_flags_and_sets_still_win_over_the_scaled_preset():
-    spec = build_spec("x", flags={"algo": "ppo", "agents": 512, "steps": 5000},
+    spec = build_spec("x", flags={"algo": "ppo", "agents": 512, "steps": 50_000},
                       overrides={"fragment_length": "64", "envs_per_agent": "2"})  # fmt: skip
-    assert spec.steps == 5000
+    assert spec.steps == 50_000
     assert (spec.config.fragment_length, spec.config.envs_per_agent) == (64, 2)
     assert spec.config.steps_per_update == 16_384  # the rest of the scaled preset stays
 

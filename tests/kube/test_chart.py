@@ -18,10 +18,12 @@ from kube_support import CHART, make_spec
 
 from surreal import spec as spec_mod
 from surreal.algorithms.common.exits import (
+    EXIT_ALGORITHM_FAILED,
     EXIT_ENV_FAILED,
     EXIT_GROUP_NOT_FORMED,
     EXIT_LEARNER_GONE,
     EXIT_NO_ACTORS,
+    EXIT_NOT_TRAINED,
     EXIT_PREEMPTED,
 )
 from surreal.algorithms.envs import make as envs
@@ -191,9 +193,9 @@ def test_the_chart_has_the_renderers_retries_grace_period_and_exit_codes() -> No
         }
         assert codes["Ignore"] == [EXIT_PREEMPTED]
         assert codes["FailJob"] == (
-            [EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, EXIT_ENV_FAILED]
+            [EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS, EXIT_ENV_FAILED, EXIT_NOT_TRAINED, EXIT_ALGORITHM_FAILED]
             if role == "learner"
-            else [EXIT_LEARNER_GONE, EXIT_ENV_FAILED]
+            else [EXIT_LEARNER_GONE, EXIT_ENV_FAILED, EXIT_ALGORITHM_FAILED]
         )
         assert codes["FailJob"] == list(POLICIES[role].fatal_exits)
         if role != "learner":

@@ -13,10 +13,12 @@ from jobset_schema import JobSetInvalid, validate
 from kube_support import KUBE_VERSIONS, make_spec
 
 from surreal.algorithms.common.exits import (
+    EXIT_ALGORITHM_FAILED,
     EXIT_ENV_FAILED,
     EXIT_GROUP_NOT_FORMED,
     EXIT_LEARNER_GONE,
     EXIT_NO_ACTORS,
+    EXIT_NOT_TRAINED,
     EXIT_PREEMPTED,
 )
 from surreal.algorithms.registry import ALGORITHMS
@@ -255,6 +257,7 @@ def test_every_component_runs_to_completion_and_disruptions_are_not_failures(rol
     # retrying.
     fatal = [EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS] if role == "learner" else [EXIT_LEARNER_GONE]
     fatal.append(EXIT_ENV_FAILED)
+    fatal += [EXIT_NOT_TRAINED, EXIT_ALGORITHM_FAILED] if role == "learner" else [EXIT_ALGORITHM_FAILED]
     assert rules[2:] == [{"action": "FailJob", "onExitCodes": {
         "containerName": role, "operator": "In", "values": fatal}}]  # fmt: skip
     # Every component watches the Job it depends on (orchestrator/kube/watch.py).

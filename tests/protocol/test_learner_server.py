@@ -107,6 +107,23 @@ def test_get_params_full_then_unchanged(make_server, make_client) -> None:
     assert server.stats["params_unchanged"] == 2
 
 
+def test_behind_counts_the_recent_askers_that_hold_an_older_version(make_server, make_client) -> None:
+    """What a learner waits for at its end: those polling for parameters (a peer: a worker
+    process's connection) that have not yet been answered the last version."""
+    server, address = make_server()
+    client = make_client(address)
+    server.publish(_params(3))
+    assert client.get_params(known_version=-1) is not None
+    assert server.behind(3, within=60.0) == 0
+    server.publish(_params(4))
+    assert server.behind(4, within=60.0) == 1  # it asked lately and holds 3
+    assert server.behind(4, within=0.0) == 0  # one that has not asked lately is not waited for
+    assert client.get_params(known_version=3) is not None  # answered 4
+    assert server.behind(4, within=60.0) == 0
+    assert client.get_params(known_version=4) is None  # it holds 4: "unchanged"
+    assert server.behind(4, within=60.0) == 0
+
+
 def test_unchanged_reply_carries_no_weights(make_server, token) -> None:
     server, address = make_server()
     server.publish(_params(7, n=50_000))

@@ -226,11 +226,12 @@ def test_scale_is_checked_as_create_is(tmp_path: Path, monkeypatch: pytest.Monke
     # 10 envs x 100,001 rows: 34 MB from one agent, 68 MB (over 64 MiB) from a process of two
     sets = {"fragment_length": "100000", "steps_per_update": "4000000", "envs_per_agent": "10"}
     fat = [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
-    code, _, err = surreal(capsys, "create", "big", "--algo", "ppo", "--agents", "4", "--dry-run", *fat)
+    code, _, err = surreal(capsys, "create", "big", "--algo", "ppo", "--agents", "4", "--steps", "5000000",
+                           "--dry-run", *fat)  # fmt: skip
     assert code == 2
     refusal = one_line(err).split("fragments of ")[1]
     exp_dir = make_experiment(home, "big")
-    spec = build_spec("big", flags={"algo": "ppo", "agents": 2}, overrides=sets)
+    spec = build_spec("big", flags={"algo": "ppo", "agents": 2, "steps": 5_000_000}, overrides=sets)
     (exp_dir / SPEC_FILE).write_text(spec.to_yaml())
     running = {**STATE, "phase": "Running", "supervisor_pid": os.getpid(),
                "supervisor_create_time": psutil.Process().create_time()}  # fmt: skip

@@ -102,7 +102,7 @@ COMPONENT = textwrap.dedent(
     from pathlib import Path
     import gymnasium as gym
     from surreal import component
-    from surreal.algorithms import registry
+    from surreal.algorithms import api
     from surreal.algorithms.envs import make as envs
 
     made = []
@@ -115,7 +115,7 @@ COMPONENT = textwrap.dedent(
             return 0
         return main
 
-    registry.OnPolicy.role_main = role_main
+    api.OnPolicy.role_main = role_main
     component.run_component(sys.argv[2], Path(sys.argv[1]), 0)
     print("made", len(made))
     """

@@ -24,6 +24,10 @@ each to its Python name, so a change on one side only fails the tests.
 {{- define "surreal.exitNoActors" -}}71{{- end -}}
 {{/* EXIT_ENV_FAILED: the user's environment failed in a component, as it would again (fails its Job at once). */}}
 {{- define "surreal.exitEnvFailed" -}}73{{- end -}}
+{{- /* A learner that ended without training, or made no progress for its deadline. */ -}}
+{{- define "surreal.exitNotTrained" -}}74{{- end -}}
+{{- /* The algorithm's code failed (a hook raised or returned what it must not). */ -}}
+{{- define "surreal.exitAlgorithmFailed" -}}75{{- end -}}
 {{/* RANKS_CONTROL_PORT: where pod 0 of learner pods serves the ranks' control store. */}}
 {{- define "surreal.ranksControlPort" -}}29400{{- end -}}
 {{/* REPLAY_PORT: every replay shard's port (each shard is a pod of its own). */}}
@@ -420,27 +424,28 @@ podFailurePolicy:
         operator: In
         values: [{{ include "surreal.exitPreempted" . }}]
     {{- if eq $role "replay" }}
-    # The user's environment failed (resolving its spaces): retrying cannot help.
+    # The user's environment or algorithm failed: retrying cannot help.
     - action: FailJob
       onExitCodes:
         containerName: {{ $role }}
         operator: In
-        values: [{{ include "surreal.exitEnvFailed" . }}]
+        values: [{{ include "surreal.exitEnvFailed" . }}, {{ include "surreal.exitAlgorithmFailed" . }}]
     {{- else if ne $role "learner" }}
-    # Its learner is gone for good, or the user's environment failed: retrying cannot help.
+    # Its learner is gone for good, or the user's environment or algorithm failed: retrying cannot help.
     - action: FailJob
       onExitCodes:
         containerName: {{ $role }}
         operator: In
-        values: [{{ include "surreal.exitLearnerGone" . }}, {{ include "surreal.exitEnvFailed" . }}]
+        values: [{{ include "surreal.exitLearnerGone" . }}, {{ include "surreal.exitEnvFailed" . }}, {{ include "surreal.exitAlgorithmFailed" . }}]
     {{- else }}
     # Its ranks did not form their group (one hung before joining), no actor is left to feed it
-    # (the actors' Job failed), or the user's environment failed: retrying cannot help.
+    # (the actors' Job failed), the user's environment failed, the run cannot train as it is (no
+    # update applied, no progress for its deadline) or the algorithm failed: retrying cannot help.
     - action: FailJob
       onExitCodes:
         containerName: {{ $role }}
         operator: In
-        values: [{{ include "surreal.exitGroupNotFormed" . }}, {{ include "surreal.exitNoActors" . }}, {{ include "surreal.exitEnvFailed" . }}]
+        values: [{{ include "surreal.exitGroupNotFormed" . }}, {{ include "surreal.exitNoActors" . }}, {{ include "surreal.exitEnvFailed" . }}, {{ include "surreal.exitNotTrained" . }}, {{ include "surreal.exitAlgorithmFailed" . }}]
     {{- end }}
 template:
   metadata:
