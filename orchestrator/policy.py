@@ -146,9 +146,10 @@ def unfinished(final: Mapping[str, Any] | None) -> str | None:
     None when it does, or when nothing is known."""
     if final is None or final.get("done"):
         return None
-    return (f"the learner exited 0 before its run was done ({final.get('env_steps') or 0:,} env steps, "
-            f"{final.get('updates') or 0:,} updates applied): something in its process ended it early "
-            "(the algorithm's code?)")  # fmt: skip
+    counts = (f" ({final.get('env_steps') or 0:,} env steps, {final.get('updates') or 0:,} updates applied)"
+              if "env_steps" in final else "")  # fmt: skip
+    return (f"the learner exited 0 before its run was done{counts}: something in its process ended it "
+            "early (the algorithm's code?)")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -483,7 +483,7 @@ def control(exp_dir: Path, run: Run, watch: Watcher | None) -> str:
             metrics = poll_learner_metrics(run.plan)
             if watch is not None:
                 watch.tick(metrics)
-            ended, problem = outcome(kube_status.role_ends(run.jobs(), run.job_failure))
+            ended, problem = outcome(kube_status.role_ends(run.jobs(), run.job_failure, pods))
             if ended is not None:
                 phase = ended.value
                 break

@@ -13,7 +13,7 @@ import yaml
 
 from surreal.algorithms.common.exits import EXIT_PREEMPTED
 from surreal.orchestrator.kube.errors import KubeError
-from surreal.orchestrator.policy import RoleEnd, outcome
+from surreal.orchestrator.policy import RoleEnd, outcome, unfinished
 from surreal.orchestrator.status import ComponentState, component, status_object
 from surreal.provisioner.placement import ROLES as ROLE_ORDER
 
@@ -171,6 +171,22 @@ def final_metrics(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return max(found, key=lambda f: f[:2])[2] if found else {}
 
 
+def learner_ended_early(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a learner that exited 0 has not succeeded (policy.unfinished): a learner pod exited 0
+    without the termination message that a finished learner leaves (surreal.component writes it at
+    every clean end; a learner pod past the first leaves none, its first pod's speaks for the run),
+    and none left one that says Succeeded. None otherwise, also when its pods are gone."""
+    if any(ok for ok, _, _ in _learner_messages(pods)):
+        return None
+
+    def silent_exit(pod: Mapping[str, Any]) -> bool:
+        ended = (_container(pod).get("state") or {}).get("terminated") or {}
+        return ended.get("exitCode") == 0 and not ended.get("message")
+
+    silent = [p for p in pods if role_of(p) == "learner" and silent_exit(p)]
+    return unfinished({}) if silent else None
+
+
 def learner_failure(pods: Sequence[Mapping[str, Any]]) -> str | None:
     """Why the learner failed for good, as it said in its termination message (a fatal exit:
     e.g. the rank that never joined its group), or None."""
@@ -194,6 +210,8 @@ def phase(
             return "Succeeded" if state == "Complete" else "Failed"
         if state == "Suspended":
             return "Pending"
+    if learner_ended_early(pods):
+        return "Failed"
     ended, _ = outcome(role_ends(jobs))
     if ended is not None:
         return ended.value
@@ -214,7 +232,9 @@ def phase(
 
 
 def role_ends(
-    jobs: Sequence[Mapping[str, Any]], failure: Callable[[str], str] = lambda role: ""
+    jobs: Sequence[Mapping[str, Any]],
+    failure: Callable[[str], str] = lambda role: "",
+    pods: Sequence[Mapping[str, Any]] = (),
 ) -> list[RoleEnd]:
     """The Jobs' roles as policy.outcome takes them, a Job as one worker (Kubernetes has applied the
     role's policy to its pods); `failure(role)` says why a Failed one failed."""
@@ -222,9 +242,10 @@ def role_ends(
     for job in jobs:
         role, state = role_of(job), job_state(job)
         failed = (job["metadata"]["name"],) if state == "Failed" else ()
-        ends.append(
-            RoleEnd(role, done=state == "Complete", failed=failed, why=failure(role) if failed else "")
-        )
+        why = failure(role) if failed else ""
+        if role == "learner" and state == "Complete" and (early := learner_ended_early(pods)):
+            failed, why = (job["metadata"]["name"],), early  # its Job completed, its run did not
+        ends.append(RoleEnd(role, done=state == "Complete" and not failed, failed=failed, why=why))
     return ends
 
 
@@ -262,7 +283,7 @@ def status(
     actors = [p for p in pods if role_of(p) == "actor"]
     rows = jobs_summary(jobs) if jobs else None
     problems = [f"{j['name']}: {j['reason']}" for j in rows or [] if j.get("reason")]
-    problems += filter(None, [learner_failure(pods)])
+    problems += filter(None, [learner_failure(pods), learner_ended_early(pods)])
     queued = any(j["state"] == "Suspended" for j in rows or [])
     queued = queued or (jobset is not None and job_state(jobset) == "Suspended")
     return status_object(

@@ -69,9 +69,9 @@ def test_jobs_carry_their_failure_policy_and_replacements_their_index() -> None:
     p = plan()
     learner, actor, evaluator = p.jobs
     assert (learner.name, learner.completions, learner.backoff_limit) == ("t1-learner", 1, 5)
-    assert learner.ignore_exit_codes == (143,) and learner.fail_exit_codes == (70, 71, 73)
+    assert learner.ignore_exit_codes == (143,) and learner.fail_exit_codes == (70, 71, 73, 74, 75)
     assert (actor.completions, actor.backoff_limit, actor.backoff_per_index) == (2, None, 5)
-    assert actor.fail_exit_codes == (69, 73) and evaluator.fail_exit_codes == (69, 73)
+    assert actor.fail_exit_codes == (69, 73, 75) and evaluator.fail_exit_codes == (69, 73, 75)
     again = containers_plan.job_pod(p, "t1-actor", 1, rng=lambda n: "y" * n)
     assert again.name == "t1-actor-1-yyyyy" and env(again)["JOB_COMPLETION_INDEX"] == "1"
     assert again.args == tuple(a.replace("t1-actor-1-xxxxx", "t1-actor-1-yyyyy") for a in p.pods[2].args)

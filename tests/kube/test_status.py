@@ -21,6 +21,7 @@ def pod(name: str, role: str, state: dict, *, ready: bool = False, last: dict | 
 
 
 RUNNING = {"running": {"startedAt": "x"}}
+FINISHED = '{"phase": "Succeeded", "exit_code": 0, "env_steps": 1000}'
 CRASHLOOP = {"waiting": {"reason": "CrashLoopBackOff"}}
 
 
@@ -33,7 +34,10 @@ CRASHLOOP = {"waiting": {"reason": "CrashLoopBackOff"}}
         (pod("l", "learner", {"waiting": {"reason": "ContainerCreating"}}), "Pending"),
         # Done: the learner exited 0; Kubernetes restarts it, but the run is over.
         (pod("l", "learner", CRASHLOOP, last={"terminated": {"exitCode": 0}}, restarts=3), "Succeeded"),
-        (pod("l", "learner", {"terminated": {"exitCode": 0}}), "Succeeded"),
+        (pod("l", "learner", {"terminated": {"exitCode": 0, "message": FINISHED}}), "Succeeded"),
+        # Exit 0 without the termination message every finished learner leaves: its process was
+        # ended early (an update that called os._exit(0)), not its run.
+        (pod("l", "learner", {"terminated": {"exitCode": 0}}), "Failed"),
         (pod("l", "learner", CRASHLOOP, last={"terminated": {"exitCode": 1}}, restarts=4), "Failed"),
         (pod("l", "learner", {"waiting": {"reason": "ImagePullBackOff"}}), "Failed"),
     ],
