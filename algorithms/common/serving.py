@@ -152,6 +152,7 @@ class ServingLoop:
         self.evals: queue.SimpleQueue[EvalReport] = queue.SimpleQueue()
         self.status_path = ctx.exp_dir / "status.json" if self.group.is_root else None
         self._status_unwritten = False  # a write of status.json failed (said once)
+        self._published_version: int | None = None  # the version number last published
         # How long a look for a fragment waits: 0 for a core whose `ready` waits itself (off-policy's,
         # on its replay's samples).
         self._fragment_wait = fragment_wait if fragment_wait is not None else (
@@ -211,7 +212,7 @@ class ServingLoop:
 
     def _train(self) -> bool:
         core, server = self.core, self.server
-        server.publish(params := core.params())
+        params = self.publish()
         while not core.done:
             # A learner rank that committed to the group's next update takes nothing more (what came
             # now would be the next update's) and runs it before it stops: the others may be in its
@@ -232,17 +233,17 @@ class ServingLoop:
                 core.update()
                 while core.ready() and not preemption.requested():  # ES bursts: several updates
                     core.update()
-                server.publish(params := core.params())
+                params = self.publish()
             elif holding:
                 time.sleep(HOLD_POLL_SECONDS)
             server.release()
             self.tick()
         while core.ready():  # the fragment that finished the run may leave a batch
             core.update()
-            server.publish(params := core.params())
+            params = self.publish()
         if not extras_done(params.extras):  # announce the end under a new version number
             core.new_version()
-            server.publish(core.params())
+            self.publish()
         self._done_at = time.monotonic()
         open_at_end, _ = server.workers()
         self._away_at_end = owed_at_end(self._known, open_at_end, time.time(), self._retired_until)
@@ -314,7 +315,7 @@ class ServingLoop:
         # Not those whose stream was open at the end and closed since: they saw `done` on it.
         missing = set(self._away_at_end)
         deadline = time.monotonic() + timeout
-        done_version = self.core.params().version
+        done_version = self._published_version or 0  # the version that said `done`
         while time.monotonic() < deadline:
             open_now, opened_at = self.server.workers()
             missing, listening = owed_the_end(done_at, time.monotonic(), missing, open_now, opened_at)
@@ -377,7 +378,20 @@ class ServingLoop:
         self.write_workers()
         self.server.set_max_streams(max_streams(agents))
         self.core.set_agents(agents)
-        self.server.publish(self.core.params())
+        self.publish()
+
+    def publish(self) -> Params:
+        """Publish the core's parameters. The end (`done`) is never said under a version number a
+        worker may hold already (an update skipped keeps the number): that worker would be answered
+        "unchanged" and never see it, nor the evaluator evaluate it (seen: a run whose every
+        update was skipped waited out its final evaluation)."""
+        params = self.core.params()
+        if extras_done(params.extras) and params.version == self._published_version:
+            self.core.new_version()
+            params = self.core.params()
+        self.server.publish(params)
+        self._published_version = params.version
+        return params
 
     def _status(self, connected_streams: int) -> dict[str, Any]:
         status = self.core.status(connected_streams)

@@ -171,6 +171,11 @@ def final_metrics(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return max(found, key=lambda f: f[:2])[2] if found else {}
 
 
+def _peer(obj: Mapping[str, Any]) -> bool:
+    """A learner pod past the first (--learner-pods): it ends in silence by design."""
+    return "-learner-peers" in obj["metadata"]["name"]
+
+
 def learner_ended_early(pods: Sequence[Mapping[str, Any]]) -> str | None:
     """Why a learner that exited 0 has not succeeded (policy.unfinished): a learner pod exited 0
     without the termination message that a finished learner leaves (surreal.component writes it at
@@ -183,7 +188,7 @@ def learner_ended_early(pods: Sequence[Mapping[str, Any]]) -> str | None:
         ended = (_container(pod).get("state") or {}).get("terminated") or {}
         return ended.get("exitCode") == 0 and not ended.get("message")
 
-    silent = [p for p in pods if role_of(p) == "learner" and silent_exit(p)]
+    silent = [p for p in pods if role_of(p) == "learner" and not _peer(p) and silent_exit(p)]
     return unfinished({}) if silent else None
 
 
@@ -243,7 +248,12 @@ def role_ends(
         role, state = role_of(job), job_state(job)
         failed = (job["metadata"]["name"],) if state == "Failed" else ()
         why = failure(role) if failed else ""
-        if role == "learner" and state == "Complete" and (early := learner_ended_early(pods)):
+        if (
+            role == "learner"
+            and state == "Complete"
+            and not _peer(job)
+            and (early := learner_ended_early(pods))
+        ):
             failed, why = (job["metadata"]["name"],), early  # its Job completed, its run did not
         ends.append(RoleEnd(role, done=state == "Complete" and not failed, failed=failed, why=why))
     return ends

@@ -69,13 +69,20 @@ class Server(ClockServer):
     """What release_workers sees of the server: each call to workers() gives the next of
     `script` (the last one repeats); each wait for a fragment takes its timeout on `clock`."""
 
-    def __init__(self, clock: Clock, script: list[tuple[set[str], dict[str, float]]]) -> None:
+    def __init__(
+        self, clock: Clock, script: list[tuple[set[str], dict[str, float]]], current_at: float = END
+    ) -> None:
         super().__init__(clock)
-        self.script, self.calls = script, 0
+        self.script, self.calls, self.current_at = script, 0, current_at
 
     def workers(self) -> tuple[set[str], dict[str, float]]:
         self.calls += 1
         return self.script[min(self.calls, len(self.script)) - 1]
+
+    def behind(self, version: int, within: float) -> int:
+        """One worker polling for parameters holds an older version until `current_at`."""
+        assert version == DONE_VERSION
+        return int(self.clock.now < self.current_at)
 
 
 @pytest.fixture
@@ -85,11 +92,17 @@ def clock(monkeypatch) -> Clock:
     return clock
 
 
-def release(clock: Clock, away: set[str], script: list[tuple[set[str], dict[str, float]]]) -> float:
-    """Seconds release_workers served, for workers `away` at the end, seeing `script`."""
+DONE_VERSION = 7
+
+
+def release(
+    clock: Clock, away: set[str], script: list[tuple[set[str], dict[str, float]]], current_at: float = END
+) -> float:
+    """Seconds release_workers served, for workers `away` at the end, seeing `script`, and a worker
+    polling for parameters that holds the version saying `done` from `current_at` on."""
     loop = serving.ServingLoop.__new__(serving.ServingLoop)  # no core, no real server: only this
-    loop._done_at, loop._away_at_end = END, away
-    loop.server = Server(clock, script)  # type: ignore[assignment]
+    loop._done_at, loop._away_at_end, loop._published_version = END, away, DONE_VERSION
+    loop.server = Server(clock, script, current_at)  # type: ignore[assignment]
     loop.release_workers(timeout=serving.RELEASE_SECONDS)
     return clock.now - END
 
@@ -203,3 +216,18 @@ def test_a_rank_committed_to_the_groups_update_runs_it_before_it_stops(tmp_path,
         assert (core.updates, core.saved) == ([0], [1])  # the committed update, then the save
     finally:
         loop.server.stop(grace=0)
+
+
+def test_a_worker_polling_for_parameters_is_served_until_it_holds_the_last_version() -> None:
+    """Off-policy actors and replay shards stream nothing to the learner: they learn of the end
+    from the parameters' version, so the learner serves until the last asker has it (CI, on a busy
+    machine: actors that asked a moment too late kept asking a learner that was gone)."""
+    clock = Clock(END)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(serving, "time", clock)
+        assert 3.0 <= release(clock, set(), [(set(), {})], current_at=END + 3.0) < 4.0
+        clock.now = END
+        # One that never catches up holds the learner only for the release time.
+        assert release(clock, set(), [(set(), {})], current_at=float("inf")) == pytest.approx(
+            serving.RELEASE_SECONDS, abs=0.5
+        )

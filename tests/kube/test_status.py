@@ -38,6 +38,8 @@ CRASHLOOP = {"waiting": {"reason": "CrashLoopBackOff"}}
         # Exit 0 without the termination message every finished learner leaves: its process was
         # ended early (an update that called os._exit(0)), not its run.
         (pod("l", "learner", {"terminated": {"exitCode": 0}}), "Failed"),
+        # ...but a learner pod past the first (--learner-pods) ends in silence by design.
+        (pod("e-learner-peers-0-x", "learner", {"terminated": {"exitCode": 0}}), "Succeeded"),
         (pod("l", "learner", CRASHLOOP, last={"terminated": {"exitCode": 1}}, restarts=4), "Failed"),
         (pod("l", "learner", {"waiting": {"reason": "ImagePullBackOff"}}), "Failed"),
     ],
