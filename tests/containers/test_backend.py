@@ -147,7 +147,7 @@ def test_a_queued_run_is_resized_through_suspend_and_resume_losing_no_update(cli
     saves, resumes = SAVED.findall(old), RESUMED.findall(new)
     print(f"suspend's clean save {saves[-1] if saves else None}, resumed {resumes[:1]}; "
           f"learners {final['learners']}")  # fmt: skip
-    assert final["phase"] == "Succeeded" and final["env_steps"] >= QUEUED_STEPS, final
+    assert final["phase"] == "Succeeded" and final["env_steps"] >= QUEUED_STEPS, (final["problem"], final)
     assert saves and resumes and resumes[0] == ("clean", *saves[-1]), (saves, resumes, new[-3000:])
     assert [r["pod"] for r in final["learners"]] == [0, 1], final["learners"]
     assert all(r["env_steps"] > 0 for r in final["learners"]), final["learners"]

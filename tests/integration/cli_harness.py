@@ -141,3 +141,12 @@ def ended(cli: Cli, name: str, seen: list[dict[str, Any]] | None = None) -> dict
         return None
     st = cli.status(name)
     return st if st["phase"] in TERMINAL else None
+
+
+def status_after(cli: Cli, name: str, since: float, timeout: float = 30.0) -> dict[str, Any]:
+    """The learner's status.json once it was written after `since` (a time.time(); half a second
+    after, as file times are coarse): with the actors frozen at `since`, it shows where the run is
+    held (the learner writes it about once a second, also while it waits for experience)."""
+    path = cli.exp_dir(name) / "status.json"
+    wait_for(lambda: path.stat().st_mtime > since + 0.5, timeout, "a status written after the freeze")
+    return json.loads(path.read_text())

@@ -17,14 +17,18 @@ from typing import Any
 
 import psutil
 import pytest
-from cli_harness import RUN_TIMEOUT, Cli, ended, frozen, running, wait_for
+from cli_harness import RUN_TIMEOUT, Cli, ended, frozen, running, status_after, wait_for
 
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.orchestrator.policy import RETRIES
 
 pytestmark = pytest.mark.slow
 
-STEPS = 30_000  # env steps of each run: long enough to kill something in the middle
+# Env steps of each run the actors are frozen in once it has steps (SIGSTOP, until its faults are
+# done): beyond what a fast machine takes in the second the learner's status may lag (30k was not:
+# beside the full suite on 2 cores the first status with steps showed 9.3k of a 30k run, the next
+# 16.6k, at 7-11k steps/s; a machine 4x faster can end such a run within that second).
+STEPS = 100_000
 # The runs here assert mechanics, not learning: 2 epochs per update instead of CartPole's 20 cut
 # the learner's work (the run's bottleneck) tenfold.
 QUICK = ("--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
@@ -58,9 +62,11 @@ def restarted(cli: Cli, name: str, component: str, old_pid: int) -> dict[str, An
 
 def test_killed_actor_is_restarted_and_the_run_succeeds(cli: Cli) -> None:
     cli.run("create", "ft-actor", *QUICK, "--detach", timeout=30.0)
-    wait_for(lambda: running(cli, "ft-actor"), 60.0, "phase Running with env steps")
+    wait_for(lambda: running(cli, "ft-actor"), 60.0, "phase Running with env steps", poll=0.05)
     # The other actor frozen, the run cannot end before the killed one is back.
     with frozen(cli, "ft-actor"):
+        held = status_after(cli, "ft-actor", time.time())
+        assert held["env_steps"] < STEPS and not held.get("done"), held
         victim = cli.component("ft-actor", "actor-0")
         os.kill(victim["pid"], signal.SIGKILL)
         wait_for(lambda: restarted(cli, "ft-actor", "actor-0", victim["pid"]), 60.0, "a new actor-0")
@@ -80,32 +86,35 @@ def test_killed_learner_resumes_from_its_checkpoint(cli: Cli) -> None:
     checkpoints = cli.exp_dir("ft-learner") / "checkpoints"
     wait_for(lambda: running(cli, "ft-learner"), 60.0, "phase Running with env steps")
     victim = cli.component("ft-learner", "learner")
-    # Read from the files the run writes, the kill lands milliseconds after this read.
-    before = wait_for(
-        lambda: (st := running(cli, "ft-learner", min_updates=2 * every))
-        and checkpoints.is_dir() and any(checkpoints.iterdir()) and st,
+    wait_for(
+        lambda: running(cli, "ft-learner", min_updates=2 * every) and checkpoints.is_dir()
+        and any(checkpoints.iterdir()),
         90.0, f"{2 * every} updates and a checkpoint", poll=0.05,
     )  # fmt: skip
-    # status.json is written after an update (and its checkpoint) completed, so the learner's
-    # latest checkpoint holds at least this many updates.
-    checkpointed = before["updates"] // every * every
-    assert checkpointed > 0 and before["policy_version"] >= checkpointed
     status_file = cli.exp_dir("ft-learner") / "status.json"
+    # The actors frozen from here until the new learner is up: the run cannot end before the kill.
+    with frozen(cli, "ft-learner"):
+        # Written after the freeze, after the last update (and its checkpoint) completed: the
+        # learner's latest checkpoint holds at least this many updates.
+        before = status_after(cli, "ft-learner", time.time())
+        assert before["env_steps"] < STEPS and not before.get("done"), before
+        checkpointed = before["updates"] // every * every
+        assert checkpointed > 0 and before["policy_version"] >= checkpointed
 
-    os.kill(victim["pid"], signal.SIGKILL)
-    wait_for(lambda: dead(victim["pid"]), 60.0, "the learner to die", poll=0.01)
-    # From here only the restarted learner writes the status file: its first write shows what it
-    # restored (it writes status before it takes any experience).
-    old = identity(status_file)
-    first = json.loads(wait_for(
-        lambda: identity(status_file) != old and status_file.read_text(),
-        90.0, "the restarted learner's first status", poll=0.01,
-    ))  # fmt: skip
-    assert first["updates"] >= checkpointed, (checkpointed, first)
-    assert first["policy_version"] >= checkpointed, (checkpointed, first)
-    assert first["env_steps"] > 0, first
+        os.kill(victim["pid"], signal.SIGKILL)
+        wait_for(lambda: dead(victim["pid"]), 60.0, "the learner to die", poll=0.01)
+        # From here only the restarted learner writes the status file: its first write shows what
+        # it restored (it writes status before it takes any experience).
+        old = identity(status_file)
+        first = json.loads(wait_for(
+            lambda: identity(status_file) != old and status_file.read_text(),
+            90.0, "the restarted learner's first status", poll=0.01,
+        ))  # fmt: skip
+        assert first["updates"] >= checkpointed, (checkpointed, first)
+        assert first["policy_version"] >= checkpointed, (checkpointed, first)
+        assert first["env_steps"] > 0, first
 
-    wait_for(lambda: restarted(cli, "ft-learner", "learner", victim["pid"]), 60.0, "a new learner")
+        wait_for(lambda: restarted(cli, "ft-learner", "learner", victim["pid"]), 60.0, "a new learner")
     seen: list[dict[str, Any]] = []
     final = wait_for(lambda: ended(cli, "ft-learner", seen), RUN_TIMEOUT, "the end", poll=0.5)
     assert final["phase"] == "Succeeded", final
@@ -124,7 +133,7 @@ def test_killed_learner_resumes_from_its_checkpoint(cli: Cli) -> None:
 
 
 def test_an_evaluator_killed_past_its_budget_fails_no_run_and_holds_no_end(cli: Cli) -> None:
-    steps = 2 * STEPS
+    steps = 60_000  # as it was (twice the 30k the other runs here had then)
     cli.run("create", "ft-eval", "--algo", "ppo", "--env", "CartPole-v1", "--agents", "2", "--seed", "1",
             "--steps", str(steps), "--set", "eval_episodes=2", "--set", "eval_interval=2000",
             "--set", "epochs=2", "--detach", timeout=30.0)  # fmt: skip

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import grpc
 import numpy as np
 import pytest
-from cli_harness import Cli, ended, running, wait_for
+from cli_harness import Cli, ended, frozen, running, status_after, wait_for
 
 import surreal
 from surreal.algorithms.common.evaluator import eval_seed, evaluate
@@ -251,7 +251,8 @@ def _flood(address: str, token: str) -> None:
 def test_the_readme_job_learns_cartpole_beside_a_poisoning_actor_and_a_flood(cli: Cli) -> None:
     """The README's main job (PPO, CartPole-v1, 2 agents, 100k steps, seed 1) with a rogue beside
     its actors from its first env steps, and bad calls and a flood on the wire while it trains: it
-    still solves CartPole."""
+    still solves CartPole. A machine that reaches half the run under the flood has its actors
+    frozen (SIGSTOP) for the rest of the flood, so that the run cannot end under it."""
     rng = np.random.default_rng(0)
 
     def poisoned(params, i: int) -> dict[str, np.ndarray]:
@@ -265,9 +266,19 @@ def test_the_readme_job_learns_cartpole_beside_a_poisoning_actor_and_a_flood(cli
     address, token = _learner_address(cli, "poisoned")
     before = wait_for(lambda: running(cli, "poisoned"), 120, "training to start", poll=0.05)
     _bad_calls(address, token)
-    _flood(address, token)
-    # The learner's own status file: `surreal status` takes seconds, and the run may end in them.
-    during = running(cli, "poisoned")
+    flood = threading.Thread(target=_flood, args=(address, token))
+    flood.start()
+    # The flood lasts FLOOD_SECONDS whatever the machine's speed, and a fast one runs 100k steps in
+    # less: the actors are frozen from half the run (or the flood's end, if first) until the flood
+    # is over, so that it cannot end under the flood.
+    wait_for(lambda: not flood.is_alive() or (running(cli, "poisoned") or {}).get("env_steps", 0) >= 50_000,
+             FLOOD_SECONDS + 120, "half the run, or the flood's end", poll=0.05)  # fmt: skip
+    with frozen(cli, "poisoned"):
+        flood.join()
+        # A status written after the flood and the freeze: the learner's own file (`surreal status`
+        # takes seconds).
+        status_after(cli, "poisoned", time.time())
+        during = running(cli, "poisoned")
     assert during is not None and during["env_steps"] > before["env_steps"], (before, during)
     wire = during["wire_rejections"]
     assert wire["undecodable"] > 50 and wire["unauthenticated"] > 50, wire
