@@ -24,7 +24,7 @@ import pytest
 import surreal.algorithms.common.serving as serving
 from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.common.scale import SCALE_FILE
-from surreal.algorithms.es.actor import run_actor
+from surreal.algorithms.es.actor import ESWorker, run_actor
 from surreal.algorithms.es.learner import run_learner
 from surreal.algorithms.es.presets import preset_for
 from surreal.protocol import LearnerClient, ProtocolError
@@ -58,6 +58,21 @@ def run_in_thread(target: Callable[..., int], *args: Any) -> tuple[threading.Thr
     return thread, result
 
 
+def gate(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """A gate on every in-process worker's env step: while it is clear they take none, so the run
+    cannot advance, however fast the machine (the workers are threads of this process: SIGSTOP
+    cannot hold them). Open when returned."""
+    opened, step = threading.Event(), ESWorker.step
+
+    def gated(self: ESWorker) -> None:
+        opened.wait()
+        step(self)
+
+    monkeypatch.setattr(ESWorker, "step", gated)
+    opened.set()
+    return opened
+
+
 def write_scale(exp_dir: Path, agents: int) -> None:
     """What the launcher does: a temporary file in the same folder, then os.replace."""
     tmp = exp_dir / f".{SCALE_FILE}.tmp"
@@ -81,17 +96,26 @@ def test_a_running_es_master_scales_from_2_to_6_agents(tmp_path: Path, monkeypat
     # No spare streams: the server takes exactly one stream per agent, so without the scale the
     # four new workers would be refused (too_many_streams), not quietly let in.
     monkeypatch.setattr(serving, "SPARE_STREAMS", 0)
-    addr, total = f"127.0.0.1:{free_port()}", 200_000
+    # The workers are held from the first update until all six are connected: the run cannot end
+    # before the new ones join. Then they go on together; the six report within an episode each,
+    # against a run of 1M steps (200k took 5.5 s here).
+    opened = gate(monkeypatch)
+    addr, total = f"127.0.0.1:{free_port()}", 1_000_000
     roles = [run_in_thread(run_learner, CFG, context(tmp_path, addr, total))]
     roles += [run_in_thread(run_actor, CFG, context(tmp_path, addr, total, i)) for i in range(2)]
     client = LearnerClient(addr, TOKEN)
     try:
         before = wait_for(lambda: (s := status_of(client)).get("updates", 0) >= 1
                           and s["connected_actors"] == 2 and s, 60, "two workers training")  # fmt: skip
+        opened.clear()
         assert before["agents"] == 2 and before["pairs_per_agent"] == 12  # ceil(1.5 * 16 / 2)
         write_scale(tmp_path, 6)
         wait_for(lambda: status_of(client).get("agents") == 6, 10, "the learner to take 6 agents")
         roles += [run_in_thread(run_actor, CFG, context(tmp_path, addr, total, i)) for i in range(2, 6)]
+        held = wait_for(lambda: (s := status_of(client)).get("connected_actors") == 6 and s, 60,
+                        "six workers connected")  # fmt: skip
+        assert not held["done"] and held["env_steps"] < total // 2, held
+        opened.set()
         during = wait_for(lambda: (s := status_of(client)).get("connected_actors") == 6
                           and s["agents_reporting"] == 6 and s, 60, "six workers' results")  # fmt: skip
         assert not during["done"], "the run ended before the new workers joined: raise `total`"
@@ -115,7 +139,7 @@ import signal, sys
 from surreal.algorithms.common import preemption
 signal.signal(signal.SIGTERM, preemption.on_sigterm)
 from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.es.actor import run_actor
+from surreal.algorithms.es.actor import ESWorker, run_actor
 from surreal.algorithms.es.config import ESConfig
 import json, pathlib
 ctx, cfg = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -134,7 +158,10 @@ sys.exit(run_actor(ESConfig(**cfg), RunContext(**ctx)))
 STREAM_CLOSED_BAR = SERVER_KEEPALIVE_SECONDS - 5.0
 
 
-def test_a_worker_stopped_with_sigterm_closes_its_stream_at_once(tmp_path: Path) -> None:
+def test_a_worker_stopped_with_sigterm_closes_its_stream_at_once(tmp_path: Path, monkeypatch) -> None:
+    """The run is held while the worker is stopped (the in-process worker gated, the worker process
+    SIGSTOPped, its SIGTERM delivered when it goes on): a finished run's worker exits 0, not 143."""
+    opened = gate(monkeypatch)
     addr, total = f"127.0.0.1:{free_port()}", 200_000
     roles = [run_in_thread(run_learner, CFG, context(tmp_path, addr, total)),
              run_in_thread(run_actor, CFG, context(tmp_path, addr, total, 0))]  # fmt: skip
@@ -147,8 +174,13 @@ def test_a_worker_stopped_with_sigterm_closes_its_stream_at_once(tmp_path: Path)
     try:
         wait_for(lambda: (s := status_of(client)).get("connected_actors") == 2
                  and s["agents_reporting"] == 2, 120, "both workers' results")  # fmt: skip
+        opened.clear()
+        worker.send_signal(signal.SIGSTOP)
+        held = status_of(client)
+        assert not held.get("done") and held.get("env_steps", 0) < total, held
         write_scale(tmp_path, 1)  # the launcher's scale-down: the file, then the worker stopped
         worker.send_signal(signal.SIGTERM)
+        worker.send_signal(signal.SIGCONT)
         stopped = time.monotonic()
         # The worker closes its stream on the way out: the server's count drops (status is
         # rewritten each second), and the process exits with SIGTERM's code. STREAM_CLOSED_BAR's
@@ -156,6 +188,7 @@ def test_a_worker_stopped_with_sigterm_closes_its_stream_at_once(tmp_path: Path)
         wait_for(lambda: (s := status_of(client)).get("connected_actors") == 1 and s["agents"] == 1,
                  STREAM_CLOSED_BAR, "the learner to see the stream closed")  # fmt: skip
         dropped = time.monotonic() - stopped
+        opened.set()
         assert worker.wait(timeout=30) == 143
         print(f"SIGTERM: stream count dropped after {dropped:.1f} s, "
               f"the process exited after {time.monotonic() - stopped:.1f} s")  # fmt: skip
