@@ -256,8 +256,10 @@ class ContainersLauncher(HomeLauncher):
             _remove_tree(exp_dir, engine)
             return
         engine = self._engine_of(record)
+        plan = plan_from_dict(record["plan"])
+        home.mark_deleting(claim_dir(plan))  # the shards, stopped next, save nothing (no replacement)
         stop_controller(record)
-        remove_run(engine, plan_from_dict(record["plan"]).run_id)
+        remove_run(engine, plan.run_id)
         _remove_tree(exp_dir, engine)
 
     def _engine_of(self, record: dict[str, Any]) -> Engine:
