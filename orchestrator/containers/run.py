@@ -305,13 +305,16 @@ class Run:
             code = f"import urllib.request,sys; sys.exit(0 if {get} < 400 else 1)"
         else:
             raise ContainersError(f"{pod.name}: probe {probe} is not supported")
-        proc = subprocess.run(
-            [self.engine.name, "exec", pod.name, "python3", "-c", code],
-            env=self.engine.env,
-            capture_output=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
+        try:
+            proc = subprocess.run(
+                [self.engine.name, "exec", pod.name, "python3", "-c", code],
+                env=self.engine.env,
+                capture_output=True,
+                timeout=60,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:  # as the kubelet takes a probe past its timeout: not ready
+            return False
         return proc.returncode == 0
 
     def logs(self, pod: PodRun) -> str:
