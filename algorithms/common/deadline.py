@@ -53,7 +53,8 @@ class Progress:
                 f"no env step was counted for {now - self.steps_at:.0f} s {why}: are the fragments refused?"
             )
         if updates:
-            return f"no update was applied for {now - self.updates_at:.0f} s {why}: is every update skipped?"
+            stalled = now - self.updates_at
+            return f"no update was applied for {stalled:.0f} s {why}: is every update skipped, or one stuck?"
         return None
 
 
