@@ -100,29 +100,15 @@ def test_a_queued_run_is_resized_through_suspend_and_resume_losing_no_update(cli
     [learner] = [c["name"] for c in before["components"] if c["role"] == "learner"]  # one pod, two ranks
     actors = sorted(c["name"] for c in before["components"] if c["role"] == "actor")
 
-    # The actors are held from the first update until the suspension shows: the run cannot reach its
-    # steps before it is suspended, however fast the machine (the stop's SIGTERM reaches them when
-    # they go on).
-    with held_containers(cli.engine, cli.running("qr", "actor")):
-        scale = subprocess.Popen(
-            [SURREAL, "scale", "qr", "--agents", "4", "--learner-pods", "2"],
-            env=cli.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-        try:
-            during = wait_until(
-                "the resize to show",
-                lambda: (st := cli.status("qr"))["admission"] != "Admitted" and st,
-                120.0,
-                poll=0.2,
-            )
-        except BaseException:
-            scale.kill()
-            raise
+    # Not held: actors SIGSTOPped across the suspension lost their logs once in 5 loaded runs (a
+    # stopped container's SIGTERM waits out its grace period; the resize removes it meanwhile). The
+    # resize comes at the first update of a 40k-step run: still a bet on the machine's pace.
+    scale = subprocess.Popen([SURREAL, "scale", "qr", "--agents", "4", "--learner-pods", "2"], env=cli.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL)  # fmt: skip
     try:
+        during = wait_until("the resize to show", lambda: (st := cli.status("qr"))["admission"] != "Admitted"
+                            and st, 120.0, poll=0.2)  # fmt: skip
         out, err = scale.communicate(timeout=300)
     finally:
         scale.kill()
