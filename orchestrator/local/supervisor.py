@@ -35,7 +35,7 @@ from typing import Any
 import psutil
 
 from surreal.orchestrator.files import write_json_atomic
-from surreal.orchestrator.home import LOG_DIR
+from surreal.orchestrator.home import LOG_DIR, poll_metrics
 from surreal.orchestrator.local.sched_slice import slice_ms_from_env, slice_request
 from surreal.orchestrator.policy import (
     POLICIES,
@@ -339,12 +339,8 @@ class Supervisor:
         return self._outcome(why)
 
     def _final(self) -> dict[str, Any] | None:
-        """The learner's last status.json, or None if unreadable."""
-        try:
-            found = json.loads((self.exp_dir / "status.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return found if isinstance(found, dict) else None
+        """The learner's last status.json, or None if missing or unreadable (no verdict then)."""
+        return poll_metrics(self.exp_dir) or None
 
     def _outcome(self, why: str) -> Phase | None:
         """The experiment's outcome (policy.outcome) from its components' states; `why`: how the
