@@ -46,6 +46,7 @@ COPY protocol/ protocol/
 COPY orchestrator/ orchestrator/
 COPY provisioner/ provisioner/
 COPY algorithms/ algorithms/
+COPY runtime/ runtime/
 RUN pip install . && rm -rf /src
 # The worked example of an algorithm of one's own (`--algo examples.a2c:A2C`, docs/algorithms/writing.md).
 COPY examples/ /opt/surreal/examples/

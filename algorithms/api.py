@@ -24,43 +24,59 @@ import functools
 import importlib
 import reprlib
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from surreal.algorithms.common import bounds
-from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv, ours, raised
-from surreal.algorithms.offpolicy.config import OffPolicyConfig
-from surreal.algorithms.onpolicy.config import OnPolicyConfig
+from surreal.runtime import bounds
+from surreal.runtime.envs.ref import EnvRef, ResolvedEnv, as_env_ref, ours, raised
+from surreal.runtime.offpolicy.config import OffPolicyConfig
+from surreal.runtime.onpolicy.config import OnPolicyConfig
+from surreal.runtime.run import RunContext
 
 if TYPE_CHECKING:
     import torch
 
-    from surreal.algorithms.envs.make import EnvSpaces
-    from surreal.algorithms.onpolicy.batch import Batch
+    from surreal.runtime.envs.make import EnvSpaces
+    from surreal.runtime.offpolicy.encoder import Encoder
+    from surreal.runtime.offpolicy.policy import LOG_STD_MAX, LOG_STD_MIN, Features
+    from surreal.runtime.onpolicy.batch import Batch
 
 __all__ = [
     "Algorithm",
     "Batch",
+    "Encoder",
+    "EnvRef",
+    "EnvSpaces",
+    "Features",
+    "LOG_STD_MAX",
+    "LOG_STD_MIN",
     "Network",
     "OffPolicy",
     "OffPolicyConfig",
     "OnPolicy",
     "OnPolicyConfig",
     "Reduce",
+    "ResolvedEnv",
     "RoleMain",
+    "as_env_ref",
 ]
 
 RoleMain = Callable[[Any, RunContext], int]
 
 
 def _module(name: str) -> Any:
-    return importlib.import_module(f"surreal.algorithms.{name}")
+    return importlib.import_module(f"surreal.runtime.{name}")
+
+
+# What an algorithm may build on, imported when asked for (some with torch): the on-policy batch,
+# the off-policy networks' observation encoder, and the numpy encoder and MLP trunk of a policy.
+_LAZY = {"Batch": "onpolicy.batch", "Encoder": "offpolicy.encoder", "Features": "offpolicy.policy",
+         "LOG_STD_MIN": "offpolicy.policy", "LOG_STD_MAX": "offpolicy.policy"}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Batch":  # with torch, imported when asked for
-        return _module("onpolicy.batch").Batch
+    if name in _LAZY:
+        return getattr(_module(_LAZY[name]), name)
     raise AttributeError(name)
 
 
@@ -108,7 +124,7 @@ class Algorithm:
         """Raise ValueError when `config` cannot run on this machine (e.g. a GPU it does not have)."""
         device = getattr(config, "device", "cpu")
         if device not in ("auto", "cpu"):
-            _module("common.device").resolve_device(device)
+            _module("device").resolve_device(device)
 
     def fragment_bytes(self, config: Any, resolved: ResolvedEnv, agents_in_worker: int) -> int:
         """The bytes of one message of experience from a worker of `agents_in_worker` agents (0
@@ -164,7 +180,7 @@ class Reduce(Protocol):
 
 
 class OnPolicy(Algorithm):
-    """An actor-critic algorithm on the on-policy runtime (algorithms/onpolicy): actors step their
+    """An actor-critic algorithm on the on-policy runtime (runtime/onpolicy): actors step their
     environments with the policy network's samples and send fragments (observations, actions,
     their log-probabilities, rewards, episode ends); the learner values them, computes GAE, and
     calls `update` on each batch of `steps_per_update` env steps. The network is the runtime's
@@ -211,22 +227,26 @@ class OnPolicy(Algorithm):
 
 
 class OffPolicy(Algorithm):
-    """An actor-critic algorithm that learns from replay (algorithms/offpolicy): actors step their
-    environments with a tanh-squashed Gaussian policy and insert transitions into `replay` shards
-    (`--replay-shards`), whose rate limiters hold the rows trained per row inserted at
-    `replay_ratio`; the learner samples `batch_size` rows at a time from the shards and calls
-    `update` on each. Box actions of any bounds (scaled to [-1, 1] for the policy); observations
-    of every kind (offpolicy/obs.py: a Box, an image, Dict/Tuple leaves), which networks take as
-    packed float32 rows through offpolicy/encoder.Encoder (a CNN for an image).
+    """An algorithm that learns from replay (runtime/offpolicy): actors step their environments
+    with the algorithm's `policy` and insert transitions into `replay` shards (`--replay-shards`),
+    whose rate limiters hold the rows trained per row inserted at `replay_ratio`; the learner
+    samples `batch_size` rows at a time from the shards and calls `update` on each. Actions are
+    `actions`' kind: "box", one Box of any bounds (float32 rows in [-1, 1], scaled to the bounds
+    for the environment), or "discrete", one Discrete (int64 indices). Observations of every kind
+    (runtime/offpolicy/obs.py: a Box, an image, Dict/Tuple leaves) reach networks as packed
+    float32 rows through `Encoder` (a CNN for an image).
 
     Subclass it with `name`, `Config` (deriving from OffPolicyConfig), `make` (the networks and
-    their optimizers as one module: `actor`, the policy offpolicy/policy.py runs, an `encoder`,
-    a `trunk` MLP and `mu`/`log_std` layers; and `optimizers()`, by name) and `update` (SAC:
-    algorithms/sac)."""
+    their optimizers as one module, whose state_dict is the checkpoint's: `actor`, the network
+    whose weights actors receive, and `optimizers()`, by name; an algorithm's own state, such as
+    a count of updates, is a buffer of it and survives a restart), `update`, and `policy` (what
+    actors and the evaluator run from `actor`'s weights: SAC's squashed Gaussian by default).
+    SAC: algorithms/sac; TD3: algorithms/td3; DQN: algorithms/dqn."""
 
     Config: ClassVar[type[OffPolicyConfig]] = OffPolicyConfig
     roles = ("learner", "actor", "replay", "evaluator")
     hooks = ("make", "update")
+    actions: ClassVar[str] = "box"  # the kind of actions it takes: "box" or "discrete"
     # The off-policy runtime has no ranks: its update is the cap, and a GPU, not a second learner
     # sampling the same replay, is what raises it (docs/algorithms/sac.md).
     one_learner = (
@@ -241,10 +261,17 @@ class OffPolicy(Algorithm):
         raise NotImplementedError
 
     def update(self, nets: Any, batch: dict[str, torch.Tensor], cfg: Any) -> dict[str, Any]:
-        """One update of `nets` on `batch` (obs and next_obs as packed rows, actions in [-1, 1],
-        rewards, terminated: float32 tensors of `batch_size` rows); its statistics (numbers or 0-d
-        tensors)."""
+        """One update of `nets` on `batch` (obs and next_obs as packed rows, actions: float32 rows
+        in [-1, 1] or int64 indices, rewards, terminated: tensors of `batch_size` rows); its
+        statistics (numbers or 0-d tensors)."""
         raise NotImplementedError
+
+    def policy(self, cfg: Any, spaces: EnvSpaces, weights: Mapping[str, Any], rng: Any) -> Any:
+        """What actors and the evaluator run, from the published weights of `make`'s `actor`
+        (numpy arrays by name), in numpy: `act(obs_rows, deterministic, progress) -> actions`
+        (runtime/offpolicy/policy.Policy; `Features` runs an encoder and MLP trunk). By default
+        SAC's squashed Gaussian on `trunk`, `mu` and `log_std` layers."""
+        return _module("offpolicy.policy").SquashedGaussian(weights, cfg.activation, rng, spaces)
 
     def preset(self, env: EnvRef | str, agents: int, resolved: ResolvedEnv | None = None) -> Any:
         return self.Config()
@@ -252,8 +279,13 @@ class OffPolicy(Algorithm):
     def check_env(self, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
         facts = resolved or _module("envs.make").resolve_env(env)
         sp = _module("envs.make").spaces_of(facts)
+        kind = "a Discrete" if sp.discrete else "a Box" if sp.action_low is not None else "not one space"
+        if self.actions == "discrete":
+            if not sp.discrete:
+                raise ValueError(f"{self.name} needs one Discrete of actions; {env}'s are {kind}")
+            return
         if sp.discrete or sp.structured_actions or sp.action_low is None:
-            raise ValueError(f"{self.name} needs one Box of continuous actions; {env}'s are not")
+            raise ValueError(f"{self.name} needs one Box of continuous actions; {env}'s are {kind}")
         if not (np_isfinite(sp.action_low) and np_isfinite(sp.action_high)):
             raise ValueError(f"{self.name} needs bounded actions; {env}'s Box has infinite bounds")
 
@@ -279,13 +311,13 @@ class OffPolicy(Algorithm):
 
     def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
         spaces = _module("envs.make").spaces_of(resolved)
-        return _module("offpolicy.evaluator").checkpoint_policy(config, spaces, state, seed)
+        return _module("offpolicy.evaluator").checkpoint_policy(self, config, spaces, state, seed)
 
     def role_main(self, role: str) -> RoleMain:
         self.check_role(role)
         module = _module("offpolicy.shard" if role == "replay" else f"offpolicy.{role}")
         main = getattr(module, f"run_{role}")
-        return functools.partial(main, self) if role == "learner" else main  # type: ignore[no-any-return]
+        return main if role == "replay" else functools.partial(main, self)  # type: ignore[no-any-return]
 
 
 def np_isfinite(array: Any) -> bool:

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from surreal.algorithms.api import Algorithm, check_algorithm, check_settings, their_hook
-from surreal.algorithms.envs.ref import ours, raised
 from surreal.algorithms.es import ES
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.sac import SAC
+from surreal.runtime.envs.ref import ours, raised
 
 ALGORITHMS: dict[str, Algorithm] = {"ppo": PPO(), "es": ES(), "sac": SAC()}
 _OWN: dict[str, Algorithm] = {}  # a user's, by MODULE:NAME: imported and checked once a process

@@ -1,6 +1,6 @@
 """Breakout with PPO: surreal against Stable-Baselines3 with CleanRL's `ppo_atari` hyperparameters.
 
-Both train on the same Atari stack (surreal.algorithms.envs.atari: no-op reset, frame skip 4 with
+Both train on the same Atari stack (surreal.runtime.envs.atari: no-op reset, frame skip 4 with
 max-pool, FIRE reset, episodic life, clipped rewards, 84x84 gray, 4 frames) with the same settings:
 8 envs x 128 steps, 4 minibatches of 256, 4 epochs, lr 2.5e-4 annealed over the run, clip 0.1,
 entropy 0.01, Nature CNN. Prints the training return (the game's score, mean of the last 20 games)
@@ -57,7 +57,7 @@ def sb3_curve(env_id: str, steps: int, seed: int = 1) -> tuple[list[tuple[int, f
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from surreal.algorithms.envs.atari import make_atari
+    from surreal.runtime.envs.atari import make_atari
 
     torch.set_num_threads(1)
     envs = DummyVecEnv(

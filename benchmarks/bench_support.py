@@ -126,9 +126,9 @@ def start_learner_pods(tmp: Path, flags: dict[str, Any], overrides: dict[str, st
     backends run it: each pod a `surreal component learner` of learners / pods ranks on ports
     6000.. of its address, pod 0 serving the ranks' control store; pod 0's files in `tmp`, pod p's
     in tmp/pod<p>. The processes, pod by pod, and the address of every rank."""
-    from surreal.algorithms.common.run import ENV_CONTROL, ENV_POD, ENV_PODS
     from surreal.orchestrator.kube.render import RANKS_CONTROL_PORT
     from surreal.orchestrator.program import LEARNER_PORT, rank_addrs
+    from surreal.runtime.run import ENV_CONTROL, ENV_POD, ENV_PODS
 
     pods = len(bridge.addr)
     local = int(flags["learners"]) // pods

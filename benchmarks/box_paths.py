@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("protocol", "orchestrator", "provisioner", "algorithms")
+LAYERS = ("protocol", "orchestrator", "provisioner", "algorithms", "runtime")
 ENVS = {"HalfCheetah-v5": 2, "ALE/Breakout-v5": 2}  # env -> agents of the actor measured
 
 
@@ -38,12 +38,12 @@ def measure(env: str, agents: int, fragments: int) -> dict[str, float | str]:
     import torch
 
     import surreal
-    from surreal.algorithms.envs.make import spaces_for
-    from surreal.algorithms.onpolicy.actor import Actor
-    from surreal.algorithms.onpolicy.learner import Learner
     from surreal.algorithms.ppo import PPO
     from surreal.algorithms.ppo.presets import preset_for
     from surreal.protocol.types import Fragment
+    from surreal.runtime.envs.make import spaces_for
+    from surreal.runtime.onpolicy.actor import Actor
+    from surreal.runtime.onpolicy.learner import Learner
 
     torch.set_num_threads(1)
     cfg = preset_for(env, agents)

@@ -45,9 +45,9 @@ def build_learner(env_id: str, agents: int, exp_dir: Path, overrides: dict[str, 
     ppo --env ENV --agents AGENTS [--set ...]` runs with (component.py, then run_learner)."""
     import torch
 
-    from surreal.algorithms.envs.make import spaces_for, use_resolved
-    from surreal.algorithms.onpolicy.learner import Learner
     from surreal.algorithms.ppo import PPO
+    from surreal.runtime.envs.make import spaces_for, use_resolved
+    from surreal.runtime.onpolicy.learner import Learner
     from surreal.spec import build_spec, load_spec_file
 
     spec_file = exp_dir / "spec.yaml"
@@ -66,8 +66,8 @@ def one_update(learner: Any, env_id: str, agents: int) -> float:
     """Seconds of one real update (learner_update.py's way of feeding it), optimizer state filled."""
     import torch
 
-    from surreal.algorithms.onpolicy.actor import Actor
     from surreal.protocol.types import Fragment
+    from surreal.runtime.onpolicy.actor import Actor
 
     cfg = learner.cfg
     actor = Actor(cfg, env_id, cfg.envs_per_agent * min(agents, 16), seed=0)
@@ -95,7 +95,7 @@ def times_ms(fn: Any, repeats: int) -> str:
 def measure(
     env_id: str, agents: int, root: Path, repeats: int, update: bool, overrides: dict[str, str]
 ) -> None:
-    from surreal.algorithms.common.checkpoint import LATEST, load_checkpoint
+    from surreal.runtime.checkpoint import LATEST, load_checkpoint
 
     exp_dir = Path(tempfile.mkdtemp(prefix="surreal-ckpt-", dir=root))
     try:

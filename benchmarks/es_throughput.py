@@ -69,10 +69,10 @@ def es_rate(steps: int, agents: int) -> dict:
 
 
 def _agent_loop(client, agent: int, deadline: float, stats: dict, lock: threading.Lock) -> None:
-    from surreal.algorithms.es.actor import idle_backoff
-    from surreal.algorithms.es.noise import pair_seed
-    from surreal.algorithms.es.results import pack_batch
     from surreal.protocol.client import ProtocolError
+    from surreal.runtime.es.actor import idle_backoff
+    from surreal.runtime.es.noise import pair_seed
+    from surreal.runtime.es.results import pack_batch
 
     moments = {"obs_count": np.zeros(1), "obs_mean": np.zeros(4), "obs_m2": np.zeros(4)}
     rng = np.random.default_rng(agent)

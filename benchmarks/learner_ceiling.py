@@ -54,11 +54,11 @@ START_SECONDS = 8.0  # for the clients to connect and fetch parameters before th
 
 def actor_fragment(agents: int) -> dict[str, np.ndarray]:
     """One fragment of one actor of the default HalfCheetah preset scaled to `agents` agents."""
-    from surreal.algorithms.envs.make import spaces_for
-    from surreal.algorithms.onpolicy.actor import Actor
-    from surreal.algorithms.onpolicy.learner import Learner
     from surreal.algorithms.ppo import PPO
     from surreal.algorithms.ppo.presets import preset_for
+    from surreal.runtime.envs.make import spaces_for
+    from surreal.runtime.onpolicy.actor import Actor
+    from surreal.runtime.onpolicy.learner import Learner
 
     cfg = preset_for(ENV_ID, agents)
     actor = Actor(cfg, ENV_ID, cfg.envs_per_agent, seed=0)
@@ -74,9 +74,9 @@ def actor_fragment(agents: int) -> dict[str, np.ndarray]:
 
 def serve_sink(port: int, streams: int) -> None:
     """A LearnerServer with PPO's experience schema whose learner only takes fragments."""
-    from surreal.algorithms.envs.make import spaces_for
-    from surreal.algorithms.onpolicy.fragment import experience_schema
     from surreal.protocol import LearnerServer, Params
+    from surreal.runtime.envs.make import spaces_for
+    from surreal.runtime.onpolicy.fragment import experience_schema
 
     counts = {"fragments": 0, "env_steps": 0}
     server = LearnerServer(

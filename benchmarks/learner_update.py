@@ -25,12 +25,12 @@ WARMUP = 2
 def measure(env_id: str, agents: int, device: str, updates: int) -> dict[str, float]:
     import torch
 
-    from surreal.algorithms.envs.make import spaces_for
-    from surreal.algorithms.onpolicy.actor import Actor
-    from surreal.algorithms.onpolicy.learner import Learner
     from surreal.algorithms.ppo import PPO
     from surreal.algorithms.ppo.presets import preset_for
     from surreal.protocol.types import Fragment
+    from surreal.runtime.envs.make import spaces_for
+    from surreal.runtime.onpolicy.actor import Actor
+    from surreal.runtime.onpolicy.learner import Learner
 
     cfg = preset_for(env_id, agents)
     torch.set_num_threads(cfg.learner_threads)

@@ -1,5 +1,5 @@
 """Bytes on the wire per env step of a pixel environment's fragments: whole frame stacks against
-each new frame once (algorithms/onpolicy/frames.py).
+each new frame once (runtime/onpolicy/frames.py).
 
 A real Actor of the environment's default preset (one worker of `--agents` agents, the preset's
 envs per agent and fragment length, a freshly initialized policy) collects `--fragments` fragments
@@ -23,7 +23,7 @@ import numpy as np
 
 def old_encoding(sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The fragment as it travelled before frames.py: the rebuilt stacks whole in `obs`."""
-    from surreal.algorithms.onpolicy.frames import WIRE_TENSORS, with_stacks
+    from surreal.runtime.onpolicy.frames import WIRE_TENSORS, with_stacks
 
     old = with_stacks(sent)
     return {"obs": old.pop("obs"), **{k: v for k, v in old.items() if k not in WIRE_TENSORS}}
@@ -45,13 +45,13 @@ def main() -> None:
     parser.add_argument("--fragments", type=int, default=4, help="fragments collected in a row")
     args = parser.parse_args()
 
-    from surreal.algorithms.envs.make import resolve_env, spaces_for
-    from surreal.algorithms.onpolicy.actor import Actor
-    from surreal.algorithms.onpolicy.fragment import fragment_bytes
-    from surreal.algorithms.onpolicy.frames import encode_stacks
-    from surreal.algorithms.onpolicy.learner import Learner
     from surreal.algorithms.ppo import PPO
     from surreal.algorithms.ppo.presets import preset_for
+    from surreal.runtime.envs.make import resolve_env, spaces_for
+    from surreal.runtime.onpolicy.actor import Actor
+    from surreal.runtime.onpolicy.fragment import fragment_bytes
+    from surreal.runtime.onpolicy.frames import encode_stacks
+    from surreal.runtime.onpolicy.learner import Learner
 
     cfg, spaces = preset_for(args.env), spaces_for(args.env)
     if not spaces.pixels:

@@ -30,12 +30,12 @@ import torch
 from torch import nn
 
 from surreal.algorithms import ppo
-from surreal.algorithms.common.evaluator import eval_seed
-from surreal.algorithms.envs.make import make_env, spaces_for
-from surreal.algorithms.envs.ref import EnvRef
-from surreal.algorithms.onpolicy.serial import train_serial
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.presets import preset_for
+from surreal.runtime.envs.make import make_env, spaces_for
+from surreal.runtime.envs.ref import EnvRef
+from surreal.runtime.evaluator import eval_seed
+from surreal.runtime.onpolicy.serial import train_serial
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from typing import IO, Any
 
 import psutil
 
-from surreal.algorithms.common.scale import SCALE_FILE
-from surreal.algorithms.offpolicy.replay import DELETING_FILE
 from surreal.orchestrator.files import read_json, write_json_atomic
 from surreal.orchestrator.launcher import CorruptFile, LauncherError
+from surreal.runtime.offpolicy.replay import DELETING_FILE
+from surreal.runtime.scale import SCALE_FILE
 from surreal.spec import ExperimentSpec, SpecError, load_spec_file, load_yaml_file, validate_name
 
 LOG_DIR = "logs"

@@ -23,8 +23,8 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 
 from surreal.orchestrator.home import ExperimentError, existing_dir
 
-# What every learner core writes (algorithms/onpolicy/learner.py and algorithms/es/master.py
-# `_log_update`; algorithms/common/progress.py `record_eval`), keyed by env steps.
+# What every learner core writes (runtime/onpolicy/learner.py and runtime/es/master.py
+# `_log_update`; runtime/progress.py `record_eval`), keyed by env steps.
 TRAIN_TAG = "progress/episode_return"  # mean return of the latest training episodes
 EVAL_TAG = "eval/mean_return"  # mean return of the evaluator's deterministic episodes
 EVENT_PREFIX = "events.out.tfevents."

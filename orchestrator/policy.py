@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from surreal.algorithms.common.exits import (
+from surreal.orchestrator.program import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE, REPLAY_ROLE
+from surreal.orchestrator.status import Phase
+from surreal.runtime.exits import (
     EXIT_ALGORITHM_FAILED,
     EXIT_COLLECTIVE_FAILED,
     EXIT_ENV_FAILED,
@@ -30,8 +32,6 @@ from surreal.algorithms.common.exits import (
     EXIT_NOT_TRAINED,
     EXIT_PREEMPTED,
 )
-from surreal.orchestrator.program import ACTOR_ROLE, EVALUATOR_ROLE, LEARNER_ROLE, REPLAY_ROLE
-from surreal.orchestrator.status import Phase
 
 
 @dataclass(frozen=True)

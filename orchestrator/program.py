@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from surreal.algorithms.api import OffPolicy
-from surreal.algorithms.common import bounds
-from surreal.algorithms.common.run import ENV_CONTROL, ENV_POD, ENV_PODS
-from surreal.algorithms.envs.ref import IMPORT_PATH_VAR
 from surreal.algorithms.registry import get_algorithm
 from surreal.protocol.options import MAX_MESSAGE_BYTES
+from surreal.runtime import bounds
+from surreal.runtime.envs.ref import IMPORT_PATH_VAR
+from surreal.runtime.run import ENV_CONTROL, ENV_POD, ENV_PODS
 from surreal.spec import ExperimentSpec
 
 # Component names become file names (logs/<name>.log) and Kubernetes name parts.

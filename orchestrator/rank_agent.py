@@ -5,7 +5,7 @@ rank 0's checkpoint when a rank fails, within the budget of the learner group's 
 in pod 0's control store which generation each group is (`PodControl`).
 
 What a rank runs (its group, collectives, joining and forming) is the runtime's:
-algorithms/common/ranks.py. `surreal component learner` comes here instead of the learner's own
+runtime/ranks.py. `surreal component learner` comes here instead of the learner's own
 program when it is to run several ranks and is not one of them.
 """
 
@@ -23,8 +23,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-from surreal.algorithms.common.exits import EXIT_COLLECTIVE_FAILED, EXIT_GROUP_NOT_FORMED
-from surreal.algorithms.common.ranks import (
+from surreal.orchestrator.policy import LEARNER_GROUP, Action, decide
+from surreal.runtime.exits import EXIT_COLLECTIVE_FAILED, EXIT_GROUP_NOT_FORMED
+from surreal.runtime.ranks import (
     COLLECTIVE_TIMEOUT,
     ENV_GENERATION,
     ENV_GROUP_RESTARTS,
@@ -39,8 +40,7 @@ from surreal.algorithms.common.ranks import (
     not_joined,
     split_addr,
 )
-from surreal.algorithms.common.run import ENV_GROUP_SIZE, ENV_RANK_OFFSET
-from surreal.orchestrator.policy import LEARNER_GROUP, Action, decide
+from surreal.runtime.run import ENV_GROUP_SIZE, ENV_RANK_OFFSET
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +290,7 @@ class StopForward(_Watcher):
         super().__init__()
 
     def _watch(self) -> None:
-        from surreal.algorithms.common import preemption
+        from surreal.runtime import preemption
 
         while not self._stopped.is_set():
             if not preemption.wait_requested(MONITOR_SECONDS):
@@ -324,8 +324,8 @@ def launch_ranks(
     import shutil
     import tempfile
 
-    from surreal.algorithms.common import preemption
-    from surreal.algorithms.common.exits import EXIT_PREEMPTED
+    from surreal.runtime import preemption
+    from surreal.runtime.exits import EXIT_PREEMPTED
 
     pods = pods or Pods.from_environ()
     if learners % pods.pods:
@@ -432,8 +432,8 @@ def _run_group(
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from surreal.algorithms.common import preemption
-    from surreal.algorithms.common.exits import EXIT_PREEMPTED
+    from surreal.runtime import preemption
+    from surreal.runtime.exits import EXIT_PREEMPTED
 
     # A fresh run id each time: a new rendezvous and generation (each rank's store starts empty),
     # and the agent never restarts a group itself (launch_ranks does, unless it never formed).

@@ -23,10 +23,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from surreal.algorithms.common.checkpoint import LATEST, Envelope, error_line, load_checkpoint_file
-from surreal.algorithms.envs import obs_leaves
-from surreal.algorithms.envs.make import make_env, obs_layout, shaped_obs, spaces_of
-from surreal.algorithms.envs.ref import IMPORT_PATH_VAR, EnvRef, extend_import_path
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator.home import (
     SPEC_FILE,
@@ -37,6 +33,10 @@ from surreal.orchestrator.home import (
     read_spec,
     user_import_path,
 )
+from surreal.runtime.checkpoint import LATEST, Envelope, error_line, load_checkpoint_file
+from surreal.runtime.envs import obs_leaves
+from surreal.runtime.envs.make import make_env, obs_layout, shaped_obs, spaces_of
+from surreal.runtime.envs.ref import IMPORT_PATH_VAR, EnvRef, extend_import_path
 from surreal.spec import MAX_SEED, ExperimentSpec
 
 CHECKPOINTS = "checkpoints"

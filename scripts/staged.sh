@@ -10,6 +10,6 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir "$stage/surreal"
 for f in "$root"/surreal/*; do ln -s "$f" "$stage/surreal/"; done
-for layer in protocol orchestrator provisioner algorithms; do ln -s "$root/$layer" "$stage/surreal/$layer"; done
+for layer in protocol orchestrator provisioner algorithms runtime; do ln -s "$root/$layer" "$stage/surreal/$layer"; done
 cd "$stage"
 PYTHONPATH="$stage" MYPYPATH="$stage" "$@"

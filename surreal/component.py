@@ -17,15 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from surreal.algorithms.common import preemption
-from surreal.algorithms.common.exits import EXIT_PREEMPTED
-from surreal.algorithms.common.run import RoleFailed, RunContext, rank_from_environ
-from surreal.algorithms.envs.make import use_resolved
-from surreal.algorithms.envs.ref import import_path_from_environ
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
 from surreal.orchestrator.launcher import start_jobs_watch as start_watch
 from surreal.protocol.ratelimit import RateLimitFilter
+from surreal.runtime import preemption
+from surreal.runtime.envs.make import use_resolved
+from surreal.runtime.envs.ref import import_path_from_environ
+from surreal.runtime.exits import EXIT_PREEMPTED
+from surreal.runtime.run import RoleFailed, RunContext, rank_from_environ
 from surreal.spec import ExperimentSpec, load_spec_file
 
 EXIT_SECONDS = 30.0  # from the end of a component's work to its process being gone, at most

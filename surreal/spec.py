@@ -27,10 +27,10 @@ import psutil
 import yaml
 
 from surreal.algorithms.api import OffPolicy
-from surreal.algorithms.common.scale import MAX_SCALE_AGENTS
-from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv
 from surreal.algorithms.registry import ALGORITHMS, get_algorithm
 from surreal.provisioner import NodePool, pools_from_data
+from surreal.runtime.envs.ref import EnvRef, ResolvedEnv
+from surreal.runtime.scale import MAX_SCALE_AGENTS
 
 # Experiment names become Kubernetes object names with suffixes such as "-evaluator" and a StatefulSet
 # pod ordinal, so they are DNS-1123 labels kept short enough for every derived name to stay within 63.
@@ -112,7 +112,7 @@ class ExperimentSpec:
     """Logical agents. PPO: each steps `envs_per_agent` environments."""
     learners: int = 1
     """Learner ranks (data parallel): each serves its share of the actors (worker index modulo
-    `learners`) and the ranks average gradients at every update (algorithms/common/ranks.py)."""
+    `learners`) and the ranks average gradients at every update (runtime/ranks.py)."""
     learner_pods: int = 1
     """Pods the learner ranks run in (containers, kube): each runs learners / learner_pods ranks and
     they form one group across pods (ranks.py); 1: every rank in one pod."""

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYER_DIRS = {"surreal": "surreal", "protocol": "surreal.protocol",
               "orchestrator": "surreal.orchestrator", "provisioner": "surreal.provisioner",
-              "algorithms": "surreal.algorithms"}  # fmt: skip
+              "algorithms": "surreal.algorithms", "runtime": "surreal.runtime"}  # fmt: skip
 
 
 def test_every_package_folder_is_installed() -> None:
@@ -37,7 +37,7 @@ def _modules() -> set[str]:
             if (
                 folder == "surreal"
                 and parts
-                and parts[0] in ("protocol", "orchestrator", "provisioner", "algorithms")
+                and parts[0] in ("protocol", "orchestrator", "provisioner", "algorithms", "runtime")
             ):
                 continue
             found.add(".".join([package, *parts]))

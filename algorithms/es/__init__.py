@@ -10,7 +10,7 @@ from surreal.algorithms.api import Algorithm, RoleMain
 
 
 def _module(name: str) -> Any:
-    return importlib.import_module(f"surreal.algorithms.es.{name}")
+    return importlib.import_module(f"surreal.runtime.es.{name}")
 
 
 class ES(Algorithm):
@@ -31,7 +31,7 @@ class ES(Algorithm):
         _module("presets").check_config(config, env, resolved=resolved)
 
     def checkpoint_policy(self, config: Any, resolved: Any, state: Any, seed: int = 0) -> Any:
-        spaces = importlib.import_module("surreal.algorithms.envs.make").spaces_of(resolved)
+        spaces = importlib.import_module("surreal.runtime.envs.make").spaces_of(resolved)
         return _module("evaluator").checkpoint_policy(config, spaces, state, seed)
 
     def role_main(self, role: str) -> RoleMain:

@@ -1,4 +1,4 @@
-"""PPO (Schulman et al., 2017) on the on-policy runtime (algorithms/onpolicy): its settings
+"""PPO (Schulman et al., 2017) on the on-policy runtime (runtime/onpolicy): its settings
 (config.py), its presets per environment (presets.py, scaling.py), and its update, below."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Soft Actor-Critic (Haarnoja et al., 2018, with the learned temperature of "SAC: Algorithms and
-Applications") on the off-policy runtime (algorithms/offpolicy): twin Q functions and their
+Applications") on the off-policy runtime (runtime/offpolicy): twin Q functions and their
 Polyak-averaged targets, a tanh-squashed Gaussian policy, the entropy coefficient tuned to a target
 entropy of -|A|. Its networks and update are below, as Stable-Baselines3's sac.py writes them (the
 peer benchmarks/sac_throughput.py measures it against). Presets and their sources:
@@ -11,14 +11,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from surreal.algorithms.api import OffPolicy
-from surreal.algorithms.envs.ref import as_env_ref
-from surreal.algorithms.offpolicy.config import OffPolicyConfig
+from surreal.algorithms.api import OffPolicy, OffPolicyConfig, as_env_ref
 
 if TYPE_CHECKING:
     import torch
 
-    from surreal.algorithms.envs.make import EnvSpaces
+    from surreal.algorithms.api import EnvSpaces
 
 
 @dataclass(frozen=True)
@@ -116,8 +114,7 @@ def Nets(cfg: SACConfig, spaces: EnvSpaces) -> Any:  # noqa: N802
     share_features_extractor=False; the twins share theirs, as SB3's critic does)."""
     import torch
 
-    from surreal.algorithms.offpolicy.encoder import Encoder
-    from surreal.algorithms.offpolicy.policy import LOG_STD_MAX, LOG_STD_MIN
+    from surreal.algorithms.api import LOG_STD_MAX, LOG_STD_MIN, Encoder
 
     action_dim = spaces.action_dim
 

@@ -24,7 +24,6 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from surreal.algorithms.common.scale import SCALE_FILE
 from surreal.orchestrator import resize
 from surreal.orchestrator.kube import observe as ks
 from surreal.orchestrator.kube import render as kr
@@ -44,6 +43,7 @@ from surreal.orchestrator.kube.portforward import Dial, PortForward, pod_dialer
 from surreal.orchestrator.launcher import UsageError
 from surreal.orchestrator.program import LEARNER_PORT, ranks_problem
 from surreal.provisioner.pools import GPU_RESOURCE
+from surreal.runtime.scale import SCALE_FILE
 from surreal.spec import ExperimentSpec, SpecError, spec_from_dict
 
 log = logging.getLogger(__name__)

@@ -11,11 +11,11 @@ from typing import Any
 
 import yaml
 
-from surreal.algorithms.common.exits import EXIT_PREEMPTED
 from surreal.orchestrator.kube.errors import KubeError
 from surreal.orchestrator.policy import RoleEnd, outcome, unfinished
 from surreal.orchestrator.status import ComponentState, component, status_object
 from surreal.provisioner.placement import ROLES as ROLE_ORDER
+from surreal.runtime.exits import EXIT_PREEMPTED
 
 # On the root ConfigMap: the agent count `surreal scale` last set (the spec keeps the created one).
 AGENTS_ANNOTATION = "surreal.io/agents"

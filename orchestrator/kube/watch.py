@@ -26,10 +26,10 @@ from typing import Any
 
 from kubernetes import client, config
 
-from surreal.algorithms.common.exits import EXIT_NO_ACTORS
 from surreal.orchestrator.kube.observe import condition, job_state
 from surreal.orchestrator.kube.render import JOBSET_SUFFIX, job_names
 from surreal.orchestrator.program import ACTOR_ROLE, LEARNER_ROLE
+from surreal.runtime.exits import EXIT_NO_ACTORS
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from surreal.algorithms.common.scale import read_scale
 from surreal.orchestrator.home import (
     SPEC_FILE,
     TOKEN_FILE,
@@ -38,6 +37,7 @@ from surreal.orchestrator.program import (
     workers_problem,
 )
 from surreal.orchestrator.status import component, describe_exit, exit_code, status_object
+from surreal.runtime.scale import read_scale
 from surreal.spec import ExperimentSpec
 
 LOW_PORT = 10_000  # the lowest port a local learner listens on

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from surreal.algorithms.envs.ref import extend_import_path
 from surreal.algorithms.registry import ALGORITHMS
 from surreal.cli.common import (
     NAME,
@@ -31,6 +30,7 @@ from surreal.orchestrator import home
 from surreal.orchestrator.launcher import LauncherError, Placement
 from surreal.orchestrator.local import processes as local
 from surreal.orchestrator.status import METRIC_FIELDS
+from surreal.runtime.envs.ref import extend_import_path
 from surreal.spec import SpecError, build_spec, notes, parse_set
 
 
@@ -287,7 +287,7 @@ def component(role: str, spec_path: Path, index: int) -> None:
     """Run one component (what every launcher starts)."""
     import signal
 
-    from surreal.algorithms.common import preemption
+    from surreal.runtime import preemption
 
     # Before the heavy imports: in a container this process is PID 1, which ignores a signal it has
     # no handler for, so a SIGTERM during start-up would wait for the grace period's SIGKILL.

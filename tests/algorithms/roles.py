@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from surreal.algorithms.common.run import RunContext
 from surreal.algorithms.registry import get_algorithm
+from surreal.runtime.run import RunContext
 
 SCRIPT = Path(__file__)
 

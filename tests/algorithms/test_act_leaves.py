@@ -16,22 +16,22 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.envs import act_leaves
-from surreal.algorithms.envs.act_leaves import ActionLayout, ActLeaf, describe, is_plain
-from surreal.algorithms.envs.make import EnvBatch, resolve_env, spaces_for, spaces_of
-from surreal.algorithms.envs.ref import EnvRef, ResolvedEnv, extend_import_path
-from surreal.algorithms.es.networks import PolicySpec, to_actions
-from surreal.algorithms.es.presets import preset_for as es_preset
-from surreal.algorithms.es.serial import train as es_train
-from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.fragment import experience_schema, open_fragment
-from surreal.algorithms.onpolicy.learner import Learner
-from surreal.algorithms.onpolicy.networks import ActorCritic, log_prob_entropy
-from surreal.algorithms.onpolicy.policy import NumpyPolicy
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.protocol.codec import CodecError, decode_map, encode_map
 from surreal.protocol.types import Fragment
+from surreal.runtime.envs import act_leaves
+from surreal.runtime.envs.act_leaves import ActionLayout, ActLeaf, describe, is_plain
+from surreal.runtime.envs.make import EnvBatch, resolve_env, spaces_for, spaces_of
+from surreal.runtime.envs.ref import EnvRef, ResolvedEnv, extend_import_path
+from surreal.runtime.es.networks import PolicySpec, to_actions
+from surreal.runtime.es.presets import preset_for as es_preset
+from surreal.runtime.es.serial import train as es_train
+from surreal.runtime.onpolicy.actor import Actor
+from surreal.runtime.onpolicy.fragment import experience_schema, open_fragment
+from surreal.runtime.onpolicy.learner import Learner
+from surreal.runtime.onpolicy.networks import ActorCritic, log_prob_entropy
+from surreal.runtime.onpolicy.policy import NumpyPolicy
 
 extend_import_path([str(Path(__file__).resolve().parents[1] / "envs")])
 from cue_world import ACTION_SPACE, pays  # noqa: E402 - the folder is on the path from here

@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from surreal.algorithms.envs.atari import is_atari, make_atari, reports_game_episodes
+from surreal.runtime.envs.atari import is_atari, make_atari, reports_game_episodes
 
 MAX_STEPS = 5000  # agent steps; a random game takes a few hundred
 

@@ -14,20 +14,20 @@ from test_learner import CFG as PPO_CFG
 from test_learner import ENV as PPO_ENV
 from test_learner import fragment
 
-from surreal.algorithms.common.checkpoint import (
+from surreal.algorithms.ppo import PPO
+from surreal.protocol.types import EvalReport
+from surreal.runtime.checkpoint import (
     LATEST,
     Envelope,
     load_checkpoint,
     load_checkpoint_file,
     resumed_version,
 )
-from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.es.config import ESConfig
-from surreal.algorithms.es.master import ESMaster
-from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.learner import Learner
-from surreal.algorithms.ppo import PPO
-from surreal.protocol.types import EvalReport
+from surreal.runtime.envs.make import spaces_for
+from surreal.runtime.es.config import ESConfig
+from surreal.runtime.es.master import ESMaster
+from surreal.runtime.onpolicy.actor import Actor
+from surreal.runtime.onpolicy.learner import Learner
 
 ES_CFG = ESConfig(policy="linear", population=2, handout_ratio=1.0, max_staleness=1, checkpoint_every=5)
 ENVELOPE_KEYS = {"counters", "train_returns", "eval", "clean", "saved_at"}

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from surreal.algorithms.envs.make import resolve_env
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.presets import MINIGRID, PRESETS, preset_for
+from surreal.runtime.envs.make import resolve_env
 
 
 @pytest.mark.parametrize("env_id", sorted(PRESETS))

@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from surreal.algorithms.common import hooks
-from surreal.algorithms.common.deadline import Progress
-from surreal.algorithms.common.exits import EXIT_ALGORITHM_FAILED
-from surreal.algorithms.common.run import RoleFailed
 from surreal.algorithms.ppo import PPO
+from surreal.runtime import hooks
+from surreal.runtime.deadline import Progress
+from surreal.runtime.exits import EXIT_ALGORITHM_FAILED
+from surreal.runtime.run import RoleFailed
 
 
 def test_a_run_that_moves_never_stalls_and_one_that_stops_is_named() -> None:

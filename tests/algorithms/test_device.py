@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common.device import resolve_device
-from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.offpolicy.learner import Learner as OffPolicyLearner
-from surreal.algorithms.offpolicy.shard import fields as replay_fields
-from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.learner import Learner
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.algorithms.sac import SAC, SACConfig
 from surreal.protocol.types import Fragment
+from surreal.runtime.device import resolve_device
+from surreal.runtime.envs.make import spaces_for
+from surreal.runtime.offpolicy.learner import Learner as OffPolicyLearner
+from surreal.runtime.offpolicy.shard import fields as replay_fields
+from surreal.runtime.onpolicy.actor import Actor
+from surreal.runtime.onpolicy.learner import Learner
+from surreal.runtime.run import RunContext
 from surreal.spec import SpecError, build_spec
 
 CUDA = torch.cuda.is_available()

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from roles import free_port, read_status, run_in_thread, spawn, wait_for
 
-from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.onpolicy.actor import run_actor
-from surreal.algorithms.onpolicy.evaluator import run_evaluator
-from surreal.algorithms.onpolicy.learner import run_learner
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
+from surreal.runtime.onpolicy.actor import run_actor
+from surreal.runtime.onpolicy.evaluator import run_evaluator
+from surreal.runtime.onpolicy.learner import run_learner
+from surreal.runtime.run import RunContext
 
 CFG = dataclasses.replace(
     preset_for("CartPole-v1"), eval_interval=1024, eval_episodes=2, checkpoint_every=2,

@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from surreal import component
-from surreal.algorithms.common import preemption
-from surreal.algorithms.common.exits import EXIT_ENV_FAILED, EXIT_PREEMPTED
-from surreal.algorithms.envs import ref as env_ref
-from surreal.algorithms.envs.make import (
+from surreal.orchestrator.policy import POLICIES
+from surreal.orchestrator.program import ENV_TERMINATION_LOG
+from surreal.runtime import preemption
+from surreal.runtime.envs import ref as env_ref
+from surreal.runtime.envs.make import (
     BROKEN_STEPS,
     EnvBatch,
     EnvFailed,
@@ -29,13 +30,12 @@ from surreal.algorithms.envs.make import (
     resolve_env,
     spaces_for,
 )
-from surreal.algorithms.envs.ref import EnvRef
-from surreal.algorithms.es import actor as es_actor
-from surreal.algorithms.es.actor import ESWorker, agent_ids
-from surreal.algorithms.es.config import ESConfig
-from surreal.algorithms.es.master import ESMaster
-from surreal.orchestrator.policy import POLICIES
-from surreal.orchestrator.program import ENV_TERMINATION_LOG
+from surreal.runtime.envs.ref import EnvRef
+from surreal.runtime.es import actor as es_actor
+from surreal.runtime.es.actor import ESWorker, agent_ids
+from surreal.runtime.es.config import ESConfig
+from surreal.runtime.es.master import ESMaster
+from surreal.runtime.exits import EXIT_ENV_FAILED, EXIT_PREEMPTED
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"
 

@@ -11,9 +11,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from surreal.algorithms.envs import ref as env_ref
-from surreal.algorithms.envs.make import EnvBatch, image_layout, make_env, spaces_for
-from surreal.algorithms.envs.ref import EnvRef, resolve
+from surreal.runtime.envs import ref as env_ref
+from surreal.runtime.envs.make import EnvBatch, image_layout, make_env, spaces_for
+from surreal.runtime.envs.ref import EnvRef, resolve
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"  # the users' modules of the tests
 

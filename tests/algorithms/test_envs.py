@@ -10,8 +10,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from surreal.algorithms.envs.make import EnvBatch, make_env, spaces_for
-from surreal.algorithms.envs.ref import resolve
+from surreal.runtime.envs.make import EnvBatch, make_env, spaces_for
+from surreal.runtime.envs.ref import resolve
 
 
 class Countdown(gym.Env):
@@ -147,7 +147,7 @@ def test_mujoco_warnings_are_logged_once_and_no_file_is_written(tmp_path):
     env and appended it to MUJOCO_LOG.TXT in the working directory (read-only in a pod)."""
     code = (
         "import logging; logging.basicConfig()\n"
-        "from surreal.algorithms.envs.make import make_env\n"
+        "from surreal.runtime.envs.make import make_env\n"
         "for i in range(4): make_env('HalfCheetah-v5', i).close()\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
@@ -163,12 +163,12 @@ def test_mujoco_renders_off_screen_without_a_display(tmp_path):
     (`surreal record` on HalfCheetah); surreal chooses EGL there unless MUJOCO_GL says otherwise."""
     code = (
         "import os\n"
-        "from surreal.algorithms.envs.make import make_env\n"
+        "from surreal.runtime.envs.make import make_env\n"
         "env = make_env('CartPole-v1', 0)\n"
         "assert 'MUJOCO_GL' not in os.environ  # only an environment made to render\n"
         "env = make_env('HalfCheetah-v5', 0)\n"
         "assert 'MUJOCO_GL' not in os.environ\n"
-        "from surreal.algorithms.envs.ref import EnvRef\n"
+        "from surreal.runtime.envs.ref import EnvRef\n"
         "kwargs = {'render_mode': 'rgb_array', 'width': 64, 'height': 48}\n"
         "env = make_env(EnvRef('HalfCheetah-v5', kwargs), 0)\n"
         "print(os.environ['MUJOCO_GL'], env.render().shape)\n"

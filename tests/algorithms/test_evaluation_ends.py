@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from surreal.algorithms.common.evaluator import evaluate
-from surreal.algorithms.common.progress import LearnerProgress
-from surreal.algorithms.envs.make import EnvBatch, make_env
 from surreal.protocol.types import EvalReport
+from surreal.runtime.envs.make import EnvBatch, make_env
+from surreal.runtime.evaluator import evaluate
+from surreal.runtime.progress import LearnerProgress
 from surreal.spec import DEFAULT_MAX_EPISODE_STEPS, build_spec, notes
 
 
@@ -52,7 +52,7 @@ class _Progress(LearnerProgress):
     def __init__(self) -> None:
         from collections import deque
 
-        from surreal.algorithms.onpolicy.learner import Counters
+        from surreal.runtime.onpolicy.learner import Counters
 
         self.counters, self.train_returns, self._tb = Counters(), deque(), None
         self._init_progress()

@@ -9,11 +9,11 @@ import gymnasium as gym
 import numpy as np
 import test_envs  # noqa: F401  (registers SurrealTestCountdown-v0)
 
-from surreal.algorithms.common import evaluator
-from surreal.algorithms.common.evaluator import evaluate, should_evaluate
-from surreal.algorithms.common.run import RunContext, progress_extras
-from surreal.algorithms.envs.make import EnvBatch
 from surreal.protocol.types import EvalReport, Params
+from surreal.runtime import evaluator
+from surreal.runtime.envs.make import EnvBatch
+from surreal.runtime.evaluator import evaluate, should_evaluate
+from surreal.runtime.run import RunContext, progress_extras
 
 assert "SurrealTestCountdown-v0" in gym.registry
 

@@ -13,16 +13,16 @@ import pytest
 import test_envs  # noqa: F401  (registers SurrealTestCountdown-v0)
 from fake_time import Clock, ClockServer
 
-from surreal.algorithms.common import evaluator, serving
-from surreal.algorithms.common.evaluator import FAILED_POLL_SECONDS, HEARTBEAT_SECONDS
-from surreal.algorithms.common.run import RunContext, progress_extras
-from surreal.algorithms.common.serving import (
+from surreal.protocol.types import EvalReport, Params
+from surreal.runtime import evaluator, serving
+from surreal.runtime.envs.make import EnvBatch
+from surreal.runtime.evaluator import FAILED_POLL_SECONDS, HEARTBEAT_SECONDS
+from surreal.runtime.run import RunContext, progress_extras
+from surreal.runtime.serving import (
     EVALUATOR_SILENCE_SECONDS,
     EVALUATOR_START_SECONDS,
     evaluator_alive,
 )
-from surreal.algorithms.envs.make import EnvBatch
-from surreal.protocol.types import EvalReport, Params
 
 START = 1000.0
 FINAL_EVAL_TIMEOUT = 600.0  # the configs' default (ppo and es)

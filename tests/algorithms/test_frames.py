@@ -1,4 +1,4 @@
-"""Image observations travel as new frames (algorithms/onpolicy/frames.py): the learner rebuilds exactly
+"""Image observations travel as new frames (runtime/onpolicy/frames.py): the learner rebuilds exactly
 the stacks the actor saw, refuses an encoding a hostile actor made up, and vectors travel as before."""
 
 from __future__ import annotations
@@ -8,22 +8,22 @@ import dataclasses
 import numpy as np
 import pytest
 
-from surreal.algorithms.envs.make import EnvSpaces, resolve_env, spaces_for
-from surreal.algorithms.onpolicy import actor as actor_module
-from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.fragment import experience_schema, fragment_bytes, open_fragment
-from surreal.algorithms.onpolicy.frames import (
+from surreal.algorithms.ppo import PPO
+from surreal.algorithms.ppo.presets import PIXELS, preset_for
+from surreal.protocol.codec import CodecError, decode_map, encode_map
+from surreal.protocol.types import Fragment
+from surreal.runtime.envs.make import EnvSpaces, resolve_env, spaces_for
+from surreal.runtime.onpolicy import actor as actor_module
+from surreal.runtime.onpolicy.actor import Actor
+from surreal.runtime.onpolicy.fragment import experience_schema, fragment_bytes, open_fragment
+from surreal.runtime.onpolicy.frames import (
     WIRE_TENSORS,
     encode_stacks,
     key_rows,
     stacks_problem,
     with_stacks,
 )
-from surreal.algorithms.onpolicy.learner import Learner
-from surreal.algorithms.ppo import PPO
-from surreal.algorithms.ppo.presets import PIXELS, preset_for
-from surreal.protocol.codec import CodecError, decode_map, encode_map
-from surreal.protocol.types import Fragment
+from surreal.runtime.onpolicy.learner import Learner
 
 BREAKOUT = "ALE/Breakout-v5"
 SMALL = dict(envs_per_agent=2, fragment_length=64, steps_per_update=256, minibatch_size=64)

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common.normalization import batch_moments
-from surreal.algorithms.common.run import extras_done, extras_env_steps
-from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.fragment import check_fragment, experience_schema
-from surreal.algorithms.onpolicy.learner import Learner
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.protocol.types import EvalReport, Fragment, Params
+from surreal.runtime.envs.make import spaces_for
+from surreal.runtime.normalization import batch_moments
+from surreal.runtime.onpolicy.actor import Actor
+from surreal.runtime.onpolicy.fragment import check_fragment, experience_schema
+from surreal.runtime.onpolicy.learner import Learner
+from surreal.runtime.run import extras_done, extras_env_steps
 
 CFG = dataclasses.replace(
     preset_for("Pendulum-v1"), envs_per_agent=2, fragment_length=16, steps_per_update=64,
@@ -197,7 +197,7 @@ def test_a_clean_checkpoint_resumes_at_exactly_its_version(tmp_path):
 def test_checkpoints_also_come_by_time(tmp_path, monkeypatch):
     """checkpoint_seconds bounds what a SIGKILL loses, however rare the count-based ones are."""
     clock = [1000.0]
-    monkeypatch.setattr("surreal.algorithms.common.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("surreal.runtime.progress.time.monotonic", lambda: clock[0])
     cfg = dataclasses.replace(CFG, checkpoint_every=1000, checkpoint_seconds=30.0)
     learner, actor = make(exp_dir=tmp_path, cfg=cfg)
     assert learner.status()["checkpoint_version"] == 0  # the one from the start
@@ -261,8 +261,8 @@ def test_actor_runs_discrete_and_continuous(env_id):
 
 
 def test_an_actor_asks_for_parameters_only_when_its_credits_say_they_changed():
-    from surreal.algorithms.common.run import progress_extras
-    from surreal.algorithms.onpolicy.actor import _send_until_done
+    from surreal.runtime.onpolicy.actor import _send_until_done
+    from surreal.runtime.run import progress_extras
 
     learner, _ = make()
     actor = Actor(CFG, ENV, num_envs=2, seed=3)  # holds no parameters yet

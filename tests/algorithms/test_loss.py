@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common.ranks import RankGroup
-from surreal.algorithms.onpolicy.batch import Batch
-from surreal.algorithms.onpolicy.gae import compute_gae
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.config import PPOConfig
+from surreal.runtime.onpolicy.batch import Batch
+from surreal.runtime.onpolicy.gae import compute_gae
+from surreal.runtime.ranks import RankGroup
 
 
 def gae(rewards, values, bootstrap, terminated=None, truncated=None, trunc_values=None, *,

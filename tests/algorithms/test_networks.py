@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
-from surreal.algorithms.envs.make import EnvSpaces
-from surreal.algorithms.onpolicy.networks import ActorCritic
+from surreal.runtime.envs.make import EnvSpaces
+from surreal.runtime.onpolicy.networks import ActorCritic
 
 DISCRETE = EnvSpaces(obs_dim=5, discrete=True, action_dim=3, action_low=None, action_high=None)
 BOX = EnvSpaces(5, False, 2, np.full(2, -1.0, np.float32), np.full(2, 1.0, np.float32))
@@ -50,7 +50,7 @@ def test_orthogonal_init_small_policy_head_and_separate_value_net():
 
 @pytest.mark.parametrize("rows", [4, 1024])  # below and above the sigmoid path's threshold
 def test_tanh_matches_torch_values_and_gradients(rows):
-    from surreal.algorithms.onpolicy.networks import Tanh
+    from surreal.runtime.onpolicy.networks import Tanh
 
     x = (torch.randn(rows, 64) * 4).requires_grad_()
     x_ref = x.detach().clone().requires_grad_()

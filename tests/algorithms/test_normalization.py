@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from surreal.algorithms.common.normalization import (
+from surreal.runtime.normalization import (
     Moments,
     ObsNormalizer,
     RunningMeanStd,

@@ -13,19 +13,19 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.envs import obs_leaves
-from surreal.algorithms.envs.make import EnvBatch, resolve_env, spaces_for, spaces_of
-from surreal.algorithms.envs.obs_leaves import ObsLeaf, describe, pack, select
-from surreal.algorithms.envs.ref import EnvRef, extend_import_path
-from surreal.algorithms.es.presets import check_env_supported as es_check
-from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.fragment import experience_schema, open_fragment
-from surreal.algorithms.onpolicy.learner import Learner
-from surreal.algorithms.onpolicy.serial import train_serial
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.protocol.codec import CodecError, decode_map, encode_map
 from surreal.protocol.types import Fragment
+from surreal.runtime.envs import obs_leaves
+from surreal.runtime.envs.make import EnvBatch, resolve_env, spaces_for, spaces_of
+from surreal.runtime.envs.obs_leaves import ObsLeaf, describe, pack, select
+from surreal.runtime.envs.ref import EnvRef, extend_import_path
+from surreal.runtime.es.presets import check_env_supported as es_check
+from surreal.runtime.onpolicy.actor import Actor
+from surreal.runtime.onpolicy.fragment import experience_schema, open_fragment
+from surreal.runtime.onpolicy.learner import Learner
+from surreal.runtime.onpolicy.serial import train_serial
 
 extend_import_path([str(Path(__file__).resolve().parents[1] / "envs")])
 CUE = "cue_world:CueWorld-v0"

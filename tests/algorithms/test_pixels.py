@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.envs.make import EnvSpaces, spaces_for
-from surreal.algorithms.envs.ref import EnvRef, extend_import_path
-from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.cnn import CNNActorCritic
-from surreal.algorithms.onpolicy.fragment import experience_schema
-from surreal.algorithms.onpolicy.learner import Learner
-from surreal.algorithms.onpolicy.policy import NumpyPolicy
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import ATARI, PIXELS, preset_for
 from surreal.protocol.codec import CodecError
 from surreal.protocol.types import Fragment
+from surreal.runtime.envs.make import EnvSpaces, spaces_for
+from surreal.runtime.envs.ref import EnvRef, extend_import_path
+from surreal.runtime.onpolicy.actor import Actor
+from surreal.runtime.onpolicy.cnn import CNNActorCritic
+from surreal.runtime.onpolicy.fragment import experience_schema
+from surreal.runtime.onpolicy.learner import Learner
+from surreal.runtime.onpolicy.policy import NumpyPolicy
 
 extend_import_path([str(Path(__file__).resolve().parents[1] / "envs")])
 PIXEL_ENV = "pixel_target:PixelTarget-v0"  # tests/envs/pixel_target.py: random 4, optimal 16

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.envs.make import EnvSpaces
-from surreal.algorithms.onpolicy.networks import ActorCritic
-from surreal.algorithms.onpolicy.policy import NumpyPolicy, policy_layers
+from surreal.runtime.envs.make import EnvSpaces
+from surreal.runtime.onpolicy.networks import ActorCritic
+from surreal.runtime.onpolicy.policy import NumpyPolicy, policy_layers
 
 DISCRETE = EnvSpaces(obs_dim=5, discrete=True, action_dim=3, action_low=None, action_high=None)
 BOX = EnvSpaces(5, False, 2, np.full(2, -1.0, np.float32), np.full(2, 1.0, np.float32))
@@ -108,7 +108,7 @@ def test_without_a_generator_only_the_mode_is_available():
 
 def test_actor_and_evaluator_roles_do_not_import_torch():
     code = (
-        "import sys, surreal.algorithms.onpolicy.actor, surreal.algorithms.onpolicy.evaluator, "
+        "import sys, surreal.runtime.onpolicy.actor, surreal.runtime.onpolicy.evaluator, "
         "surreal.component;"
         "print('torch' in sys.modules)"
     )

@@ -20,9 +20,20 @@ import psutil
 import pytest
 import torch
 
-from surreal.algorithms.common import ranks as ranks_module
-from surreal.algorithms.common.exits import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
-from surreal.algorithms.common.ranks import (
+from surreal.algorithms.ppo import PPO
+from surreal.algorithms.ppo.presets import preset_for
+from surreal.component import EXIT_SECONDS
+from surreal.orchestrator import rank_agent as agent
+from surreal.orchestrator.policy import LEARNER_GROUP, POLICIES, Action, decide
+from surreal.orchestrator.rank_agent import MONITOR_SECONDS, JoinWatch
+from surreal.protocol.types import Fragment
+from surreal.runtime import ranks as ranks_module
+from surreal.runtime.envs.make import spaces_for
+from surreal.runtime.exits import EXIT_GROUP_NOT_FORMED, EXIT_NO_ACTORS
+from surreal.runtime.onpolicy.actor import Actor
+from surreal.runtime.onpolicy.batch import Batch
+from surreal.runtime.onpolicy.learner import Learner
+from surreal.runtime.ranks import (
     COLLECTIVE_TIMEOUT,
     FORM_TIMEOUT,
     HEARTBEAT_SECONDS,
@@ -34,18 +45,7 @@ from surreal.algorithms.common.ranks import (
     join_group,
     open_store,
 )
-from surreal.algorithms.common.run import RoleFailed
-from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.batch import Batch
-from surreal.algorithms.onpolicy.learner import Learner
-from surreal.algorithms.ppo import PPO
-from surreal.algorithms.ppo.presets import preset_for
-from surreal.component import EXIT_SECONDS
-from surreal.orchestrator import rank_agent as agent
-from surreal.orchestrator.policy import LEARNER_GROUP, POLICIES, Action, decide
-from surreal.orchestrator.rank_agent import MONITOR_SECONDS, JoinWatch
-from surreal.protocol.types import Fragment
+from surreal.runtime.run import RoleFailed
 
 ENV = "Pendulum-v1"
 # One minibatch of the whole batch (2 ranks x 2 fragments x 16 steps x 2 envs = 128 rows): the
@@ -391,7 +391,7 @@ def test_a_stop_request_reaches_every_rank_as_sigterm_once(monkeypatch):
     """The learner's role failed elsewhere (on Kubernetes its watch saw the actors' Job fail):
     the agent's ranks get SIGTERM (they save and leave, as on a real one), late ones too, each
     once; without a request none is touched."""
-    from surreal.algorithms.common import preemption
+    from surreal.runtime import preemption
 
     monkeypatch.setattr(preemption, "_requested", threading.Event())
     monkeypatch.setattr(preemption, "_failure", [])

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from surreal.algorithms.common import reconnect
-from surreal.algorithms.common.exits import EXIT_LEARNER_GONE
 from surreal.protocol.client import ProtocolError
+from surreal.runtime import reconnect
+from surreal.runtime.exits import EXIT_LEARNER_GONE
 
 
 class FakeStream:

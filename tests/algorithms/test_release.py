@@ -12,8 +12,8 @@ import pytest
 from fake_time import Clock, ClockServer
 from test_scale import FakeCore, context  # a core and a run context for a real ServingLoop
 
-from surreal.algorithms.common import serving
-from surreal.algorithms.common.serving import (
+from surreal.runtime import serving
+from surreal.runtime.serving import (
     HANG_UP_SECONDS,
     RECENT_WORKER_SECONDS,
     RETIRE_SECONDS,
@@ -185,7 +185,7 @@ def test_a_rank_committed_to_the_groups_update_runs_it_before_it_stops(tmp_path,
     """SIGTERM reaches every rank at once. A rank that committed to the group's next update (the
     others may be in its collectives already) runs it, then saves and leaves: in CI, rank 1 left
     while rank 0 gathered for it, and rank 0 saved nothing clean (3 updates lost)."""
-    from surreal.algorithms.common import preemption
+    from surreal.runtime import preemption
 
     class Committed(FakeCore):
         holding = True  # committed to the next update when SIGTERM came

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-import surreal.algorithms.common.scale as scale
-import surreal.algorithms.common.serving as serving
-from surreal.algorithms.common.run import RunContext, progress_extras
-from surreal.algorithms.common.scale import MAX_SCALE_AGENTS, MAX_SCALE_BYTES, SCALE_FILE, read_scale
-from surreal.algorithms.common.serving import ServingLoop, initial_agents, max_streams
+import surreal.runtime.scale as scale
+import surreal.runtime.serving as serving
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import EvalReport, Params
+from surreal.runtime.run import RunContext, progress_extras
+from surreal.runtime.scale import MAX_SCALE_AGENTS, MAX_SCALE_BYTES, SCALE_FILE, read_scale
+from surreal.runtime.serving import ServingLoop, initial_agents, max_streams
 
 
 def write_scale(exp_dir: Path, content: str | bytes) -> None:

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.common.normalization import Moments, RunningMeanStd, batch_moments
-from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.batch import TENSORS
-from surreal.algorithms.onpolicy.fragment import REJECT_REASONS, check_fragment
-from surreal.algorithms.onpolicy.learner import Learner
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.ppo.presets import preset_for
 from surreal.protocol.types import Fragment
+from surreal.runtime.envs.make import spaces_for
+from surreal.runtime.normalization import Moments, RunningMeanStd, batch_moments
+from surreal.runtime.onpolicy.actor import Actor
+from surreal.runtime.onpolicy.batch import TENSORS
+from surreal.runtime.onpolicy.fragment import REJECT_REASONS, check_fragment
+from surreal.runtime.onpolicy.learner import Learner
 
 SMALL = dict(envs_per_agent=2, fragment_length=16, steps_per_update=64, minibatch_size=32, epochs=2)
 PENDULUM = dataclasses.replace(preset_for("Pendulum-v1"), **SMALL)  # Box actions, both normalizations

@@ -18,11 +18,11 @@ from test_learner import CFG as PPO_CFG
 from test_learner import ENV as PPO_ENV
 from test_learner import fragment
 
-from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.onpolicy.actor import Actor
-from surreal.algorithms.onpolicy.learner import Learner
 from surreal.algorithms.ppo import PPO
 from surreal.protocol.types import Params
+from surreal.runtime.envs.make import spaces_for
+from surreal.runtime.onpolicy.actor import Actor
+from surreal.runtime.onpolicy.learner import Learner
 
 PPO_TOTAL = PPO_CFG.steps_per_update * 7
 
@@ -112,7 +112,7 @@ def test_es_no_version_number_names_two_sets_of_weights(tmp_path: Path) -> None:
     from es.test_es_master import CFG as ES_CFG
     from es.test_es_master import SPACES, batch_of, row
 
-    from surreal.algorithms.es.master import ESMaster
+    from surreal.runtime.es.master import ESMaster
 
     def start(exp_dir: Path):  # noqa: ANN202
         master = ESMaster(ES_CFG, SPACES, total_steps=10**6, num_agents=2, seed=3, exp_dir=exp_dir)

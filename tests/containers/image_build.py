@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 IMAGE = "surreal:local"  # what `make image` builds and what rendered objects name by default
 SOURCE_LABEL = "surreal.source"
 CONTEXT = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
-PACKAGES = ("surreal", "protocol", "orchestrator", "provisioner", "algorithms", "examples")
+PACKAGES = ("surreal", "protocol", "orchestrator", "provisioner", "algorithms", "runtime", "examples")
 
 
 def source_hash(repo: Path = REPO) -> str:

@@ -29,11 +29,11 @@ import pytest
 import yaml
 from harness import HarnessRun, held_containers
 
-from surreal.algorithms.common.checkpoint import load_checkpoint
 from surreal.orchestrator.containers import plan as containers_plan
 from surreal.orchestrator.containers import run as containers_run
 from surreal.orchestrator.kube import observe as ks
 from surreal.orchestrator.kube import observe as kube_status
+from surreal.runtime.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from surreal.algorithms.common import ranks
-from surreal.algorithms.common.exits import EXIT_COLLECTIVE_FAILED, EXIT_PREEMPTED
 from surreal.orchestrator import rank_agent as agent
+from surreal.runtime import ranks
+from surreal.runtime.exits import EXIT_COLLECTIVE_FAILED, EXIT_PREEMPTED
 
 
 def run_agent(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ import pytest
 from cli_harness import SURREAL
 
 from surreal import load_policy
-from surreal.algorithms.envs.make import BROKEN_STEPS
+from surreal.runtime.envs.make import BROKEN_STEPS
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"
 # CueWorld's eval return with Tuple actions after 16k steps (random 12.5, optimal 32): 10 runs of
@@ -188,7 +188,7 @@ def test_sac_learns_from_a_dict_of_leaves_and_its_policy_is_in_hand(tmp_path: Pa
     its own dtype, the shard checks each, the learner packs the sample (the cue one-hot) and it
     learns the cue. 6k steps at ratio 256; seeds 0-9 of this command (two at a time, beside a
     HalfCheetah benchmark, 61-87 s each): min 7.603, median 7.619; bar SAC_BAR. The image
-    leaf's CNN path is proven in tests/algorithms/offpolicy/test_obs.py (a CNN per network is 4x
+    leaf's CNN path is proven in tests/runtime/offpolicy/test_obs.py (a CNN per network is 4x
     the update's cost: docs/algorithms/sac.md)."""
     home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
     elsewhere.mkdir()

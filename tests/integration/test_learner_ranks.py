@@ -18,7 +18,7 @@ from cli_harness import RUN_TIMEOUT, Cli, ended, running, wait_for
 from test_fault_tolerance import dead
 from test_preemption import clean_saves_before, resumed
 
-from surreal.algorithms.common.exits import EXIT_GROUP_NOT_FORMED
+from surreal.runtime.exits import EXIT_GROUP_NOT_FORMED
 
 # The ranks' join timeout of the two hung-rank runs (ppo.rank_join_seconds, default 60): ranks start
 # in 3-5 s here, so 15 s leaves a wide margin for the rank that does join.
@@ -140,7 +140,7 @@ HANG_RANK_1 = """
 import os, sys
 if sys.argv[1:3] == ["component", "learner"] and os.environ.get("RANK") == "1":
     import time
-    from surreal.algorithms.common import ranks
+    from surreal.runtime import ranks
 
     def hang(*args, **kwargs):
         time.sleep(3600)

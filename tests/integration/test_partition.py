@@ -28,7 +28,7 @@ import pytest
 from cli_harness import wait_for
 from netns_hosts import Hosts, available
 
-from surreal.algorithms.common.checkpoint import load_checkpoint
+from surreal.runtime.checkpoint import load_checkpoint
 from surreal.spec import build_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(available() is not None, reason=str(available()))]

@@ -27,12 +27,12 @@ import pytest
 from cli_harness import Cli, ended, frozen, running, status_after, wait_for
 
 import surreal
-from surreal.algorithms.common.evaluator import eval_seed, evaluate
-from surreal.algorithms.envs.make import EnvBatch
-from surreal.algorithms.es.noise import pair_seed
 from surreal.protocol import LearnerClient, ProtocolError
 from surreal.protocol.client import rpc
 from surreal.protocol.v1 import surreal_pb2 as pb
+from surreal.runtime.envs.make import EnvBatch
+from surreal.runtime.es.noise import pair_seed
+from surreal.runtime.evaluator import eval_seed, evaluate
 
 pytestmark = pytest.mark.slow
 

@@ -34,7 +34,7 @@ import pytest
 from cli_harness import wait_for
 from netns_hosts import Hosts, available
 
-from surreal.algorithms.common.exits import EXIT_GROUP_NOT_FORMED, EXIT_PREEMPTED
+from surreal.runtime.exits import EXIT_GROUP_NOT_FORMED, EXIT_PREEMPTED
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(available() is not None, reason=str(available()))]
 

@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-import surreal.algorithms.common.serving as serving
-from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.common.scale import SCALE_FILE
-from surreal.algorithms.es.actor import ESWorker, run_actor
-from surreal.algorithms.es.learner import run_learner
-from surreal.algorithms.es.presets import preset_for
+import surreal.runtime.serving as serving
 from surreal.protocol import LearnerClient, ProtocolError
 from surreal.protocol.options import SERVER_KEEPALIVE_SECONDS
+from surreal.runtime.es.actor import ESWorker, run_actor
+from surreal.runtime.es.learner import run_learner
+from surreal.runtime.es.presets import preset_for
+from surreal.runtime.run import RunContext
+from surreal.runtime.scale import SCALE_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -136,11 +136,11 @@ def test_a_running_es_master_scales_from_2_to_6_agents(tmp_path: Path, monkeypat
 # landing inside the environment's step would read as the environment's own SystemExit (exit 1).
 WORKER = """
 import signal, sys
-from surreal.algorithms.common import preemption
+from surreal.runtime import preemption
 signal.signal(signal.SIGTERM, preemption.on_sigterm)
-from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.es.actor import ESWorker, run_actor
-from surreal.algorithms.es.config import ESConfig
+from surreal.runtime.run import RunContext
+from surreal.runtime.es.actor import ESWorker, run_actor
+from surreal.runtime.es.config import ESConfig
 import json, pathlib
 ctx, cfg = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 ctx["exp_dir"] = pathlib.Path(ctx["exp_dir"])

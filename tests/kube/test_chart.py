@@ -17,7 +17,15 @@ from jobset_schema import validate
 from kube_support import CHART, make_spec
 
 from surreal import spec as spec_mod
-from surreal.algorithms.common.exits import (
+from surreal.algorithms.ppo import presets as ppo_presets
+from surreal.algorithms.registry import ALGORITHMS
+from surreal.orchestrator.kube import output as ko
+from surreal.orchestrator.kube import render as kr
+from surreal.orchestrator.kube.pods import Placement
+from surreal.orchestrator.policy import POLICIES
+from surreal.runtime.envs import make as envs
+from surreal.runtime.es import presets as es_presets
+from surreal.runtime.exits import (
     EXIT_ALGORITHM_FAILED,
     EXIT_ENV_FAILED,
     EXIT_GROUP_NOT_FORMED,
@@ -26,14 +34,6 @@ from surreal.algorithms.common.exits import (
     EXIT_NOT_TRAINED,
     EXIT_PREEMPTED,
 )
-from surreal.algorithms.envs import make as envs
-from surreal.algorithms.es import presets as es_presets
-from surreal.algorithms.ppo import presets as ppo_presets
-from surreal.algorithms.registry import ALGORITHMS
-from surreal.orchestrator.kube import output as ko
-from surreal.orchestrator.kube import render as kr
-from surreal.orchestrator.kube.pods import Placement
-from surreal.orchestrator.policy import POLICIES
 from surreal.spec import ExperimentSpec, load_spec_file
 
 TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

@@ -20,12 +20,12 @@ from fake_api import FakeApi, fake_client
 from kube_support import make_spec
 from kubernetes import client
 
-from surreal.algorithms.common.tb import Scalars
 from surreal.cli.commands import cli
 from surreal.orchestrator import plot
 from surreal.orchestrator.kube.client import ExperimentNotFound, KubeClient, KubeError
 from surreal.orchestrator.kube.exec import Exec, check_status, pod_exec
 from surreal.orchestrator.kube.pods import EXP_DIR
+from surreal.runtime.tb import Scalars
 
 TAR = ["tar", "cf", "-", "-C", EXP_DIR, "tb"]
 

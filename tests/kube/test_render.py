@@ -12,7 +12,14 @@ import yaml
 from jobset_schema import JobSetInvalid, validate
 from kube_support import KUBE_VERSIONS, make_spec
 
-from surreal.algorithms.common.exits import (
+from surreal.algorithms.registry import ALGORITHMS
+from surreal.component import ComponentError, worker_index
+from surreal.orchestrator.kube import output as ko
+from surreal.orchestrator.kube import render as kr
+from surreal.orchestrator.kube.pods import Placement
+from surreal.orchestrator.policy import POLICIES
+from surreal.orchestrator.program import replay_memory_mb
+from surreal.runtime.exits import (
     EXIT_ALGORITHM_FAILED,
     EXIT_ENV_FAILED,
     EXIT_GROUP_NOT_FORMED,
@@ -21,13 +28,6 @@ from surreal.algorithms.common.exits import (
     EXIT_NOT_TRAINED,
     EXIT_PREEMPTED,
 )
-from surreal.algorithms.registry import ALGORITHMS
-from surreal.component import ComponentError, worker_index
-from surreal.orchestrator.kube import output as ko
-from surreal.orchestrator.kube import render as kr
-from surreal.orchestrator.kube.pods import Placement
-from surreal.orchestrator.policy import POLICIES
-from surreal.orchestrator.program import replay_memory_mb
 
 LABEL_KEYS = (
     "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",

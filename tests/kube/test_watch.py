@@ -19,15 +19,15 @@ from kube_support import make_spec
 from kubernetes import client
 
 from surreal import component
-from surreal.algorithms.common import preemption
-from surreal.algorithms.common.exits import EXIT_NO_ACTORS
-from surreal.algorithms.common.run import RoleFailed
 from surreal.orchestrator import program as prog
 from surreal.orchestrator.kube import observe as ks
 from surreal.orchestrator.kube import render as kr
 from surreal.orchestrator.kube import watch as kw
 from surreal.orchestrator.kube.client import KubeClient
 from surreal.orchestrator.policy import POLICIES
+from surreal.runtime import preemption
+from surreal.runtime.exits import EXIT_NO_ACTORS
+from surreal.runtime.run import RoleFailed
 
 POLL = 0.01  # seconds between looks in these tests (15 in a pod)
 WAIT = 10.0  # the most any condition here is waited for

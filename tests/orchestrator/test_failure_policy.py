@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from surreal.algorithms.common.exits import EXIT_LEARNER_GONE, EXIT_PREEMPTED
 from surreal.orchestrator.containers.jobs import JobController, job_policy
 from surreal.orchestrator.containers.jobs import PodAction as JobAction
 from surreal.orchestrator.containers.plan import translate
@@ -26,6 +25,7 @@ from surreal.orchestrator.policy import (
     outcome,
     role_failure,
 )
+from surreal.runtime.exits import EXIT_LEARNER_GONE, EXIT_PREEMPTED
 from surreal.spec import build_spec
 
 CRASH, KILLED = 1, 137

@@ -12,9 +12,9 @@ import matplotlib.image
 import pytest
 from tensorboard.backend.event_processing import event_accumulator as ea
 
-from surreal.algorithms.common.tb import Scalars
 from surreal.orchestrator import plot
 from surreal.orchestrator.plot import Curve, PlotError, RunCurves
+from surreal.runtime.tb import Scalars
 
 # Values a float32 holds exactly: TensorBoard stores scalars as float32.
 TRAIN_A = [(100, 10.0), (200, 12.5), (300, 20.0), (400, 31.25)]

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from surreal.algorithms.offpolicy.learner import Learner
 from surreal.orchestrator import status
+from surreal.runtime.offpolicy.learner import Learner
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
 

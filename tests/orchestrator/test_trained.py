@@ -23,19 +23,19 @@ from cli_world import surreal as cli
 from PIL import Image, ImageSequence
 
 import surreal
-from surreal.algorithms.common.checkpoint import LATEST
-from surreal.algorithms.common.normalization import batch_moments
-from surreal.algorithms.envs import obs_leaves
-from surreal.algorithms.envs.make import spaces_of
-from surreal.algorithms.envs.ref import extend_import_path
-from surreal.algorithms.es.evaluator import deterministic_policy
-from surreal.algorithms.es.master import ESMaster
-from surreal.algorithms.onpolicy.learner import Learner
-from surreal.algorithms.onpolicy.policy import policy_from_params, policy_input
 from surreal.algorithms.ppo import PPO
 from surreal.orchestrator import trained
 from surreal.orchestrator.home import ExperimentError
 from surreal.orchestrator.trained import Refused, record
+from surreal.runtime.checkpoint import LATEST
+from surreal.runtime.envs import obs_leaves
+from surreal.runtime.envs.make import spaces_of
+from surreal.runtime.envs.ref import extend_import_path
+from surreal.runtime.es.evaluator import deterministic_policy
+from surreal.runtime.es.master import ESMaster
+from surreal.runtime.normalization import batch_moments
+from surreal.runtime.onpolicy.learner import Learner
+from surreal.runtime.onpolicy.policy import policy_from_params, policy_input
 from surreal.spec import ExperimentSpec, build_spec
 
 SURREAL = str(Path(sys.executable).parent / "surreal")

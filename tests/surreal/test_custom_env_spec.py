@@ -15,7 +15,7 @@ import yaml
 from cli_world import one_line, surreal
 from test_cli_errors import SURREAL, created, run
 
-from surreal.algorithms.envs.ref import extend_import_path
+from surreal.runtime.envs.ref import extend_import_path
 from surreal.spec import SpecError, build_spec, load_spec_file
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"

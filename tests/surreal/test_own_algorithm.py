@@ -19,9 +19,9 @@ from cli_world import one_line, snapshot, surreal
 
 from surreal import load_policy
 from surreal.algorithms.api import OnPolicy, OnPolicyConfig, check_algorithm
-from surreal.algorithms.onpolicy.serial import train_serial
 from surreal.algorithms.registry import ALGORITHMS, get_algorithm
 from surreal.orchestrator.home import ExperimentError
+from surreal.runtime.onpolicy.serial import train_serial
 from surreal.spec import build_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import matplotlib.image
 import pytest
 from click.testing import CliRunner, Result
 
-from surreal.algorithms.common.tb import Scalars
 from surreal.cli.commands import cli
+from surreal.runtime.tb import Scalars
 
 RUNS = {
     "a": ([(100, 10.0), (200, 20.0)], [(200, 25.0)]),

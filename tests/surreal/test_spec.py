@@ -36,7 +36,9 @@ def test_tuple_and_bool_values_are_coerced() -> None:
 
 
 def test_round_trip_through_the_spec_file(tmp_path: Path) -> None:
-    s = spec(flags={"algo": "ppo", "env": "Hopper-v5", "agents": 4, "steps": 12345}, overrides={"epochs": "3"})
+    s = spec(
+        flags={"algo": "ppo", "env": "Hopper-v5", "agents": 4, "steps": 12345}, overrides={"epochs": "3"}
+    )
     path = tmp_path / "spec.yaml"
     path.write_text(s.to_yaml())
     assert load_spec_file(path) == s

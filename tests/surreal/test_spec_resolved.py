@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import yaml
 
-from surreal.algorithms.envs import make as envs
-from surreal.algorithms.envs import ref as env_ref
-from surreal.algorithms.envs.ref import ResolvedEnv, extend_import_path
-from surreal.algorithms.es import presets as es_presets
 from surreal.algorithms.ppo import presets as ppo_presets
+from surreal.runtime.envs import make as envs
+from surreal.runtime.envs import ref as env_ref
+from surreal.runtime.envs.ref import ResolvedEnv, extend_import_path
+from surreal.runtime.es import presets as es_presets
 from surreal.spec import SpecError, build_spec, load_spec_file
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"
@@ -103,7 +103,7 @@ COMPONENT = textwrap.dedent(
     import gymnasium as gym
     from surreal import component
     from surreal.algorithms import api
-    from surreal.algorithms.envs import make as envs
+    from surreal.runtime.envs import make as envs
 
     made = []
     real_make = gym.make

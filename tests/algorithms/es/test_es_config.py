@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from surreal.algorithms.es.config import ESConfig
-from surreal.algorithms.es.presets import PRESETS, preset_for
+from surreal.runtime.es.config import ESConfig
+from surreal.runtime.es.presets import PRESETS, preset_for
 from surreal.spec import SpecError, build_spec
 
 

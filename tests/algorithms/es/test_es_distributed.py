@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from roles import free_port, read_status, run_in_thread, spawn, wait_for
 
-from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.es.actor import run_actor
-from surreal.algorithms.es.evaluator import run_evaluator
-from surreal.algorithms.es.learner import run_learner
-from surreal.algorithms.es.presets import preset_for
+from surreal.runtime.es.actor import run_actor
+from surreal.runtime.es.evaluator import run_evaluator
+from surreal.runtime.es.learner import run_learner
+from surreal.runtime.es.presets import preset_for
+from surreal.runtime.run import RunContext
 
 AGENTS_IN_WORKER = 2
 CFG = dataclasses.replace(preset_for("CartPole-v1"), eval_episodes=3, checkpoint_every=3,

@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.es.config import ESConfig
-from surreal.algorithms.es.master import ESMaster
-from surreal.algorithms.es.noise import pair_seed
-from surreal.algorithms.es.results import pack_batch
+from surreal.runtime.envs.make import spaces_for
+from surreal.runtime.es.config import ESConfig
+from surreal.runtime.es.master import ESMaster
+from surreal.runtime.es.noise import pair_seed
+from surreal.runtime.es.results import pack_batch
 
 CFG = ESConfig(policy="linear", population=2, handout_ratio=1.0, max_staleness=1, checkpoint_every=5)
 SPACES = spaces_for("CartPole-v1")
@@ -115,7 +115,7 @@ def test_the_update_follows_the_better_perturbation():
     rows = [row(master, 0, returns=(9.0, 1.0)), row(master, 1, returns=(8.0, 2.0))]
     master.add_results(batch_of(rows))
     master.update()
-    from surreal.algorithms.es.noise import perturbation
+    from surreal.runtime.es.noise import perturbation
 
     direction = sum(perturbation(r[2], 10).astype(np.float64) for r in rows)
     assert master.theta @ direction > 0
@@ -197,7 +197,7 @@ def test_a_round_waits_for_every_agents_pair_then_drains_in_updates(monkeypatch)
     """With more agents than two updates' worth, all of them start each round on one version: the
     first burst waits for the rest of the round, and the round then makes its updates back to
     back (the second from results one version old), as in the serial harness."""
-    import surreal.algorithms.es.master as master_module
+    import surreal.runtime.es.master as master_module
 
     clock = Clock()
     monkeypatch.setattr(master_module, "time", clock)
@@ -219,7 +219,7 @@ def test_a_round_waits_for_every_agents_pair_then_drains_in_updates(monkeypatch)
 
 
 def test_a_round_missing_a_worker_is_updated_after_waiting_as_long_as_it_took(monkeypatch):
-    import surreal.algorithms.es.master as master_module
+    import surreal.runtime.es.master as master_module
 
     clock = Clock()
     monkeypatch.setattr(master_module, "time", clock)
@@ -278,7 +278,7 @@ def test_reward_shift_ranks_returns_net_of_an_alive_bonus():
     # Raw returns favour theta + sigma eps (100 > 60), but it only survived longer: with one unit
     # subtracted per step the fitnesses are 100 - 100 = 0 and 60 - 20 = 40, so the step goes the
     # other way.
-    from surreal.algorithms.es.noise import perturbation
+    from surreal.runtime.es.noise import perturbation
 
     for shift, sign in ((0.0, 1), (1.0, -1)):
         master = make_master(weight_decay=0.0, reward_shift=shift, population=1)
@@ -314,7 +314,7 @@ def test_an_update_that_is_not_finite_is_skipped_and_keeps_the_parameters(monkey
     master = make_master()
     master.add_results(batch_of([row(master, 0), row(master, 1)]))
     theta, version = master.theta.copy(), master.counters.version
-    import surreal.algorithms.es.master as master_module
+    import surreal.runtime.es.master as master_module
 
     monkeypatch.setattr(master_module, "ascent_direction", lambda *a: np.full_like(theta, np.nan))
     assert master.update() == {}
@@ -379,7 +379,7 @@ def test_fewer_agents_get_a_new_version_with_bigger_hand_outs_and_nothing_is_los
 
 
 def test_a_round_in_progress_keeps_its_results_when_the_count_changes(monkeypatch):
-    import surreal.algorithms.es.master as master_module
+    import surreal.runtime.es.master as master_module
 
     clock = Clock()
     monkeypatch.setattr(master_module, "time", clock)

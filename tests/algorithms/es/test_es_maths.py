@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from surreal.algorithms.es.maths import (
+from surreal.runtime.es.maths import (
     adam_step,
     ascent_direction,
     centered_ranks,

@@ -9,11 +9,11 @@ import sys
 
 import numpy as np
 
-from surreal.algorithms.es.noise import pair_seed, perturbation, perturbations, version_nonce
+from surreal.runtime.es.noise import pair_seed, perturbation, perturbations, version_nonce
 
 PROBE = (
     "import hashlib, json;"
-    "from surreal.algorithms.es.noise import pair_seed, perturbation, version_nonce;"
+    "from surreal.runtime.es.noise import pair_seed, perturbation, version_nonce;"
     "nonce = version_nonce(7, 3); seeds = [pair_seed(nonce, a, j) for a in (0, 1 << 20) for j in (0, 1)];"
     "print(json.dumps([seeds, hashlib.sha256(b''.join(perturbation(s, 1000).tobytes()"
     " for s in seeds)).hexdigest()]))"

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from surreal.algorithms.common.serving import max_streams
-from surreal.algorithms.es.actor import agent_ids
 from surreal.orchestrator.program import ENV_AGENTS_IN_WORKER, Target, local_split, make_program, pod_split
+from surreal.runtime.es.actor import agent_ids
+from surreal.runtime.serving import max_streams
 from surreal.spec import build_spec
 
 TARGET = Target(spec_path="/x/spec.yaml", learner_addr="127.0.0.1:7000", bind_host="127.0.0.1",

@@ -7,13 +7,13 @@ import dataclasses
 import gymnasium as gym
 import numpy as np
 
-from surreal.algorithms.envs.make import make_env, spaces_for
-from surreal.algorithms.es.actor import ESWorker, agent_ids
-from surreal.algorithms.es.config import ESConfig
-from surreal.algorithms.es.evaluator import deterministic_policy, normalizer
-from surreal.algorithms.es.master import ESMaster
-from surreal.algorithms.es.networks import BatchPolicy, Policy, PolicySpec, init_params, unflatten
-from surreal.algorithms.es.noise import env_seed, perturbation
+from surreal.runtime.envs.make import make_env, spaces_for
+from surreal.runtime.es.actor import ESWorker, agent_ids
+from surreal.runtime.es.config import ESConfig
+from surreal.runtime.es.evaluator import deterministic_policy, normalizer
+from surreal.runtime.es.master import ESMaster
+from surreal.runtime.es.networks import BatchPolicy, Policy, PolicySpec, init_params, unflatten
+from surreal.runtime.es.noise import env_seed, perturbation
 
 CFG = ESConfig(policy="mlp", hidden_sizes=(8,), population=4, handout_ratio=1.0, sigma=0.5)
 

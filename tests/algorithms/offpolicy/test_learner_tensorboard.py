@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator as ea
 
-from surreal.algorithms.common.run import RunContext
-from surreal.algorithms.offpolicy import learner as learner_module
-from surreal.algorithms.offpolicy.learner import TB_EVERY, Learner
-from surreal.algorithms.offpolicy.shard import fields as replay_fields
 from surreal.algorithms.sac import SAC, SACConfig
 from surreal.orchestrator.plot import TRAIN_TAG
+from surreal.runtime.offpolicy import learner as learner_module
+from surreal.runtime.offpolicy.learner import TB_EVERY, Learner
+from surreal.runtime.offpolicy.shard import fields as replay_fields
+from surreal.runtime.run import RunContext
 
 ENV = "Pendulum-v1"
 

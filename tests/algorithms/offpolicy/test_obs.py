@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 import torch
 
-from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.envs.ref import EnvRef, extend_import_path
-from surreal.algorithms.offpolicy import obs
-from surreal.algorithms.offpolicy.actor import Actor
-from surreal.algorithms.offpolicy.config import shard_memory_mb, transition_bytes
-from surreal.algorithms.offpolicy.policy import SquashedGaussian
-from surreal.algorithms.offpolicy.shard import Shard, rows_problem, schema
 from surreal.algorithms.sac import SAC, SACConfig
 from surreal.protocol.types import Fragment, Params
+from surreal.runtime.envs.make import spaces_for
+from surreal.runtime.envs.ref import EnvRef, extend_import_path
+from surreal.runtime.offpolicy import obs
+from surreal.runtime.offpolicy.actor import Actor
+from surreal.runtime.offpolicy.config import shard_memory_mb, transition_bytes
+from surreal.runtime.offpolicy.policy import SquashedGaussian
+from surreal.runtime.offpolicy.shard import Shard, rows_problem, schema
 
 extend_import_path([str(Path(__file__).resolve().parents[2] / "envs")])
 
@@ -51,7 +51,7 @@ def test_every_leaf_travels_in_its_dtype_and_a_shard_distrusts_each(tmp_path: Pa
         500_000 * transition_bytes(sp) / 2**20
     )
     assert SAC().preset(CUE, 1).buffer_size == 100_000  # pixels: 1M rows would not fit a node
-    actor = Actor(CFG, CUE, num_envs=2, seed=0, random_steps=0)
+    actor = Actor(SAC(), CFG, CUE, num_envs=2, seed=0, random_steps=0, total_steps=1_000)
     tensors = actor.collect()
     assert set(tensors) == set(schema(sp)) and tensors["obs.frame"].shape == (8, 3, 6, 6)
     assert 0 <= tensors["obs.cue"].min() and tensors["obs.cue"].max() <= 3  # the start of 10 taken off
@@ -77,7 +77,7 @@ def test_every_leaf_travels_in_its_dtype_and_a_shard_distrusts_each(tmp_path: Pa
 
 def test_sac_trains_through_the_cnn_and_the_actor_acts_as_the_learner_network(tmp_path: Path) -> None:
     sp = spaces_for(CUE)
-    actor = Actor(CFG, CUE, num_envs=2, seed=0, random_steps=0)
+    actor = Actor(SAC(), CFG, CUE, num_envs=2, seed=0, random_steps=0, total_steps=1_000)
     rows = actor.collect()
     batch = obs.batch(sp, rows)
     assert [leaf.path for leaf in sp.obs_leaves] == ["bits", "cue", "frame", "noise"]  # the Dict's order
@@ -104,7 +104,7 @@ def test_sac_trains_through_the_cnn_and_the_actor_acts_as_the_learner_network(tm
         expected = torch.tanh(nets.actor.mu(h)).numpy()
     np.testing.assert_allclose(policy.act(batch["obs"], deterministic=True), expected, atol=1e-5)
     actor.set_params(Params(1, weights, {}))  # what the actor builds from the published weights
-    assert actor.policy is not None and actor.policy.encoder is not None
+    assert isinstance(actor.policy, SquashedGaussian) and actor.policy.features.encoder is not None
     tensors = actor.collect()
     assert tensors["actions"].shape == (8, 4) and np.abs(tensors["actions"]).max() <= 1.0
     actor.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from surreal.algorithms.offpolicy.replay import RatioLimiter, Rows, error_buffer_for
+from surreal.runtime.offpolicy.replay import RatioLimiter, Rows, error_buffer_for
 
 FIELDS = {"x": (np.dtype(np.float32), (2,)), "done": (np.dtype(bool), ())}
 

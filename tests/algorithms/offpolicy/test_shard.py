@@ -17,9 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.offpolicy.learner import Learner, Shards
-from surreal.algorithms.offpolicy.shard import Shard, fragment_problem, serve
 from surreal.algorithms.sac import SACConfig
 from surreal.protocol import LearnerClient, LearnerServer, ProtocolError
 from surreal.protocol.auth import TOKEN_METADATA_KEY
@@ -27,6 +24,9 @@ from surreal.protocol.client import rpc
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Fragment
 from surreal.protocol.v1 import surreal_pb2 as pb
+from surreal.runtime.envs.make import spaces_for
+from surreal.runtime.offpolicy.learner import Learner, Shards
+from surreal.runtime.offpolicy.shard import Shard, fragment_problem, serve
 
 TOKEN = "t"
 CFG = SACConfig(buffer_size=1000, learning_starts=8, replay_ratio=4.0, batch_size=4, fragment_length=8)
@@ -185,7 +185,7 @@ def test_refusals_are_logged_once_then_summarized(tmp_path, caplog) -> None:
     """An env whose every reward is beyond max_abs_reward: thousands of refusals, a few lines."""
     now = [0.0]
     shard = Shard(CFG, spaces_for("Pendulum-v1"), 0, 1, tmp_path)
-    shard.refusals = RejectionLog(logging.getLogger("surreal.algorithms.offpolicy.shard"), "fragment",
+    shard.refusals = RejectionLog(logging.getLogger("surreal.runtime.offpolicy.shard"), "fragment",
                                   clock=lambda: now[0])  # fmt: skip
     huge = Fragment("actor-0", 0, _fragment(rewards=np.full(8, 1e9, np.float32)))
     with caplog.at_level(logging.WARNING):

@@ -16,16 +16,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from surreal.algorithms.common.exits import EXIT_PREEMPTED
-from surreal.algorithms.envs.make import spaces_for
-from surreal.algorithms.offpolicy import shard as shard_module
-from surreal.algorithms.offpolicy.replay import DELETING_FILE
-from surreal.algorithms.offpolicy.shard import Shard, fields
 from surreal.algorithms.sac import SACConfig
 from surreal.orchestrator.local import processes, supervisor
 from surreal.orchestrator.local.supervisor import Supervisor
 from surreal.orchestrator.program import Component, Program
 from surreal.orchestrator.status import Phase
+from surreal.runtime.envs.make import spaces_for
+from surreal.runtime.exits import EXIT_PREEMPTED
+from surreal.runtime.offpolicy import shard as shard_module
+from surreal.runtime.offpolicy.replay import DELETING_FILE
+from surreal.runtime.offpolicy.shard import Shard, fields
 
 CFG = SACConfig(buffer_size=1000, learning_starts=8, replay_ratio=4.0, batch_size=4, fragment_length=8)
 SP = spaces_for("Pendulum-v1")
@@ -113,7 +113,7 @@ def test_a_note_the_disk_will_not_take_is_said_once_and_the_shard_goes_on(
     (None, False, EXIT_PREEMPTED, True),
 ])  # fmt: skip
 def test_a_sigterm_saves_only_for_a_replacement(tmp_path, status, deleting, code, saved) -> None:
-    from surreal.algorithms.common.run import RunContext
+    from surreal.runtime.run import RunContext
 
     shard = _shard(tmp_path)
     if status is not None:

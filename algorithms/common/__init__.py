@@ -1,1 +1,0 @@
-"""Pieces every algorithm shares: env batches, normalization, evaluation, checkpoints."""

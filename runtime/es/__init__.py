@@ -1,0 +1,1 @@
+"""Evolution strategies' master, workers and maths (the ES algorithm: algorithms/es)."""

@@ -1,0 +1,178 @@
+"""What a learner core (PPO's learner, ES's master) tracks for status besides its algorithm, and
+the checkpoint's envelope it writes and restores."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from surreal.protocol.types import EvalReport
+from surreal.runtime.checkpoint import Envelope
+from surreal.runtime.tb import Scalars
+
+
+class LearnerProgress:
+    """Evaluation results, the recent env-step rate and the run's elapsed time.
+
+    A mixin: the core calls `_init_progress()` in its constructor and `_note_steps()` whenever its
+    env step count grows, and provides `counters` (a dataclass with `version`, `env_steps`,
+    `updates`, `episodes`, `elapsed_seconds`), `train_returns`, `recent_returns`, `done` and `_tb`.
+    """
+
+    counters: Any
+    cfg: Any  # the algorithm's config: checkpoint_every (updates), checkpoint_seconds
+    train_returns: deque[float]
+    recent_returns: int  # training episodes that status's train_return averages
+    _tb: Scalars | None
+
+    @property
+    def done(self) -> bool:
+        raise NotImplementedError
+
+    def _init_progress(self) -> None:
+        self.eval_return: float | None = None
+        self.best_eval_return: float | None = None
+        self.eval_stderr: float | None = None  # the standard error of eval_return's mean
+        self.eval_episodes: int | None = None  # the episodes it is the mean of
+        self.final_evaluated = False
+        self._started = time.monotonic()
+        self._rate: deque[tuple[float, int]] = deque(maxlen=64)  # (time, env_steps) samples
+        # The last checkpoint: its version (before a restore's jump), when it was written (wall
+        # clock, so that it survives a restart) and the update count then.
+        self.checkpoint_version: int | None = None
+        self._checkpoint_time: float | None = None
+        self._checkpoint_monotonic = time.monotonic()
+        self._checkpoint_updates = 0
+
+    def _note_steps(self) -> None:
+        self._rate.append((time.monotonic(), self.counters.env_steps))
+
+    def training_problem(self) -> str | None:
+        """Why a run that reached its steps did not train, or None: a run is Succeeded only when at
+        least one update was applied (serving.finish fails it otherwise)."""
+        c = self.counters
+        if c.updates > 0:
+            return None
+        skipped = getattr(c, "skipped_updates", 0)
+        if skipped:
+            return (f"no update was applied in {c.env_steps:,} env steps: all {skipped:,} were skipped (a "
+                    "non-finite loss, gradient, statistic or weight; the weights were kept)")  # fmt: skip
+        return (f"no update was applied in {c.env_steps:,} env steps: learning never started (it "
+                "needs more env steps before its first update than the run has)")  # fmt: skip
+
+    def record_eval(self, report: EvalReport) -> None:
+        self.eval_return, self.eval_episodes = report.mean_return, report.episodes
+        self.eval_stderr = report.std_return / max(1, report.episodes - 1) ** 0.5
+        best = self.best_eval_return
+        self.best_eval_return = report.mean_return if best is None else max(best, report.mean_return)
+        if self.done and report.policy_version == self.counters.version:
+            self.final_evaluated = True
+        if self._tb is not None:
+            values = {"mean_return": report.mean_return, "mean_length": report.mean_length,
+                      "stderr": self.eval_stderr, "episodes": report.episodes}  # fmt: skip
+            self._tb.add("eval", values, report.env_steps)
+
+    def checkpoint_due(self) -> bool:
+        """Every `checkpoint_every` updates, and at least every `checkpoint_seconds`: a learner
+        killed without notice (SIGKILL, a lost node) loses at most that much. The count bound also
+        bounds the versions published after the last checkpoint (a restore jumps past them)."""
+        c, cfg = self.counters, self.cfg
+        return (
+            c.updates - self._checkpoint_updates >= cfg.checkpoint_every
+            or time.monotonic() - self._checkpoint_monotonic >= cfg.checkpoint_seconds
+        )
+
+    def _note_checkpoint(self, version: int, wall_time: float) -> None:
+        self.checkpoint_version = version
+        self._checkpoint_time = wall_time
+        self._checkpoint_monotonic = time.monotonic()
+        self._checkpoint_updates = self.counters.updates
+
+    def _save_checkpoint(self, directory: Path, state: dict[str, Any], *, clean: bool) -> None:
+        """Write the algorithm's `state` in the envelope (checkpoint.Envelope) as `directory`'s
+        checkpoint. `clean`: this process publishes no version after this one (it is stopping), so
+        a restore resumes at exactly this version instead of jumping past versions that may have
+        existed."""
+        counters = dataclasses.replace(self.counters, elapsed_seconds=self.elapsed_seconds())
+        envelope = Envelope(dataclasses.asdict(counters), list(self.train_returns), self.eval_return,
+                            self.best_eval_return, clean, eval_stderr=self.eval_stderr,
+                            eval_episodes=self.eval_episodes)  # fmt: skip
+        try:
+            envelope.save(state, directory)
+        except OSError as exc:  # a full or failing disk: training goes on, and tries again later
+            self._checkpoint_monotonic, self._checkpoint_updates = time.monotonic(), self.counters.updates
+            logging.getLogger(type(self).__module__).error(
+                "checkpoint of version %d not written (%s): the last one written stays (version %s)",
+                counters.version, exc, self.checkpoint_version,
+            )  # fmt: skip
+            return
+        self._note_checkpoint(counters.version, envelope.saved_at)
+        logging.getLogger(type(self).__module__).info(
+            "checkpoint: version %d, %d env steps, %d updates, train return %s, eval return %s%s",
+            counters.version, counters.env_steps, counters.updates, self.train_return(),
+            self.eval_return, " (clean)" if clean else "",
+        )  # fmt: skip
+
+    def _restore_checkpoint(self, saved: dict[str, Any]) -> tuple[Envelope, dict[str, Any]]:
+        """Take a loaded checkpoint's envelope: the counters, returns and evaluation results. Its
+        version goes on past every one that its process may have published after it (an unclean
+        checkpoint's successors died with the process, and actors may still hold them:
+        checkpoint.resumed_version). Returns the envelope and the algorithm's own state."""
+        envelope, state = Envelope.open(saved)
+        self.counters = envelope.resumed_counters(
+            type(self.counters), checkpoint_every=self.cfg.checkpoint_every
+        )
+        self.train_returns.extend(envelope.train_returns)
+        self.eval_return, self.best_eval_return = envelope.eval_return, envelope.best_eval_return
+        self.eval_stderr, self.eval_episodes = envelope.eval_stderr, envelope.eval_episodes
+        self._note_checkpoint(int(envelope.counters["version"]), envelope.saved_at)
+        logging.getLogger(type(self).__module__).info(
+            "resumed from checkpoint (%s): %s", "clean" if envelope.clean else "jumped", self.counters
+        )
+        return envelope, state
+
+    def checkpoint_age_seconds(self) -> float | None:
+        return None if self._checkpoint_time is None else max(0.0, time.time() - self._checkpoint_time)
+
+    def steps_per_second(self) -> float:
+        if len(self._rate) < 2:
+            return 0.0
+        (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def elapsed_seconds(self) -> float:
+        return self.counters.elapsed_seconds + time.monotonic() - self._started
+
+    def train_return(self) -> float | None:
+        """The mean return of the last `recent_returns` training episodes (None before the first)."""
+        recent = list(self.train_returns)[-self.recent_returns :]
+        return float(np.mean(recent)) if recent else None
+
+    def contract_status(self, dropped: int, connected_actors: int) -> dict[str, Any]:
+        """The fields of the status contract (status.json, the Status RPC), as every algorithm
+        fills them: `dropped` counts the experience the core discarded."""
+        c = self.counters
+        return {
+            "env_steps": c.env_steps,
+            "updates": c.updates,
+            "policy_version": c.version,
+            "episodes": c.episodes,
+            "train_return": self.train_return(),
+            "eval_return": self.eval_return,
+            "best_eval_return": self.best_eval_return,
+            "eval_stderr": self.eval_stderr,
+            "eval_episodes": self.eval_episodes,
+            "steps_per_second": self.steps_per_second(),
+            "elapsed_seconds": self.elapsed_seconds(),
+            "dropped_fragments": dropped,
+            "connected_actors": connected_actors,
+            "checkpoint_version": self.checkpoint_version,
+            "checkpoint_age_seconds": self.checkpoint_age_seconds(),
+            "done": self.done and self.final_evaluated,
+        }
