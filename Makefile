@@ -55,7 +55,9 @@ lint: install
 bench: install
 	$(BIN)/python benchmarks/ppo_throughput.py
 	$(BIN)/python benchmarks/es_throughput.py
-	$(BIN)/python benchmarks/sac_throughput.py --agents 2,4,8 --shards 1,2
+	$(BIN)/python benchmarks/offpolicy_vs_sb3.py --algo sac --agents 2,4,8 --shards 1,2
+	$(BIN)/python benchmarks/offpolicy_vs_sb3.py --algo td3 --env Pendulum-v1 --agents 2,4,8 --shards 1,2
+	$(BIN)/python benchmarks/offpolicy_vs_sb3.py --algo dqn --env CartPole-v1 --agents 2,4,8 --shards 1,2
 	$(BIN)/python benchmarks/learner_ceiling.py --learners 1,2
 	$(BIN)/python benchmarks/learner_update.py
 	$(BIN)/python benchmarks/checkpoint_write.py
