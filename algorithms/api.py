@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from surreal.runtime import bounds
 from surreal.runtime.envs.ref import EnvRef, ResolvedEnv, as_env_ref, ours, raised
 from surreal.runtime.offpolicy.config import OffPolicyConfig
-from surreal.runtime.onpolicy.config import OnPolicyConfig
+from surreal.runtime.onpolicy.config import HUGE, TINY, OnPolicyConfig
 from surreal.runtime.run import RunContext
 
 if TYPE_CHECKING:
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
     from surreal.runtime.envs.make import EnvSpaces
     from surreal.runtime.offpolicy.encoder import Encoder
-    from surreal.runtime.offpolicy.policy import LOG_STD_MAX, LOG_STD_MIN, Features
+    from surreal.runtime.offpolicy.networks import TwinQ, mlp
+    from surreal.runtime.offpolicy.policy import LOG_STD_MAX, LOG_STD_MIN, Features, TorchActor
     from surreal.runtime.onpolicy.batch import Batch
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "EnvRef",
     "EnvSpaces",
     "Features",
+    "HUGE",
     "LOG_STD_MAX",
     "LOG_STD_MIN",
     "Network",
@@ -58,7 +60,12 @@ __all__ = [
     "Reduce",
     "ResolvedEnv",
     "RoleMain",
+    "TINY",
+    "TorchActor",
+    "TwinQ",
     "as_env_ref",
+    "mlp",
+    "resolve_env",
 ]
 
 RoleMain = Callable[[Any, RunContext], int]
@@ -71,7 +78,13 @@ def _module(name: str) -> Any:
 # What an algorithm may build on, imported when asked for (some with torch): the on-policy batch,
 # the off-policy networks' observation encoder, and the numpy encoder and MLP trunk of a policy.
 _LAZY = {"Batch": "onpolicy.batch", "Encoder": "offpolicy.encoder", "Features": "offpolicy.policy",
-         "LOG_STD_MIN": "offpolicy.policy", "LOG_STD_MAX": "offpolicy.policy"}  # fmt: skip
+         "LOG_STD_MIN": "offpolicy.policy", "LOG_STD_MAX": "offpolicy.policy", "mlp": "offpolicy.networks",
+         "TwinQ": "offpolicy.networks", "TorchActor": "offpolicy.policy"}  # fmt: skip
+
+
+def resolve_env(env: EnvRef | str) -> ResolvedEnv:
+    """What resolving `env` finds (one throwaway instance built): its spaces, Atari or images."""
+    return _module("envs.make").resolve_env(env)  # type: ignore[no-any-return]
 
 
 def __getattr__(name: str) -> Any:
@@ -269,8 +282,9 @@ class OffPolicy(Algorithm):
     def policy(self, cfg: Any, spaces: EnvSpaces, weights: Mapping[str, Any], rng: Any) -> Any:
         """What actors and the evaluator run, from the published weights of `make`'s `actor`
         (numpy arrays by name), in numpy: `act(obs_rows, deterministic, progress) -> actions`
-        (runtime/offpolicy/policy.Policy; `Features` runs an encoder and MLP trunk). By default
-        SAC's squashed Gaussian on `trunk`, `mu` and `log_std` layers."""
+        (runtime/offpolicy/policy.Policy). `Features` runs the built-in encoder and MLP trunk in
+        numpy; `TorchActor` runs a network of your own in torch. By default SAC's squashed
+        Gaussian on `trunk`, `mu` and `log_std` layers."""
         return _module("offpolicy.policy").SquashedGaussian(weights, cfg.activation, rng, spaces)
 
     def preset(self, env: EnvRef | str, agents: int, resolved: ResolvedEnv | None = None) -> Any:

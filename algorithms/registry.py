@@ -11,12 +11,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from surreal.algorithms.api import Algorithm, check_algorithm, check_settings, their_hook
+from surreal.algorithms.dqn import DQN
 from surreal.algorithms.es import ES
 from surreal.algorithms.ppo import PPO
 from surreal.algorithms.sac import SAC
+from surreal.algorithms.td3 import TD3
 from surreal.runtime.envs.ref import ours, raised
 
-ALGORITHMS: dict[str, Algorithm] = {"ppo": PPO(), "es": ES(), "sac": SAC()}
+ALGORITHMS: dict[str, Algorithm] = {"ppo": PPO(), "es": ES(), "sac": SAC(), "td3": TD3(), "dqn": DQN()}
 _OWN: dict[str, Algorithm] = {}  # a user's, by MODULE:NAME: imported and checked once a process
 # The hooks `surreal create` calls (spec.build_spec) on a user's algorithm, with what each may raise
 # as a refusal (its contract: a ValueError that names the problem); anything else is a bug in it.

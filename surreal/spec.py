@@ -662,8 +662,9 @@ def _validate(spec: ExperimentSpec) -> None:
     _check_range("replay_shards", spec.replay_shards, 1, MAX_REPLAY_SHARDS)
     replay = "replay" in get_algorithm(spec.algo).roles
     if spec.replay_shards > 1 and not replay:
+        keep = ", ".join(n for n, a in ALGORITHMS.items() if "replay" in a.roles)
         raise SpecError(f"replay_shards {spec.replay_shards}: {spec.algo} learns on-policy and keeps "
-                        "no replay (an off-policy algorithm does: sac)")  # fmt: skip
+                        f"no replay (an off-policy algorithm does: {keep})")  # fmt: skip
     _check_range("seed", spec.seed, 0, MAX_SEED)
     if spec.backend not in BACKENDS:
         raise SpecError(f"unknown backend {short(spec.backend)} (known: {', '.join(BACKENDS)})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from surreal.runtime.onpolicy.config import HUGE, TINY, OnPolicyConfig
+from surreal.algorithms.api import HUGE, TINY, OnPolicyConfig
 
 
 @dataclass(frozen=True)

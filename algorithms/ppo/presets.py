@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from surreal.algorithms.api import EnvRef, ResolvedEnv, as_env_ref, resolve_env
 from surreal.algorithms.ppo.config import PPOConfig
 from surreal.algorithms.ppo.scaling import REFERENCE_AGENTS, scale, scale_steps
-from surreal.runtime.envs.make import resolve_env
-from surreal.runtime.envs.ref import EnvRef, ResolvedEnv, as_env_ref
 
 # rl-zoo's CartPole hyperparameters (8 envs x 32 steps, 20 epochs on one 256-sample minibatch,
 # lambda 0.8, gamma 0.98, lr 1e-3 annealed), split over 2 agents of 4 envs.

@@ -2,7 +2,7 @@
 Applications") on the off-policy runtime (runtime/offpolicy): twin Q functions and their
 Polyak-averaged targets, a tanh-squashed Gaussian policy, the entropy coefficient tuned to a target
 entropy of -|A|. Its networks and update are below, as Stable-Baselines3's sac.py writes them (the
-peer benchmarks/sac_throughput.py measures it against). Presets and their sources:
+peer benchmarks/offpolicy_vs_sb3.py --algo sac measures it against). Presets and their sources:
 docs/algorithms/sac.md."""
 
 from __future__ import annotations
@@ -96,38 +96,23 @@ class SAC(OffPolicy):
                 "q_value": torch.min(q1, q2).detach().mean()}  # fmt: skip
 
 
-def _mlp(sizes: list[int], activation: str) -> torch.nn.Sequential:
-    import torch
-
-    act = torch.nn.ReLU if activation == "relu" else torch.nn.Tanh
-    layers: list[torch.nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=False)):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(sizes) - 2:
-            layers.append(act())
-    return torch.nn.Sequential(*layers)
-
-
 def Nets(cfg: SACConfig, spaces: EnvSpaces) -> Any:  # noqa: N802
     """SAC's networks and optimizers as one module (its state_dict is the checkpoint's model).
     The actor and the twin critics each put their own observation encoder first (SB3's
     share_features_extractor=False; the twins share theirs, as SB3's critic does)."""
     import torch
 
-    from surreal.algorithms.api import LOG_STD_MAX, LOG_STD_MIN, Encoder
+    from surreal.algorithms.api import LOG_STD_MAX, LOG_STD_MIN, Encoder, TwinQ, mlp
 
     action_dim = spaces.action_dim
 
     class Actor(torch.nn.Module):
-        """The squashed Gaussian; offpolicy/policy.py runs the same weights in numpy."""
+        """The squashed Gaussian; api.OffPolicy.policy runs the same weights in numpy."""
 
         def __init__(self) -> None:
             super().__init__()
-            act = torch.nn.ReLU if cfg.activation == "relu" else torch.nn.Tanh
             self.encoder = Encoder(spaces)
-            widths = [self.encoder.out_dim, *cfg.hidden_sizes]
-            self.trunk = torch.nn.Sequential(*(m for a, b in zip(widths[:-1], widths[1:], strict=False)
-                                               for m in (torch.nn.Linear(a, b), act())))  # fmt: skip
+            self.trunk = mlp([self.encoder.out_dim, *cfg.hidden_sizes], cfg.activation, last=True)
             self.mu = torch.nn.Linear(cfg.hidden_sizes[-1], action_dim)
             self.log_std = torch.nn.Linear(cfg.hidden_sizes[-1], action_dim)
 
@@ -141,21 +126,11 @@ def Nets(cfg: SACConfig, spaces: EnvSpaces) -> Any:  # noqa: N802
             log_prob = (gaussian - squash).sum(-1)
             return torch.tanh(u), log_prob
 
-    class Twin(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.encoder = Encoder(spaces)
-            sizes = [self.encoder.out_dim + action_dim, *cfg.hidden_sizes, 1]
-            self.q1, self.q2 = _mlp(sizes, cfg.activation), _mlp(sizes, cfg.activation)
-
-        def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            x = torch.cat([self.encoder(obs), action], -1)
-            return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
-
     class SACNets(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.actor, self.q, self.q_target = Actor(), Twin(), Twin()
+            self.actor = Actor()
+            self.q, self.q_target = (TwinQ(spaces, cfg.hidden_sizes, cfg.activation) for _ in range(2))
             self.q_target.load_state_dict(self.q.state_dict())
             self.q_target.requires_grad_(False)
             self.critic_params = list(self.q.parameters())

@@ -13,7 +13,7 @@ a Discrete. `progress` is the run's share of its steps done (an exploration sche
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -101,3 +101,28 @@ def to_env(actions: np.ndarray, sp: EnvSpaces) -> np.ndarray:
     low, high = sp.action_low, sp.action_high
     assert low is not None and high is not None  # OffPolicy.check_env
     return (low + (actions + 1.0) * 0.5 * (high - low)).astype(np.float32)
+
+
+class TorchActor:
+    """A network of an algorithm's own, as actors run it: `module` (what `make` builds as `actor`)
+    with the published weights, on the CPU with one torch thread (an actor's core steps its
+    environments too): packed rows -> its outputs as numpy (a tuple's first)."""
+
+    def __init__(self, module: Any, weights: Mapping[str, np.ndarray]) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        state = {k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()}
+        try:
+            module.load_state_dict(state)
+        except RuntimeError as exc:
+            raise ValueError(f"the published weights do not fit the actor network: "
+                             f"{str(exc).splitlines()[0]}") from None  # fmt: skip
+        self.module = module.eval()
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            out = self.module(torch.from_numpy(np.ascontiguousarray(obs, np.float32)))
+        return (out[0] if isinstance(out, tuple) else out).numpy()

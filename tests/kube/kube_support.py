@@ -18,6 +18,5 @@ KUBE_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33")
 def make_spec(name: str = "exp1", algo: str = "ppo", **flags: Any) -> ExperimentSpec:
     """What `surreal create NAME --algo ALGO --backend kube --FLAG ... --set K=V` builds."""
     overrides = flags.pop("overrides", None)
-    if "replay" in ALGORITHMS[algo].roles:  # continuous actions (CartPole, the default, has none)
-        flags.setdefault("env", "Pendulum-v1")
+    flags.setdefault("env", ALGORITHMS[algo].default_env)  # one whose actions it takes
     return build_spec(name, flags={"algo": algo, "backend": "kube", **flags}, overrides=overrides)

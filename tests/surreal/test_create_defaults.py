@@ -77,7 +77,7 @@ def test_create_help_lists_the_registry_and_each_default_env(capsys: pytest.Capt
     text = " ".join(out.split())
     assert code == 0
     assert f"Algorithm: {', '.join(ALGORITHMS)}, or your own as MODULE:NAME" in text
-    assert "(default: CartPole-v1; sac: Pendulum-v1)" in text
+    assert "(default: CartPole-v1; sac: Pendulum-v1; td3: Pendulum-v1)" in text
 
 
 @pytest.mark.parametrize("algo", [*ALGORITHMS, OWN])

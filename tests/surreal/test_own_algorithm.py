@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("own_algos:Exploding", "algorithm 'own_algos:Exploding': cannot make it: RuntimeError: not today"),
         ("own_algos_exit:A", "cannot import module 'own_algos_exit': SystemExit: 3"),
         ("own_algos:", "expected MODULE:NAME"),
-        ("a2c", "unknown algorithm 'a2c' (known: es, ppo, sac; your own: MODULE:NAME)"),
+        ("a2c", "unknown algorithm 'a2c' (known: dqn, es, ppo, sac, td3; your own: MODULE:NAME)"),
     ],
 )  # fmt: skip
 def test_an_algo_that_is_not_an_algorithm_is_one_line_and_creates_nothing(

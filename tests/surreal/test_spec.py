@@ -47,7 +47,7 @@ def test_round_trip_through_the_spec_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"flags": {"algo": "dqn"}}, "unknown algorithm 'dqn'"),
+        ({"flags": {"algo": "a3c"}}, "unknown algorithm 'a3c'"),
         ({"flags": {"algo": "ppo", "env": "NoSuchEnv-v0"}}, "NoSuchEnv-v0"),
         ({"overrides": {"no_such_key": "1"}}, "unknown setting 'no_such_key'"),
         ({"overrides": {"epochs": "ten"}}, "ppo.epochs: expected an integer, got 'ten'"),

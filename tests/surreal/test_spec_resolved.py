@@ -198,7 +198,7 @@ def test_a_corrupted_resolved_section_is_one_spec_error(
         (lambda d: d.update(resolved=[1, 2]), "resolved must be a mapping"),
         (lambda d: d.pop("name"), "name must be the experiment name, got None"),
         (lambda d: d.update(algo=["ppo"]), "algo must name the algorithm"),
-        (lambda d: d.update(algo="dqn"), "unknown algorithm 'dqn'"),
+        (lambda d: d.update(algo="a3c"), "unknown algorithm 'a3c'"),
         (lambda d: d.update(ppo=[1]), "ppo must be a mapping of ppo settings"),
         (lambda d: d.update(extra=1), "unknown key 'extra'"),
         (lambda d: d.update(agents={"n": 2}), "agents: expected an integer"),

@@ -33,7 +33,7 @@ each to its Python name, so a change on one side only fails the tests.
 {{/* REPLAY_PORT: every replay shard's port (each shard is a pod of its own). */}}
 {{- define "surreal.replayPort" -}}7000{{- end -}}
 {{/* The algorithms that train from replay shards (their `roles` include replay). */}}
-{{- define "surreal.replayAlgos" -}}sac{{- end -}}
+{{- define "surreal.replayAlgos" -}}sac,td3,dqn{{- end -}}
 {{/* QUEUE_LABEL: Kueue's label naming the LocalQueue that admits a Job. */}}
 {{- define "surreal.queueLabel" -}}kueue.x-k8s.io/queue-name{{- end -}}
 
@@ -102,7 +102,7 @@ set; none for an on-policy one, which refuses more (the CLI's refusal, word for 
 {{- $offPolicy := has .Values.algo (splitList "," (include "surreal.replayAlgos" .)) -}}
 {{- if and (eq $shards 0) $offPolicy -}}{{- $shards = 1 -}}{{- end -}}
 {{- if and (gt $shards 1) (not $offPolicy) -}}
-{{- fail (printf "replay_shards %d: %s learns on-policy and keeps no replay (an off-policy algorithm does: sac)" $shards .Values.algo) -}}
+{{- fail (printf "replay_shards %d: %s learns on-policy and keeps no replay (an off-policy algorithm does: sac, td3, dqn)" $shards .Values.algo) -}}
 {{- end -}}
 {{- if not $offPolicy -}}{{- $shards = 0 -}}{{- end -}}
 {{- $shards -}}
