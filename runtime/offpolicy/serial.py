@@ -36,6 +36,7 @@ def train_serial(algo: OffPolicy, cfg: OffPolicyConfig, env: EnvRef | str, total
     """Train for `total_steps` env steps; (the final policy's mean eval return, updates, seconds)."""
     started = time.monotonic()
     torch.manual_seed(seed)
+    torch.set_num_threads(cfg.learner_threads)  # one process does everything; small ops
     sp = spaces_for(env).keep(cfg.obs_keys)
     nets: Any = algo.make(cfg, sp)
     actor = Actor(algo, cfg, env, cfg.envs_per_agent, seed, cfg.random_steps, total_steps)
