@@ -230,7 +230,9 @@ def test_the_learner_follows_a_shards_counts_while_no_update_takes_its_batches(t
             assert shard.insert(bad, wait=0.0) is None
         with pytest.raises(ProtocolError):
             LearnerClient(addr, "wrong").sample(4, wait=0.0)
-        _until(lambda: shards.states[0] is not None and shards.states[0].refused == 5)
+        # Both counts in one state: a state the pull thread took between the refusals and the refused
+        # call would show the one without the other (it lost once that way under load).
+        _until(lambda: (s := shards.states[0]) is not None and (s.refused, s.unauthenticated) == (5, 1))
         status = Learner.replay_status(SimpleNamespace(shards=shards, _rates=(), cfg=CFG))  # type: ignore[arg-type]
         assert status["refused_fragments"] == 5 and status["wire_rejections"]["unauthenticated"] == 1
     finally:
