@@ -17,12 +17,25 @@ from surreal.runtime.checkpoint import Envelope
 from surreal.runtime.tb import Scalars
 
 
+@dataclasses.dataclass
+class Counters:
+    """Progress that survives restarts (saved in every checkpoint): every learner core's; a family
+    adds its own counts in a subclass."""
+
+    version: int = 0  # policy version; +1 per update
+    env_steps: int = 0  # env steps counted (received from actors, inserted into replay, evaluated)
+    updates: int = 0  # updates applied
+    episodes: int = 0  # training episodes finished
+    skipped_updates: int = 0  # updates undone for a non-finite statistic or weight (weights kept)
+    elapsed_seconds: float = 0.0  # wall time of earlier runs of this learner (before a restart)
+
+
 class LearnerProgress:
     """Evaluation results, the recent env-step rate and the run's elapsed time.
 
     A mixin: the core calls `_init_progress()` in its constructor and `_note_steps()` whenever its
-    env step count grows, and provides `counters` (a dataclass with `version`, `env_steps`,
-    `updates`, `episodes`, `elapsed_seconds`), `train_returns`, `recent_returns`, `done` and `_tb`.
+    env step count grows, and provides `counters` (a `Counters`), `train_returns`, `recent_returns`,
+    `done` and `_tb`.
     """
 
     counters: Any

@@ -18,6 +18,7 @@ import torch
 
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Params
+from surreal.runtime import progress
 from surreal.runtime.checkpoint import load_checkpoint
 from surreal.runtime.envs.make import EnvSpaces
 from surreal.runtime.es.config import ESConfig
@@ -37,18 +38,12 @@ MIN_ROUND_WAIT_SECONDS = 2.0  # the shortest a round's first pairs wait for the 
 
 
 @dataclasses.dataclass
-class Counters:
-    """Progress that survives restarts (saved in every checkpoint)."""
+class Counters(progress.Counters):
+    """env_steps: of evaluated results, accepted and rejected as too old; episodes: two per pair."""
 
-    version: int = 0  # policy version; +1 per update
-    env_steps: int = 0  # env steps of evaluated results: accepted, and rejected as too old
     env_steps_rejected: int = 0  # of which rejected: stale, or of a version lost in a restart
-    updates: int = 0  # ES updates done
-    episodes: int = 0  # episodes of accepted results (two per pair)
     results_accepted: int = 0  # pairs accepted
-    skipped_updates: int = 0  # updates whose result was not finite (parameters and Adam state kept)
     short_rounds: int = 0  # rounds updated after their wait without all their pairs (a lost worker)
-    elapsed_seconds: float = 0.0  # wall time of earlier runs of this master (before a restart)
 
 
 class ESMaster(LearnerProgress):

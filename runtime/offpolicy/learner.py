@@ -24,7 +24,7 @@ import torch
 from surreal.protocol.client import LearnerClient, ProtocolError
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Params, ReplayState
-from surreal.runtime import hooks
+from surreal.runtime import hooks, progress
 from surreal.runtime.checkpoint import load_checkpoint
 from surreal.runtime.device import resolve_device
 from surreal.runtime.envs.make import spaces_for
@@ -118,16 +118,10 @@ class Shards:
 
 
 @dataclasses.dataclass
-class Counters:
-    """Progress that survives restarts (saved in every checkpoint)."""
+class Counters(progress.Counters):
+    """env_steps: rows inserted into the replay shards."""
 
-    version: int = 0
-    env_steps: int = 0
-    updates: int = 0
-    episodes: int = 0
-    elapsed_seconds: float = 0.0
     rows_trained: int = 0
-    skipped_updates: int = 0  # updates undone for a non-finite statistic or weight (weights kept)
 
 
 class Learner(LearnerProgress):

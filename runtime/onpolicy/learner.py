@@ -3,7 +3,7 @@
 `Learner` has no networking, so tests and the serial harness drive it directly: add_fragment()
 until ready(), update(), params(). `run_learner` serves it over the protocol.
 
-A learner is one rank of a group (common/ranks.py); a single learner is `RankGroup()`, the group of
+A learner is one rank of a group (runtime/ranks.py); a single learner is `RankGroup()`, the group of
 one. The group enters in two places only: the intake (`SoloIntake` or `GroupIntake`: how fragments
 are counted and when a batch is due), and the algorithm's update, through the reduce hook (the
 group: `sum`, `sum_grads`, the identity in a group of one).
@@ -26,7 +26,7 @@ import torch
 
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Fragment, Params
-from surreal.runtime import hooks
+from surreal.runtime import hooks, progress
 from surreal.runtime.checkpoint import load_checkpoint
 from surreal.runtime.device import resolve_device
 from surreal.runtime.envs.make import EnvSpaces, spaces_for
@@ -65,18 +65,12 @@ Entry = tuple[dict[str, np.ndarray], int, str]  # a fragment kept for an update:
 
 
 @dataclasses.dataclass
-class Counters:
-    """Progress that survives restarts (saved in every checkpoint)."""
+class Counters(progress.Counters):
+    """env_steps: received from actors, dropped fragments included."""
 
-    version: int = 0  # policy version; +1 per update
-    env_steps: int = 0  # env steps received from actors (dropped fragments included)
-    updates: int = 0  # updates done
-    episodes: int = 0  # training episodes finished
     dropped_fragments: int = 0  # fragments more than max_policy_lag versions old (or from the future)
     # fragments rejected whole, by reason (fragment.REJECT_REASONS); their steps do not count
     rejected: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
-    skipped_updates: int = 0  # updates abandoned for a non-finite loss or gradient (weights kept)
-    elapsed_seconds: float = 0.0  # wall time of earlier runs of this learner (before a restart)
 
 
 class Learner(LearnerProgress):
