@@ -155,7 +155,7 @@ class Algorithm:
 
     def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
         """The policy in a checkpoint's `state` (load_checkpoint's): raw observations [N, ...] and
-        `deterministic` -> actions [N, ...] (common/evaluator.TrainedAct)."""
+        `deterministic` -> actions [N, ...] (runtime/evaluator.TrainedAct)."""
         raise NotImplementedError
 
     def role_main(self, role: str) -> RoleMain:
@@ -168,7 +168,7 @@ class Algorithm:
 
 
 class Network(Protocol):
-    """The runtime's actor-critic for the environment's spaces (onpolicy/networks.py)."""
+    """The runtime's actor-critic for the environment's spaces (runtime/onpolicy/networks.py)."""
 
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor

@@ -35,7 +35,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "Pendulum-v1": {"learning_rate": 1e-3, "learning_starts": 100, "random_steps": 100},
 }
 MUJOCO: dict[str, Any] = {"learning_starts": 10_000, "random_steps": 10_000}
-# Pixels: a replay row holds two images a byte a pixel (offpolicy/obs.py), so 1M rows of 84x84x3
+# Pixels: a replay row holds two images a byte a pixel (runtime/offpolicy/obs.py), so 1M rows of 84x84x3
 # frames would be 42 GB; 100k (4.2 GB) is what SB3's and the zoo's image runs keep.
 IMAGES: dict[str, Any] = {"buffer_size": 100_000}
 DEFAULT_STEPS = {"Pendulum-v1": 20_000}

@@ -47,7 +47,7 @@ class ESConfig:
     checkpoint_every: int = 20  # updates between checkpoints (and one at the end, and on SIGTERM)
     checkpoint_seconds: float = 60.0  # and at least this often: what a SIGKILL can lose at most
     progress_deadline_seconds: float = 600.0  # a learner that counts no env step, or applies no update,
-    #   for this long while it trains fails the run, naming which (common/deadline.py)
+    #   for this long while it trains fails the run, naming which (runtime/deadline.py)
     eval_interval: int = 100_000  # env steps between evaluations (the final policy always)
     eval_episodes: int = 10  # deterministic episodes per evaluation
     final_eval_timeout: float = 600.0  # seconds the master waits for the final evaluation

@@ -69,7 +69,7 @@ class Actor:
             if self.steps < self.random_steps or self.policy is None:
                 actions[t] = random_actions(sp, n, self.rng)
             else:
-                actions[t] = self.policy.act(obs.policy_rows(sp, self._obs), False, self.progress)
+                actions[t] = self.act(obs.policy_rows(sp, self._obs), actions.dtype, actions.shape[1:])
             res = self.envs.step(to_env(actions[t], sp))
             rewards[t], terminated[t] = res.rewards, res.terminated
             for name, array in obs.as_fields(sp, res.obs, obs.NEXT).items():
@@ -84,6 +84,16 @@ class Actor:
                 "actions": actions.reshape(rows, *shape), "rewards": rewards.reshape(rows),
                 "terminated": terminated.reshape(rows),
                 "episode_returns": np.array(returns, np.float64)}  # fmt: skip
+
+    def act(self, rows: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """The policy's actions for `rows`, which must be the replay's (`shape`, of `dtype`'s kind):
+        anything else fails the role as the algorithm's (hooks.py), not as a crash of surreal's."""
+        assert self.policy is not None
+        found = np.asarray(hooks.call(self.algo, "policy", self.policy.act, rows, False, self.progress))
+        if found.shape != shape or found.dtype.kind != dtype.kind:
+            raise hooks.failed(self.algo, "policy", f"act returned {found.dtype}{list(found.shape)} for "
+                               f"{len(rows)} observations: {dtype}{list(shape)} is expected")  # fmt: skip
+        return found
 
     def close(self) -> None:
         self.envs.close()

@@ -63,7 +63,7 @@ class OffPolicyConfig(bounds.Settings):
     checkpoint_every: int = 10_000  # updates between checkpoints
     checkpoint_seconds: float = 60.0
     progress_deadline_seconds: float = 600.0  # a learner that counts no env step, or applies no update,
-    #   for this long while it trains fails the run, naming which (common/deadline.py)
+    #   for this long while it trains fails the run, naming which (runtime/deadline.py)
     eval_interval: int = 5_000
     eval_episodes: int = 10
     final_eval_timeout: float = 600.0

@@ -63,7 +63,7 @@ class OnPolicyConfig(bounds.Settings):
     checkpoint_every: int = 50  # updates between checkpoints (and one at the end, and on SIGTERM)
     checkpoint_seconds: float = 60.0  # and at least this often: what a SIGKILL can lose at most
     progress_deadline_seconds: float = 600.0  # a learner that counts no env step, or applies no update,
-    #   for this long while it trains fails the run, naming which (common/deadline.py)
+    #   for this long while it trains fails the run, naming which (runtime/deadline.py)
     eval_interval: int = 50_000  # env steps between evaluations (the final policy always)
     eval_episodes: int = 10  # episodes per evaluation
     eval_deterministic: bool = True  # evaluate the policy's mode; False: its samples (an Atari

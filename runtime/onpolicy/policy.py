@@ -3,7 +3,7 @@
 `NumpyPolicy` reads the policy MLP (`policy.<i>.weight`, `policy.<i>.bias`) and `log_std` from the
 learner's published state_dict and samples from the distributions whose log-probabilities
 `ActorCritic.evaluate` computes, which the learner's importance ratio relies on. No torch import
-for vectors (common/numpy_mlp.py says why); images take the CNN's head from cnn.py (torch).
+for vectors (runtime/numpy_mlp.py says why); images take the CNN's head from cnn.py (torch).
 """
 
 from __future__ import annotations

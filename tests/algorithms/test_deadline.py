@@ -1,4 +1,4 @@
-"""The progress deadline's rule (common/deadline.Progress) and the hooks' checks (common/hooks.py),
+"""The progress deadline's rule (runtime/deadline.Progress) and the hooks' checks (runtime/hooks.py),
 on a clock and values given here: the runs they end are tests/integration/test_untrained.py."""
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ Discrete."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,12 +17,15 @@ import torch
 
 from surreal.algorithms.dqn import DQN, DQNConfig, EpsilonGreedy
 from surreal.algorithms.td3 import TD3, NoisyPolicy, TD3Config
+from surreal.protocol.types import Params
 from surreal.runtime.envs.make import spaces_for
 from surreal.runtime.envs.ref import EnvRef, extend_import_path
+from surreal.runtime.exits import EXIT_ALGORITHM_FAILED
 from surreal.runtime.offpolicy import obs
 from surreal.runtime.offpolicy.actor import Actor
 from surreal.runtime.offpolicy.replay import Rows
 from surreal.runtime.offpolicy.shard import fields, rows_problem
+from surreal.runtime.run import RoleFailed, progress_extras
 
 extend_import_path([str(Path(__file__).resolve().parents[2] / "envs")])
 CUE = EnvRef("cue_world:CueWorld-v0", {"note": False})  # a Dict with a 3x6x6 frame, Discrete(4)
@@ -154,3 +160,30 @@ def test_an_algorithm_s_own_network_and_coefficient_survive_a_learner_restart(tm
     assert float(again.nets.td_scale) == adapted and int(again.nets.updates) == 5
     assert all(torch.equal(v, weights[k]) for k, v in again.nets.state_dict().items())
     again.close()
+
+
+class WrongActions(DQN):
+    """A policy whose actions are not the replay's: float scores instead of indices."""
+
+    def policy(self, cfg: Any, spaces: Any, weights: Any, rng: Any) -> Any:
+        return SimpleNamespace(act=lambda rows, deterministic=False, progress=0.0: np.zeros((len(rows), 2)))
+
+
+class Raising(DQN):
+    def policy(self, cfg: Any, spaces: Any, weights: Any, rng: Any) -> Any:
+        raise KeyError("q.weight")
+
+
+@pytest.mark.parametrize(("algo", "line"), [
+    (WrongActions(), "its policy act returned float64[2, 2] for 2 observations: int64[2] is expected"),
+    (Raising(), "its policy raised KeyError: 'q.weight'"),
+])  # fmt: skip
+def test_a_policy_that_raises_or_acts_wrongly_fails_the_role_as_the_algorithm_s(algo: DQN, line: str) -> None:
+    cfg, sp = DQNConfig(hidden_sizes=(8,), fragment_length=2), spaces_for("CartPole-v1")
+    actor = Actor(algo, cfg, "CartPole-v1", num_envs=2, seed=0, random_steps=0, total_steps=100)
+    weights = _weights(DQN().make(cfg, sp).actor)
+    with pytest.raises(RoleFailed, match=re.escape(line)) as failed:
+        actor.set_params(Params(0, weights, progress_extras(0, False)))
+        actor.collect()
+    assert failed.value.code == EXIT_ALGORITHM_FAILED
+    actor.close()
