@@ -287,8 +287,31 @@ class OffPolicy(Algorithm):
         Gaussian on `trunk`, `mu` and `log_std` layers."""
         return _module("offpolicy.policy").SquashedGaussian(weights, cfg.activation, rng, spaces)
 
+    # Presets, as data: settings by environment id, for every MuJoCo task, for observations with an
+    # image, for Atari games (rl-baselines3-zoo's, each algorithm's page says which), and env steps.
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    mujoco: ClassVar[dict[str, Any]] = {}
+    images: ClassVar[dict[str, Any]] = {}
+    atari: ClassVar[dict[str, Any]] = {}
+    steps_for: ClassVar[dict[str, int]] = {}
+
     def preset(self, env: EnvRef | str, agents: int, resolved: ResolvedEnv | None = None) -> Any:
-        return self.Config()
+        name = as_env_ref(env).name
+        if name in self.presets:
+            return self.Config(**self.presets[name])
+        facts = resolved or self.resolve_env(as_env_ref(env))
+        kinds = {
+            "mujoco": facts.entry_point.startswith("gymnasium.envs.mujoco"),
+            "atari": facts.atari,
+            "images": facts.image_shape is not None
+            or any(x.get("kind") == "image" for x in facts.obs_leaves),
+        }
+        return self.Config(
+            **{k: v for kind, on in kinds.items() if on for k, v in getattr(self, kind).items()}
+        )
+
+    def default_steps(self, env: EnvRef | str, agents: int, resolved: ResolvedEnv | None = None) -> int:
+        return self.steps_for.get(as_env_ref(env).name, self.steps)
 
     def check_env(self, env: EnvRef | str, resolved: ResolvedEnv | None = None) -> None:
         facts = resolved or _module("envs.make").resolve_env(env)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from surreal.algorithms.api import OffPolicy, OffPolicyConfig, as_env_ref
+from surreal.algorithms.api import OffPolicy, OffPolicyConfig
 
 if TYPE_CHECKING:
     import torch
@@ -69,16 +69,9 @@ class DQN(OffPolicy):
     Config = DQNConfig
     actions = "discrete"
     default_env = "CartPole-v1"
-
-    def preset(self, env: Any, agents: int, resolved: Any = None) -> DQNConfig:
-        name = as_env_ref(env).name
-        if name in ZOO:
-            return DQNConfig(**ZOO[name])
-        facts = resolved or self.resolve_env(as_env_ref(env))
-        return DQNConfig(**(ATARI if facts.atari else {}))
-
-    def default_steps(self, env: Any, agents: int, resolved: Any = None) -> int:
-        return DEFAULT_STEPS.get(as_env_ref(env).name, self.steps)
+    presets = ZOO
+    atari = ATARI
+    steps_for = DEFAULT_STEPS
 
     def make(self, cfg: DQNConfig, spaces: EnvSpaces) -> torch.nn.Module:
         return Nets(cfg, spaces)

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from surreal.algorithms.api import OffPolicy, OffPolicyConfig, as_env_ref
+from surreal.algorithms.api import OffPolicy, OffPolicyConfig
 
 if TYPE_CHECKING:
     import torch
@@ -44,18 +44,10 @@ DEFAULT_STEPS = {"Pendulum-v1": 20_000}
 class SAC(OffPolicy):
     name = "sac"
     Config = SACConfig
-
-    def preset(self, env: Any, agents: int, resolved: Any = None) -> SACConfig:
-        name = as_env_ref(env).name
-        if name in PRESETS:
-            return SACConfig(**PRESETS[name])
-        facts = resolved or self.resolve_env(as_env_ref(env))
-        images = facts.image_shape is not None or any(x.get("kind") == "image" for x in facts.obs_leaves)
-        return SACConfig(**(MUJOCO if facts.entry_point.startswith("gymnasium.envs.mujoco") else {}),
-                         **(IMAGES if images else {}))  # fmt: skip
-
-    def default_steps(self, env: Any, agents: int, resolved: Any = None) -> int:
-        return DEFAULT_STEPS.get(as_env_ref(env).name, self.steps)
+    presets = PRESETS
+    mujoco = MUJOCO
+    images = IMAGES
+    steps_for = DEFAULT_STEPS
 
     def make(self, cfg: SACConfig, spaces: EnvSpaces) -> torch.nn.Module:
         return Nets(cfg, spaces)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from surreal.algorithms.api import OffPolicy, OffPolicyConfig, as_env_ref
+from surreal.algorithms.api import OffPolicy, OffPolicyConfig
 
 if TYPE_CHECKING:
     import torch
@@ -50,18 +50,10 @@ DEFAULT_STEPS = {"Pendulum-v1": 20_000}
 class TD3(OffPolicy):
     name = "td3"
     Config = TD3Config
-
-    def preset(self, env: Any, agents: int, resolved: Any = None) -> TD3Config:
-        name = as_env_ref(env).name
-        if name in PRESETS:
-            return TD3Config(**PRESETS[name])
-        facts = resolved or self.resolve_env(as_env_ref(env))
-        images = facts.image_shape is not None or any(x.get("kind") == "image" for x in facts.obs_leaves)
-        return TD3Config(**(MUJOCO if facts.entry_point.startswith("gymnasium.envs.mujoco") else {}),
-                         **(IMAGES if images else {}))  # fmt: skip
-
-    def default_steps(self, env: Any, agents: int, resolved: Any = None) -> int:
-        return DEFAULT_STEPS.get(as_env_ref(env).name, self.steps)
+    presets = PRESETS
+    mujoco = MUJOCO
+    images = IMAGES
+    steps_for = DEFAULT_STEPS
 
     def make(self, cfg: TD3Config, spaces: EnvSpaces) -> torch.nn.Module:
         return Nets(cfg, spaces)
