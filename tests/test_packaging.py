@@ -79,3 +79,10 @@ def test_the_package_type_checks() -> None:
             "--config-file", str(ROOT / "pyproject.toml"), "--no-incremental", "-p", "surreal"]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    """The test folders are not packages: pytest imports each module by its file's name, and a
+    second module of the same name fails collection of the whole suite (it did, in a fresh clone)."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -1,6 +1,6 @@
 """TD3 and DQN learn, each in the serial harness (the same Actor, replay Rows and update the roles
 run, in one process: the cheapest run that proves it), bounded by env steps. Their runs through
-the installed command, from two replay shards, are in tests/integration/test_td3_dqn.py."""
+the installed command, from two replay shards, are in tests/integration/test_offpolicy_algorithms.py."""
 
 from __future__ import annotations
 
