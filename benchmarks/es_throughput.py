@@ -70,7 +70,7 @@ def es_rate(steps: int, agents: int) -> dict:
 
 def _agent_loop(client, agent: int, deadline: float, stats: dict, lock: threading.Lock) -> None:
     from surreal.protocol.client import ProtocolError
-    from surreal.runtime.es.actor import idle_backoff
+    from surreal.runtime.actor import idle_backoff
     from surreal.runtime.es.noise import pair_seed
     from surreal.runtime.es.results import pack_batch
 

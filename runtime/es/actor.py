@@ -17,9 +17,11 @@ import time
 
 import numpy as np
 
-from surreal.protocol.client import ExperienceStream, LearnerClient
+from surreal.protocol.client import ExperienceStream
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.types import Params
+from surreal.runtime import actor
+from surreal.runtime.actor import actor_seed
 from surreal.runtime.envs.make import BROKEN_STEPS, EnvFailed, env_spaces, make_env
 from surreal.runtime.envs.ref import EnvRef, as_env_ref, their_error
 from surreal.runtime.es.config import ESConfig
@@ -28,14 +30,11 @@ from surreal.runtime.es.networks import BatchPolicy, PolicySpec
 from surreal.runtime.es.noise import env_seed, pair_seed, perturbation
 from surreal.runtime.es.results import pack_batch
 from surreal.runtime.normalization import ObsNormalizer
-from surreal.runtime.reconnect import work_connected
-from surreal.runtime.run import RunContext, extras_done
+from surreal.runtime.run import RunContext
 
 log = logging.getLogger(__name__)
 
 MAX_AGENTS_PER_WORKER = 1 << 20  # agent ids: worker index * this + slot, unique across workers
-IDLE_POLL_SECONDS = (0.02, 0.5)  # polling while every agent waits for a new version: first and
-#   longest interval; doubling in between keeps hundreds of idle workers from flooding the master
 ACK_WAIT_SECONDS = 2.0  # the longest a worker whose hand-out is done waits for the master to deal
 #   with its last results before it fetches the next version (then it fetches anyway)
 
@@ -182,11 +181,6 @@ class ESWorker:
         self._broken_log.note(f"agent {self.ids[a]}", "non_finite", "an environment returned a "
                               "non-finite observation or reward; the pair is dropped")  # fmt: skip
 
-    @property
-    def has_results(self) -> bool:
-        """Finished pairs not yet taken by take_batch()."""
-        return bool(self._rows)
-
     def take_batch(self) -> dict[str, np.ndarray] | None:
         """The finished pairs and observation moments since the last batch (None if no pair)."""
         if not self._rows:
@@ -200,68 +194,36 @@ class ESWorker:
         self._obs_n, self._obs_sum, self._obs_sq = 0, np.zeros_like(mean), np.zeros_like(mean)
         return batch
 
+    def work(self, stream: ExperienceStream) -> bool:
+        """Step the pairs of the version at hand for up to `flush_interval` seconds and send what
+        finished; False when its whole hand-out is done and sent (it waits for a new version)."""
+        self.start_idle()
+        if self.busy:
+            started = time.monotonic()
+            while self.busy and time.monotonic() - started < self.cfg.flush_interval:
+                self.step()
+                if self.busy:  # idle agents join the version at hand; when all are idle, send
+                    self.start_idle()  # first, so that they start the version their results make
+        if (batch := self.take_batch()) is None:
+            return False
+        stream.send(self.version, batch)
+        if not self.busy:
+            # The hand-out is done. Wait until the master has dealt with these results (it hands
+            # the credit back after publishing any update they completed): fetching sooner gets
+            # the version made just before they landed, and then every result of this worker
+            # would lag its own last update (two versions, with two bursty workers).
+            stream.wait_acknowledged(ACK_WAIT_SECONDS)
+        return True
+
     def close(self) -> None:
         for env in self.envs:
             env.close()
 
 
 def run_actor(cfg: ESConfig, ctx: RunContext) -> int:
-    """Evaluate handed-out pairs until the master's parameters say the run is done (exit 0).
-    A lost master (restart, network) is retried with exponential backoff."""
+    """Evaluate handed-out pairs until the master's parameters say the run is done
+    (runtime/actor.py)."""
     cfg.validate()
-    worker = ESWorker(cfg, ctx.env, agent_ids(ctx.index, ctx.agents_in_worker),
-                      seed=ctx.seed * 1_000_003 + 10_007 * (ctx.index + 1))  # fmt: skip
-    client = LearnerClient(ctx.learner_for(ctx.index), ctx.token)
-    try:
-        return work_connected(
-            client, f"es-worker-{ctx.index}", lambda stream: _work_until_done(client, stream, worker),
-            peer="master",
-        )  # fmt: skip
-    finally:
-        client.close()
-        worker.close()
-
-
-def idle_backoff(idle_polls: int) -> float:
-    """Seconds to wait before the next parameter poll after `idle_polls` fruitless ones."""
-    first, longest = IDLE_POLL_SECONDS
-    return min(longest, first * 2 ** min(idle_polls, 16))
-
-
-def _work_until_done(client: LearnerClient, stream: ExperienceStream, worker: ESWorker) -> int:
-    flush_interval = worker.cfg.flush_interval
-    flushed_at, idle_polls = time.monotonic(), 0
-
-    def flush() -> None:
-        nonlocal flushed_at
-        if (batch := worker.take_batch()) is not None:
-            stream.send(worker.version, batch)
-            if not worker.busy:
-                # The hand-out is done. Wait until the master has dealt with these results (it
-                # hands the credit back after publishing any update they completed): fetching
-                # sooner gets the version made just before they landed, and then every result of
-                # this worker would lag its own last update (two versions, with two bursty workers).
-                stream.wait_acknowledged(ACK_WAIT_SECONDS)
-        flushed_at = time.monotonic()
-
-    while True:
-        # Cheap when nothing changed: the master answers "unchanged" without weights.
-        params = client.get_params(worker.version)
-        if params is not None:
-            worker.set_params(params)
-            if extras_done(params.extras):
-                return 0
-        worker.start_idle()
-        if not worker.busy:  # the whole hand-out of this version is done: send it, wait for more
-            if worker.has_results:
-                flush()
-                continue
-            time.sleep(idle_backoff(idle_polls))
-            idle_polls += 1
-            continue
-        idle_polls = 0
-        while worker.busy and time.monotonic() - flushed_at < flush_interval:
-            worker.step()
-            if worker.busy:  # idle agents join the version at hand; when all are idle, flush()
-                worker.start_idle()  # first, so that they start the version their results make
-        flush()
+    ids, seed = agent_ids(ctx.index, ctx.agents_in_worker), actor_seed(ctx.seed, ctx.index)
+    worker = ESWorker(cfg, ctx.env, ids, seed)
+    return actor.run_actor(worker, ctx, name="es-worker")

@@ -6,28 +6,23 @@ inserts makes the actor wait). Parameters come from the learner. No torch here.
 
 from __future__ import annotations
 
-import logging
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from surreal.protocol.client import ExperienceStream, LearnerClient, ProtocolError
+from surreal.protocol.client import ExperienceStream
 from surreal.protocol.types import Params
-from surreal.runtime import hooks
+from surreal.runtime import actor, hooks
+from surreal.runtime.actor import actor_seed
 from surreal.runtime.envs.make import EnvBatch
 from surreal.runtime.envs.ref import EnvRef
 from surreal.runtime.offpolicy import obs
 from surreal.runtime.offpolicy.config import OffPolicyConfig
 from surreal.runtime.offpolicy.policy import Policy, random_actions, to_env
-from surreal.runtime.onpolicy.actor import PROGRESS_LOG_SECONDS, actor_seed
-from surreal.runtime.reconnect import GIVE_UP_SECONDS, work_connected
-from surreal.runtime.run import RunContext, extras_done, extras_env_steps
+from surreal.runtime.run import RunContext, extras_env_steps
 
 if TYPE_CHECKING:
     from surreal.algorithms.api import OffPolicy
-
-log = logging.getLogger(__name__)
 
 
 class Actor:
@@ -95,58 +90,19 @@ class Actor:
                                f"{len(rows)} observations: {dtype}{list(shape)} is expected")  # fmt: skip
         return found
 
+    def work(self, stream: ExperienceStream) -> bool:
+        stream.send(self.version, self.collect())
+        return True
+
     def close(self) -> None:
         self.envs.close()
 
 
 def run_actor(algo: OffPolicy, cfg: OffPolicyConfig, ctx: RunContext) -> int:
-    """Insert fragments into shard `index % shards` until the learner's parameters say the run is done."""
+    """Insert fragments into shard `index % shards` until the learner's parameters say the run is
+    done (runtime/actor.py)."""
     cfg.validate()
     envs = ctx.agents_in_worker * cfg.envs_per_agent
     share = -(-cfg.random_steps * ctx.agents_in_worker // max(1, ctx.num_agents))  # of random_steps
-    actor = Actor(algo, cfg, ctx.env, envs, actor_seed(ctx.seed, ctx.index), share, ctx.total_steps)
-    learner = LearnerClient(ctx.learner_for(0), ctx.token)
-    shard = LearnerClient(ctx.replay_for(ctx.index), ctx.token)
-
-    def work(stream: ExperienceStream) -> int:
-        sent, next_report, heard_at = 0, time.monotonic() + PROGRESS_LOG_SECONDS, time.monotonic()
-        while True:
-            if time.monotonic() >= next_report:
-                log.info("sent %d fragments; policy version %d", sent, actor.version)
-                next_report = time.monotonic() + PROGRESS_LOG_SECONDS
-            try:
-                params = learner.get_params(actor.version)
-            except ProtocolError as exc:  # the learner (re)starting: not the shard's stream
-                if time.monotonic() - heard_at > GIVE_UP_SECONDS:
-                    raise
-                log.info("learner unreachable (%s); asking again", exc)
-                time.sleep(1.0)
-                continue
-            heard_at = time.monotonic()
-            if params is not None:
-                actor.set_params(params)
-                if extras_done(params.extras):
-                    log.info("the run is done after %d fragments: exiting", sent)
-                    return 0
-            if actor.version < 0:  # the learner has not published yet
-                time.sleep(0.2)
-                continue
-            stream.send(actor.version, actor.collect())
-            sent += 1
-
-    def ended() -> bool:
-        """The shard went away: the learner says whether the run is over."""
-        try:
-            params = learner.get_params(-1, timeout=5.0)
-        except ProtocolError:
-            return False
-        return params is not None and extras_done(params.extras)
-
-    log.info("actor-%d: %d envs of %s, inserting into the replay shard at %s", ctx.index, envs,
-             ctx.env_id, ctx.replay_for(ctx.index))  # fmt: skip
-    try:
-        return work_connected(shard, f"actor-{ctx.index}", work, peer="replay shard", ended=ended)
-    finally:
-        shard.close()
-        learner.close()
-        actor.close()
+    core = Actor(algo, cfg, ctx.env, envs, actor_seed(ctx.seed, ctx.index), share, ctx.total_steps)
+    return actor.run_actor(core, ctx, sink=ctx.replay_for(ctx.index))

@@ -1,20 +1,20 @@
 """The on-policy actor: steps a batch of envs with the latest policy and cuts the experience into fragments.
 
 `Actor` is the core (no networking; the serial harness and tests drive it directly);
-`run_actor` connects it to the learner. Actors run the policy in numpy (policy.py) and never
-import torch.
+runtime/actor.py runs it as every family's actor is run. Actors run the policy in numpy
+(policy.py) and never import torch.
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from typing import Any
 
 import numpy as np
 
-from surreal.protocol.client import ExperienceStream, LearnerClient
+from surreal.protocol.client import ExperienceStream
 from surreal.protocol.types import Params
+from surreal.runtime import actor
+from surreal.runtime.actor import actor_seed
 from surreal.runtime.envs import obs_leaves
 from surreal.runtime.envs.make import EnvBatch, EnvSpaces
 from surreal.runtime.envs.ref import EnvRef
@@ -28,12 +28,7 @@ from surreal.runtime.onpolicy.config import OnPolicyConfig
 from surreal.runtime.onpolicy.fragment import obs_stats_dim
 from surreal.runtime.onpolicy.frames import encode_stacks
 from surreal.runtime.onpolicy.policy import NumpyPolicy, policy_from_params
-from surreal.runtime.reconnect import work_connected
-from surreal.runtime.run import RunContext, extras_done
-
-log = logging.getLogger(__name__)
-
-PROGRESS_LOG_SECONDS = 30.0  # how often an actor logs what it has sent
+from surreal.runtime.run import RunContext
 
 
 class Actor:
@@ -118,6 +113,10 @@ class Actor:
             ret_rms.merge(batch_moments(trace.reshape(-1, 1)))
         return {**obs_rms.to_arrays("obs"), **ret_rms.to_arrays("ret")}
 
+    def work(self, stream: ExperienceStream) -> bool:
+        stream.send(self.version, self.collect())
+        return True
+
     def close(self) -> None:
         self.envs.close()
 
@@ -187,52 +186,9 @@ class LeafRows:
         return out
 
 
-def actor_seed(seed: int, index: int) -> int:
-    """Distinct env seeds per worker: worker `index`'s envs use [seed_i, seed_i + num_envs)."""
-    return seed * 1_000_003 + 10_007 * (index + 1)
-
-
 def run_actor(cfg: OnPolicyConfig, ctx: RunContext) -> int:
-    """Collect and send fragments until the learner's parameters say the run is done (exit 0).
-
-    A lost learner (restart, network) is retried with backoff (`work_connected`); the fragment
-    in flight is lost, which an on-policy learner does not miss.
-    """
+    """Send fragments to the learner rank that serves this worker until the run is done
+    (runtime/actor.py); a fragment lost in flight is not missed by an on-policy learner."""
     cfg.validate()
-    actor = Actor(cfg, ctx.env, ctx.agents_in_worker * cfg.envs_per_agent, actor_seed(ctx.seed, ctx.index))
-    client = LearnerClient(ctx.learner_for(ctx.index), ctx.token)
-
-    def connected() -> None:
-        log.info(
-            "actor-%d connected to the learner at %s: %d agents, %d envs of %s",
-            ctx.index, ctx.learner_for(ctx.index), ctx.agents_in_worker, actor.envs.num_envs, ctx.env_id,
-        )  # fmt: skip
-
-    try:
-        return work_connected(
-            client, f"actor-{ctx.index}", lambda stream: _send_until_done(client, stream, actor),
-            on_connect=connected,
-        )  # fmt: skip
-    finally:
-        client.close()
-        actor.close()
-
-
-def _send_until_done(client: LearnerClient, stream: ExperienceStream, actor: Actor) -> int:
-    sent, next_report = 0, time.monotonic() + PROGRESS_LOG_SECONDS
-    while True:
-        if time.monotonic() >= next_report:
-            log.info("sent %d fragments; policy version %d", sent, actor.version)
-            next_report = time.monotonic() + PROGRESS_LOG_SECONDS
-        # The credits say which version is current: ask only when it is not the one held (or when
-        # the learner has not said). The answer then carries the weights.
-        params = client.get_params(actor.version) if stream.latest_version != actor.version else None
-        if params is not None:
-            actor.set_params(params)
-            if extras_done(params.extras):
-                return 0
-        if actor.version < 0:  # the learner has not published yet
-            time.sleep(0.2)
-            continue
-        stream.send(actor.version, actor.collect())
-        sent += 1
+    seed = actor_seed(ctx.seed, ctx.index)
+    return actor.run_actor(Actor(cfg, ctx.env, ctx.agents_in_worker * cfg.envs_per_agent, seed), ctx)

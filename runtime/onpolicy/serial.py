@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from surreal.protocol.types import Fragment
+from surreal.runtime.actor import actor_seed
 from surreal.runtime.envs.make import EnvBatch, spaces_for
 from surreal.runtime.envs.ref import EnvRef
 from surreal.runtime.evaluator import EvalResult, eval_seed, evaluate
-from surreal.runtime.onpolicy.actor import Actor, actor_seed
+from surreal.runtime.onpolicy.actor import Actor
 from surreal.runtime.onpolicy.config import OnPolicyConfig
 from surreal.runtime.onpolicy.evaluator import eval_policy
 from surreal.runtime.onpolicy.learner import Learner

@@ -261,7 +261,7 @@ def test_actor_runs_discrete_and_continuous(env_id):
 
 
 def test_an_actor_asks_for_parameters_only_when_its_credits_say_they_changed():
-    from surreal.runtime.onpolicy.actor import _send_until_done
+    from surreal.runtime.actor import serve
     from surreal.runtime.run import progress_extras
 
     learner, _ = make()
@@ -287,6 +287,6 @@ def test_an_actor_asks_for_parameters_only_when_its_credits_say_they_changed():
             return v0 if known < 0 else done
 
     stream, client = Stream(), Client()
-    assert _send_until_done(client, stream, actor) == 0
+    assert serve(client, stream, actor) == 0
     assert client.asked == [-1, 0]  # once at the start, once when the credits said version 1
     assert stream.sent == [0, 0, 0, 0, 0]
