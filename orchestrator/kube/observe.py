@@ -215,25 +215,30 @@ def phase(
             return "Succeeded" if state == "Complete" else "Failed"
         if state == "Suspended":
             return "Pending"
-    if learner_ended_early(pods):
-        return "Failed"
-    ended, _ = outcome(role_ends(jobs))
+    ended, _ = outcome([*role_ends(jobs, pods=pods), *learner_pod_ends(pods, metrics)])
     if ended is not None:
         return ended.value
-    if any(job_state(j) == "Suspended" for j in jobs if role_of(j) == "learner"):
-        return "Pending"
     learners = [p for p in pods if role_of(p) == "learner"]
-    if metrics.get("done"):
-        return "Succeeded"
-    if not learners:
+    if not learners or any(job_state(j) == "Suspended" for j in jobs if role_of(j) == "learner"):
         return "Pending"
-    if any(_exited_cleanly(p) for p in learners):
-        return "Succeeded"
+    return "Running" if any(is_ready(p) for p in learners) else "Pending"
+
+
+def learner_pod_ends(pods: Sequence[Mapping[str, Any]], metrics: Mapping[str, Any]) -> list[RoleEnd]:
+    """What the learner's pods and status say before its Job does, as policy.outcome takes it:
+    done once it reports the run done or a pod of it exited 0; failed when it exited 0 before its
+    run was done (learner_ended_early) or, not done, its live pod is stuck (STUCK: a crash loop, an
+    image it cannot pull)."""
+    learners = [p for p in pods if role_of(p) == "learner"]
+    done = bool(metrics.get("done")) or any(_exited_cleanly(p) for p in learners)
     live = [p for p in learners if "terminated" not in (_container(p).get("state") or {})]
-    learner = live[0] if live else learners[0]
-    if pod_state(learner) in STUCK:
-        return "Failed"
-    return "Running" if is_ready(learner) else "Pending"
+    pod = live[0] if live else (learners[0] if learners else None)
+    why = learner_ended_early(pods) or ""
+    if not why and not done and pod is not None and pod_state(pod) in STUCK:
+        why = f"its pod {pod['metadata']['name']} is {pod_state(pod)}"
+    if not why:
+        return [RoleEnd("learner", done=True)] if done else []
+    return [RoleEnd("learner", failed=(pod["metadata"]["name"] if pod else "learner",), why=why)]
 
 
 def role_ends(
