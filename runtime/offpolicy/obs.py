@@ -53,11 +53,6 @@ def transition_fields(sp: EnvSpaces) -> dict[str, tuple[np.dtype, tuple[int, ...
     return {**fields(sp), "actions": action, "rewards": (f32, ()), "terminated": (np.dtype(bool), ())}
 
 
-def row_bytes(sp: EnvSpaces) -> int:
-    """Bytes of one observation as a replay row holds it."""
-    return sum(np.dtype(leaf.dtype).itemsize * int(np.prod(leaf.shape)) for leaf in leaves(sp))
-
-
 def as_fields(sp: EnvSpaces, obs: Obs, prefix: str = OBS) -> dict[str, np.ndarray]:
     """A batch of observations (an EnvBatch's) as this prefix's fields."""
     if isinstance(obs, dict):

@@ -35,10 +35,6 @@ class Rows:
         self.size = 0
         self._next = 0
 
-    @property
-    def row_bytes(self) -> int:
-        return sum(a.itemsize * int(np.prod(a.shape[1:])) for a in self.data.values())
-
     def add(self, rows: Mapping[str, np.ndarray]) -> None:
         """Append rows (every field the same count of them), overwriting the oldest when full."""
         n = len(next(iter(rows.values())))
