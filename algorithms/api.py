@@ -28,9 +28,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from surreal.runtime import bounds
+from surreal.runtime.config import HUGE, TINY
 from surreal.runtime.envs.ref import EnvRef, ResolvedEnv, as_env_ref, ours, raised
 from surreal.runtime.offpolicy.config import OffPolicyConfig
-from surreal.runtime.onpolicy.config import HUGE, TINY, OnPolicyConfig
+from surreal.runtime.onpolicy.config import OnPolicyConfig
 from surreal.runtime.run import RunContext
 
 if TYPE_CHECKING:
@@ -201,7 +202,8 @@ class OnPolicy(Algorithm):
     `hidden_sizes`, `activation`), with `net.evaluate(obs, actions) -> (log_prob, entropy, value)`.
 
     Subclass it with `name`, `Config` (a frozen dataclass deriving from OnPolicyConfig) and
-    `update`; override `preset` for tuned settings per environment."""
+    `update`; override `optimizer` for another than Adam, `preset` for tuned settings per
+    environment."""
 
     Config: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
     hooks = ("update",)
@@ -212,6 +214,14 @@ class OnPolicy(Algorithm):
         the same on every rank). The runtime keeps the weights and optimizer state as they were,
         and counts the update skipped, when a statistic or a weight comes out non-finite."""
         raise NotImplementedError
+
+    def optimizer(self, params: list[torch.nn.Parameter], cfg: Any) -> torch.optim.Optimizer:
+        """The optimizer of the network's `params`, handed to `update` and checkpointed with its
+        state; the runtime scales each group's starting lr as `anneal_lr` says. Adam by default."""
+        import torch
+
+        # fused: one kernel per op over all parameter tensors instead of a Python loop.
+        return torch.optim.Adam(params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
 
     def preset(self, env: EnvRef | str, agents: int, resolved: ResolvedEnv | None = None) -> Any:
         return self.Config()

@@ -12,10 +12,8 @@ from __future__ import annotations
 import math
 import reprlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, ClassVar
-
-from surreal.runtime.numpy_mlp import ACTIVATIONS
+from dataclasses import fields
+from typing import Any
 
 # One worker process steps its environments one after another on one core (EnvBatch), and the
 # evaluator steps one environment per episode: past a few thousand a single step of the batch takes
@@ -104,32 +102,3 @@ def check_learner_memory(prefix: str, parameters: int, batch_bytes: int = 0) -> 
                          f"{batch_bytes / 2**20:,.1f} MiB need {need / 2**30:,.1f} GiB, over the "
                          f"{LEARNER_MEMORY_MB / 2 / 1024:g} GiB a learner rank has for them: lower "
                          f"{prefix}.hidden_sizes or the batch")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The base of an algorithm family's config (OnPolicyConfig, OffPolicyConfig): its section in
-    error lines ("ppo.learning_rate": a subclass's name without "Config", lowercased, unless it
-    sets its own), its `BOUNDS`, and the checks of every config with MLPs of `hidden_sizes`."""
-
-    section: ClassVar[str] = "settings"
-    BOUNDS: ClassVar[Bounds]
-    if TYPE_CHECKING:  # the families' fields, not the base's (their order in a spec file is theirs)
-        hidden_sizes: tuple[int, ...]
-        activation: str
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        if "section" not in cls.__dict__:
-            cls.section = cls.__name__.removesuffix("Config").lower()
-
-    def validate(self) -> None:
-        """Raise ValueError naming the first invalid field."""
-        check(self.section, self, self.BOUNDS)
-        check_widths(self.section, self.hidden_sizes)
-        self.require(self.activation in ACTIVATIONS, "activation", f"must be one of {', '.join(ACTIVATIONS)}")
-
-    def require(self, ok: bool, name: str, rule: str) -> None:
-        """Raise ValueError("SECTION.NAME RULE, got VALUE") unless `ok`."""
-        if not ok:
-            raise ValueError(f"{self.section}.{name} {rule}, got {getattr(self, name)!r}")

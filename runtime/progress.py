@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,16 @@ class LearnerProgress:
             "checkpoint_age_seconds": self.checkpoint_age_seconds(),
             "done": self.done and self.final_evaluated,
         }
+
+
+def anneal(optimizers: Iterable[Any], left: float) -> float:
+    """Set each parameter group's lr to `left` (clipped to [0, 1]: the share of the run still to
+    go, for `anneal_lr`; 1 to hold it) of the lr it started with, which the group keeps as
+    "initial_lr" (torch's schedulers' key) from the first call on. Returns the first group's lr."""
+    scale, first = min(max(left, 0.0), 1.0), None
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+            group["lr"] = group["initial_lr"] * scale
+            first = group["lr"] if first is None else first
+    return 0.0 if first is None else float(first)

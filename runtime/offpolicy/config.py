@@ -11,27 +11,25 @@ import numpy as np
 
 from surreal.protocol.options import MAX_MESSAGE_BYTES
 from surreal.runtime import bounds
-from surreal.runtime.device import DEVICE_RE, DEVICE_RULE
+from surreal.runtime.config import FEATURES, TINY, RunConfig
 from surreal.runtime.envs.make import EnvSpaces, resolve_env, spaces_of
 from surreal.runtime.envs.obs_leaves import image_slice
 from surreal.runtime.envs.ref import EnvRef, ResolvedEnv
 from surreal.runtime.offpolicy import obs
-from surreal.runtime.onpolicy.config import FEATURES
 
-TINY, HUGE = 1e-12, bounds.UNBOUNDED
 # A replay shard's memory beyond its rows: the interpreter, numpy, the server and a save's copy.
 SHARD_BASE_MB = 256
 
 
 @dataclass(frozen=True)
-class OffPolicyConfig(bounds.Settings):
+class OffPolicyConfig(RunConfig):
     section: ClassVar[str] = "offpolicy"
-    BOUNDS: ClassVar[bounds.Bounds]
 
     # --- sampling (actors) ---
-    envs_per_agent: int = 1  # envs one logical agent steps
-    fragment_length: int = 16  # env steps per env in one fragment (its rows: this x envs)
-    credits_per_worker: int = 2  # fragments a worker may have in flight to its shard
+    envs_per_agent: int = 1
+    fragment_length: int = (
+        16  # its rows: this x envs; a worker has `credits_per_worker` in flight to its shard
+    )
     random_steps: int = 1_000  # env steps (all workers) of uniform random actions first
 
     # --- the replay and its rate ---
@@ -43,47 +41,27 @@ class OffPolicyConfig(bounds.Settings):
 
     # --- the batch and the optimizer (learner) ---
     batch_size: int = 256
-    learning_rate: float = 3e-4
-    gamma: float = 0.99
     tau: float = 0.005  # target networks' Polyak step
-    learner_threads: int = 1
-    device: str = "auto"  # as PPO's: CUDA when torch sees a GPU (--gpu on a cluster), else the CPU
     publish_seconds: float = 0.05  # a new policy version at least this often while it trains
 
-    # --- networks ---
-    hidden_sizes: tuple[int, ...] = (256, 256)  # of each MLP, after the observation's encoder (encoder.py)
+    # --- networks: each MLP after the observation's encoder (encoder.py) ---
+    hidden_sizes: tuple[int, ...] = (256, 256)
     activation: str = "relu"
-    # Dict observations: the top-level keys the policy observes (empty: all), as PPO's obs_keys.
-    obs_keys: tuple[str, ...] = ()
-
-    # --- trust: what a shard accepts from actors ---
-    max_abs_reward: float = 1e6
 
     # --- bookkeeping ---
-    checkpoint_every: int = 10_000  # updates between checkpoints
-    checkpoint_seconds: float = 60.0
-    progress_deadline_seconds: float = 600.0  # a learner that counts no env step, or applies no update,
-    #   for this long while it trains fails the run, naming which (runtime/deadline.py)
+    checkpoint_every: int = 10_000
     eval_interval: int = 5_000
-    eval_episodes: int = 10
-    final_eval_timeout: float = 600.0
 
     def validate(self) -> None:
         super().validate()
-        self.require(bool(DEVICE_RE.fullmatch(self.device)), "device", DEVICE_RULE)
         self.require(self.learning_starts <= self.buffer_size, "learning_starts",
                      f"must be at most buffer_size ({self.buffer_size:,})")  # fmt: skip
 
 
 OffPolicyConfig.BOUNDS = {
-    "envs_per_agent": (1, bounds.MAX_WORKER_ENVS), "fragment_length": (1, 100_000),
-    "credits_per_worker": (1, 64), "random_steps": (0, 10**13), "buffer_size": (1, 10**10),
+    **RunConfig.BOUNDS, "random_steps": (0, 10**13), "buffer_size": (1, 10**10),
     "learning_starts": (1, 10**10), "replay_ratio": (1e-3, 1e6), "batch_size": (1, 1 << 16),
-    "learning_rate": (TINY, 1.0), "gamma": (TINY, 1.0), "tau": (TINY, 1.0), "learner_threads": (1, 1024),
-    "publish_seconds": (1e-3, 3600.0), "max_abs_reward": (TINY, 1e30), "checkpoint_every": (1, 10**12),
-    "checkpoint_seconds": (1e-3, bounds.WEEK), "progress_deadline_seconds": (1.0, bounds.WEEK),
-    "eval_interval": (1, 10**13),
-    "eval_episodes": (1, bounds.MAX_EVAL_EPISODES), "final_eval_timeout": (1e-3, bounds.WEEK),
+    "tau": (TINY, 1.0), "publish_seconds": (1e-3, 3600.0),
 }  # fmt: skip
 
 

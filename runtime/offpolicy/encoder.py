@@ -31,8 +31,8 @@ class Encoder(nn.Module):
         self.trunk: nn.Module | None = None
         self.out_dim = sp.obs_dim
         if found is not None:
+            from surreal.runtime.config import FEATURES
             from surreal.runtime.onpolicy.cnn import cnn_trunk
-            from surreal.runtime.onpolicy.config import FEATURES
 
             self.image_at, leaf = found
             self.image_shape = (leaf.shape[0], leaf.shape[1], leaf.shape[2])

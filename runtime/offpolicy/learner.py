@@ -31,7 +31,7 @@ from surreal.runtime.envs.make import spaces_for
 from surreal.runtime.offpolicy import obs
 from surreal.runtime.offpolicy.config import OffPolicyConfig
 from surreal.runtime.offpolicy.evaluator import eval_policy
-from surreal.runtime.progress import LearnerProgress
+from surreal.runtime.progress import LearnerProgress, anneal
 from surreal.runtime.run import RunContext, progress_extras
 from surreal.runtime.serving import ServingLoop, initial_agents
 from surreal.runtime.tb import Scalars
@@ -193,6 +193,8 @@ class Learner(LearnerProgress):
         as they were before it) and its updates counted skipped, as the on-policy learner does
         with each update: one check, one host read, per version and not per update."""
         started = time.monotonic()
+        if self.cfg.anneal_lr:
+            anneal(self.nets.optimizers().values(), 1.0 - self.counters.env_steps / self.total_steps)
         saved, burst = self._snapshot(), []
         while self._batch is not None:
             burst.append(self.train_on(self._batch))

@@ -25,6 +25,7 @@ from surreal.runtime.offpolicy.config import OffPolicyConfig
 from surreal.runtime.offpolicy.evaluator import eval_policy
 from surreal.runtime.offpolicy.replay import Rows
 from surreal.runtime.offpolicy.shard import fields
+from surreal.runtime.progress import anneal
 from surreal.runtime.run import progress_extras
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ def train_serial(algo: OffPolicy, cfg: OffPolicyConfig, env: EnvRef | str, total
         if inserted < cfg.learning_starts:
             continue
         owed += len(fragment["rewards"]) * cfg.replay_ratio / cfg.batch_size
+        if cfg.anneal_lr:
+            anneal(nets.optimizers().values(), 1.0 - inserted / total_steps)
         while owed >= 1:
             batch = rows.sample(cfg.batch_size, rng)
             algo.update(nets, {k: torch.from_numpy(v) for k, v in obs.batch(sp, batch).items()}, cfg)

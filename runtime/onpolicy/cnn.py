@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from surreal.runtime.config import FEATURES
 from surreal.runtime.envs.make import EnvSpaces
 from surreal.runtime.envs.obs_leaves import image_slice
-from surreal.runtime.onpolicy.config import FEATURES
 from surreal.runtime.onpolicy.networks import TrunkActorCritic, init_layer, mlp
 from surreal.runtime.onpolicy.policy import policy_layers
 

@@ -43,7 +43,7 @@ from surreal.runtime.onpolicy.fragment import (
 )
 from surreal.runtime.onpolicy.gae import compute_gae
 from surreal.runtime.onpolicy.networks import make_network
-from surreal.runtime.progress import LearnerProgress
+from surreal.runtime.progress import LearnerProgress, anneal
 from surreal.runtime.ranks import (
     CollectiveFailed,
     Pods,
@@ -96,8 +96,11 @@ class Learner(LearnerProgress):
         torch.manual_seed(seed)  # the initial weights are drawn on the CPU: the same on any device
         self.net = make_network(cfg, spaces).to(self.device)
         self._params = list(self.net.parameters())
-        # fused: one kernel per op over all parameter tensors instead of a Python loop.
-        self.optimizer = torch.optim.Adam(self._params, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
+        self.optimizer = hooks.call(algo, "optimizer", algo.optimizer, self._params, cfg)
+        if not isinstance(self.optimizer, torch.optim.Optimizer):
+            raise hooks.failed(algo, "optimizer", f"returned {type(self.optimizer).__name__}, not a "
+                               "torch.optim.Optimizer")  # fmt: skip
+        anneal([self.optimizer], 1.0)  # each group's starting lr, which anneal_lr scales
         self.obs_rms = RunningMeanStd((obs_stats_dim(spaces),))
         self.ret_rms = RunningMeanStd((1,))
         self.counters = Counters()
@@ -185,9 +188,7 @@ class Learner(LearnerProgress):
         if rows == 0:
             return {}
         frac = 1.0 - (c.env_steps - rows) / self.total_steps
-        lr = cfg.learning_rate * min(max(frac, 0.0), 1.0) if cfg.anneal_lr else cfg.learning_rate
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = anneal([self.optimizer], frac if cfg.anneal_lr else 1.0)
         saved = self._snapshot()
         batch = dataclasses.replace(batch, group_rows=int(rows))
         update = self.algo.update
@@ -357,6 +358,8 @@ class Learner(LearnerProgress):
         _, state = self._restore_checkpoint(saved)  # counters, returns, evaluation, version
         self.net.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for pg in self.optimizer.param_groups:  # a checkpoint older than initial_lr: the config's
+            pg.setdefault("initial_lr", self.cfg.learning_rate)
         stats = {k: v.numpy() for k, v in state["normalization"].items()}
         self.obs_rms.moments = RunningMeanStd.moments_from_arrays(stats, "obs")
         self.ret_rms.moments = RunningMeanStd.moments_from_arrays(stats, "ret")

@@ -290,3 +290,49 @@ def test_an_actor_asks_for_parameters_only_when_its_credits_say_they_changed():
     assert serve(client, stream, actor) == 0
     assert client.asked == [-1, 0]  # once at the start, once when the credits said version 1
     assert stream.sent == [0, 0, 0, 0, 0]
+
+
+class SGDPPO(PPO):
+    """PPO with an optimizer of its own: SGD, the value's parameters at a tenth of the lr."""
+
+    def optimizer(self, params, cfg):
+        policy = [p for p in params if p.ndim and p.shape[0] != 1]
+        value = [p for p in params if not (p.ndim and p.shape[0] != 1)]
+        return torch.optim.SGD([{"params": policy}, {"params": value, "lr": cfg.learning_rate / 10}],
+                               lr=cfg.learning_rate, momentum=0.9)  # fmt: skip
+
+
+def test_an_algorithms_own_optimizer_is_used_annealed_per_group_and_checkpointed(tmp_path):
+    cfg = dataclasses.replace(CFG, anneal_lr=True)
+    learner = Learner(SGDPPO(), cfg, spaces_for(ENV), 128, seed=1, exp_dir=tmp_path)
+    actor = Actor(cfg, ENV, num_envs=2, seed=3)
+    actor.set_params(learner.params())
+    assert isinstance(learner.optimizer, torch.optim.SGD)
+    for _ in range(2):  # two updates of 64 steps in a run of 128: the second at half the lr
+        for _ in range(2):
+            learner.add_fragment(fragment(actor))
+        learner.update()
+        actor.set_params(learner.params())
+    assert [g["lr"] for g in learner.optimizer.param_groups] == pytest.approx(
+        [cfg.learning_rate / 2, cfg.learning_rate / 20]
+    )
+    learner.save()
+    learner.close()
+    resumed = Learner(SGDPPO(), cfg, spaces_for(ENV), 128, seed=9, exp_dir=tmp_path)
+    state = resumed.optimizer.state_dict()
+    assert state["state"] and all("momentum_buffer" in s for s in state["state"].values())
+    assert [g["initial_lr"] for g in state["param_groups"]] == pytest.approx(
+        [cfg.learning_rate, cfg.learning_rate / 10]
+    )
+    resumed.close()
+
+
+def test_an_optimizer_hook_that_returns_no_optimizer_fails_as_the_algorithms():
+    from surreal.runtime.run import RoleFailed
+
+    class Broken(PPO):
+        def optimizer(self, params, cfg):
+            return {"lr": 1.0}
+
+    with pytest.raises(RoleFailed, match="its optimizer returned dict, not a torch.optim.Optimizer"):
+        Learner(Broken(), CFG, spaces_for(ENV), 128, seed=1)
