@@ -1,7 +1,7 @@
 """A DQN of one's own from one file, with a network of its own: a Q network with LayerNorm after
 each hidden layer, run in torch by the actors (api.TorchActor), and a coefficient it adapts, the
-running scale of its TD errors that divides its loss (a buffer of its module: checkpointed, so a
-restarted learner goes on with it). From the repository root:
+running scale of its TD errors, where its Huber loss turns linear (a buffer of its module:
+checkpointed, so a restarted learner goes on with it). From the repository root:
 
     surreal create ln --algo examples.ln_dqn:LayerNormDQN --env CartPole-v1 --steps 50000 --seed 0
 
@@ -97,9 +97,9 @@ class LayerNormDQN(OffPolicy):
             target = batch["rewards"] + (1.0 - batch["terminated"]) * cfg.gamma * next_q
         q = nets.actor(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
         td = q - target
-        with torch.no_grad():  # the running scale of the TD errors, and the loss measured in it
+        with torch.no_grad():  # the running scale of the TD errors: where the Huber loss turns linear
             nets.td_scale.lerp_(td.abs().mean().clamp(min=1e-3), 1.0 - cfg.scale_momentum)
-        loss = torch.nn.functional.smooth_l1_loss(q / nets.td_scale, target / nets.td_scale)
+        loss = torch.nn.functional.huber_loss(q, target, delta=float(nets.td_scale))
         nets.optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(nets.actor.parameters(), 10.0)
