@@ -369,7 +369,7 @@ def test_a_detached_run_ends_by_itself_and_frees_every_container_then_list_statu
     assert "run complete" in learner_log, learner_log[-2000:]
     # Actor 1 inserts into the shard's stable name (the headless Service's, as on Kubernetes).
     actor_log = cli.run("logs", "dt", "actor-1").stdout
-    assert "inserting into the replay shard at dt-replay-0.dt-replay:7000" in actor_log, actor_log[-2000:]
+    assert "connected to the replay shard at dt-replay-0.dt-replay:7000" in actor_log, actor_log[-2000:]
     assert cli.run("delete", "dt").stdout.strip() == "experiment 'dt' deleted"
     assert not (cli.home / "experiments" / "dt").exists() and cli.containers("dt") == []
     assert cli.run("status", "dt", ok=False).returncode == 1
