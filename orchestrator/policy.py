@@ -163,14 +163,15 @@ class RoleEnd:
     why: str = ""  # how they failed
 
 
-def outcome(roles: Iterable[RoleEnd]) -> tuple[Phase | None, str]:
+def outcome(roles: Iterable[RoleEnd], over: bool = False) -> tuple[Phase | None, str]:
     """The experiment's phase once it is decided, and why it failed: Failed once a role whose
     failure fails the experiment has failed (role_failure); else Succeeded once the learner is
-    done; else (None, ""): it goes on."""
+    done; else (None, ""): it goes on, unless it is `over` (every component has ended): then it
+    has succeeded if every role is done (a program without a learner), and failed otherwise."""
     roles = list(roles)
     for end in roles:
         if problem := role_failure(end.role, list(end.failed), end.workers, end.why):
             return Phase.FAILED, problem
-    if any(end.role == LEARNER_ROLE and end.done for end in roles):
+    if any(end.role == LEARNER_ROLE and end.done for end in roles) or (over and all(e.done for e in roles)):
         return Phase.SUCCEEDED, ""
-    return None, ""
+    return (Phase.FAILED, "every component ended before the learner was done") if over else (None, "")

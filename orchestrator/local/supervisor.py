@@ -241,8 +241,7 @@ class Supervisor:
                     return Phase.FAILED
                 self._note(child, f"restarted (restart {child.restarts}; {child.failures} failures)")
         if all(child.state in ENDED_STATES for child in self._children):
-            failed = any(child.state is ComponentState.FAILED for child in self._children)
-            return Phase.FAILED if failed else Phase.SUCCEEDED
+            return self._outcome("", over=True)
         return None
 
     def _start(self, child: _Child) -> bool:
@@ -342,18 +341,18 @@ class Supervisor:
         """The learner's last status.json, or None if missing or unreadable (no verdict then)."""
         return poll_metrics(self.exp_dir) or None
 
-    def _outcome(self, why: str) -> Phase | None:
+    def _outcome(self, why: str, over: bool = False) -> Phase | None:
         """The experiment's outcome (policy.outcome) from its components' states; `why`: how the
-        last one ended."""
+        last one ended; `over`: every one has."""
         roles: dict[str, list[_Child]] = {}
         for c in self._children:
             roles.setdefault(c.component.role, []).append(c)
-        phase, self._problem = outcome(
+        phase, self._problem = outcome([
             RoleEnd(role, len(peers), done=all(p.state is ComponentState.SUCCEEDED for p in peers),
                     failed=tuple(p.component.name for p in peers if p.state is ComponentState.FAILED),
                     why=why)
             for role, peers in roles.items()
-        )  # fmt: skip
+        ], over)  # fmt: skip
         return phase
 
     def _reload(self) -> None:
