@@ -11,8 +11,7 @@ from typing import Any, TypeVar
 
 from surreal.runtime.envs.ref import ours, raised
 from surreal.runtime.exits import EXIT_ALGORITHM_FAILED
-from surreal.runtime.ranks import CollectiveFailed, PeerLost
-from surreal.runtime.run import RoleFailed
+from surreal.runtime.run import CollectiveFailed, PeerLost, RoleFailed
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

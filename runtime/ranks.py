@@ -47,6 +47,8 @@ from surreal.runtime.run import (
     ENV_PODS,
     ENV_RANK,
     ENV_WORLD_SIZE,
+    CollectiveFailed,
+    PeerLost,
     RoleFailed,
     rank_from_environ,
 )
@@ -73,17 +75,6 @@ JOIN_TIMEOUT = datetime.timedelta(seconds=60)
 FORM_TIMEOUT = JOIN_TIMEOUT / 2
 PEER_TIMEOUT_SECONDS = 60.0  # a peer silent this long (hung, or gone without a word) is lost
 HEARTBEAT_SECONDS = 1.0
-
-
-class PeerLost(RuntimeError):
-    """Another rank left or went silent: this group cannot update any more."""
-
-
-class CollectiveFailed(RuntimeError):
-    """A collective of this rank's group raised (gloo: a peer's connection closed, or the
-    collective's timeout passed): a peer rank or pod is gone or hung. Unlike PeerLost, this rank
-    may be part-way through an update, so it saves nothing and fails; its agent starts the group
-    again from rank 0's last checkpoint."""
 
 
 class GroupNotFormed(RoleFailed):

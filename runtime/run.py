@@ -38,6 +38,19 @@ class RoleFailed(RuntimeError):
         self.code = code
 
 
+# A learner rank's group, as the runtime raises it (ranks.py); here, without torch, so that what
+# catches them (hooks.py) imports no torch.
+class PeerLost(RuntimeError):
+    """Another rank left or went silent: this group cannot update any more."""
+
+
+class CollectiveFailed(RuntimeError):
+    """A collective of this rank's group raised (gloo: a peer's connection closed, or the
+    collective's timeout passed): a peer rank or pod is gone or hung. Unlike PeerLost, this rank
+    may be part-way through an update, so it saves nothing and fails; its agent starts the group
+    again from rank 0's last checkpoint."""
+
+
 def rank_from_environ() -> tuple[int, int] | None:
     """(rank, world size) of the group from the elastic agent's variables, or None outside a
     group; with learner pods, the pod's agent's offset and the group's size make them global."""

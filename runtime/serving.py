@@ -28,8 +28,8 @@ from surreal.runtime.checkpoint import write_json
 from surreal.runtime.envs.make import EnvBatch
 from surreal.runtime.evaluator import HEARTBEAT_SECONDS, Policy, eval_seed, evaluate
 from surreal.runtime.exits import EXIT_NOT_TRAINED, EXIT_PREEMPTED
-from surreal.runtime.ranks import PeerLost, RankGroup
-from surreal.runtime.run import RoleFailed, RunContext, extras_done, extras_env_steps
+from surreal.runtime.ranks import RankGroup
+from surreal.runtime.run import PeerLost, RoleFailed, RunContext, extras_done, extras_env_steps
 from surreal.runtime.scale import SCALE_FILE, read_scale
 
 log = logging.getLogger(__name__)
