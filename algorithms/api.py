@@ -42,8 +42,10 @@ if TYPE_CHECKING:
     from surreal.runtime.offpolicy.networks import TwinQ, mlp
     from surreal.runtime.offpolicy.policy import LOG_STD_MAX, LOG_STD_MIN, Features, TorchActor
     from surreal.runtime.onpolicy.batch import Batch
+    from surreal.runtime.onpolicy.networks import ActorCritic
 
 __all__ = [
+    "ActorCritic",
     "Algorithm",
     "Batch",
     "Encoder",
@@ -76,11 +78,13 @@ def _module(name: str) -> Any:
     return importlib.import_module(f"surreal.runtime.{name}")
 
 
-# What an algorithm may build on, imported when asked for (some with torch): the on-policy batch,
-# the off-policy networks' observation encoder, and the numpy encoder and MLP trunk of a policy.
-_LAZY = {"Batch": "onpolicy.batch", "Encoder": "offpolicy.encoder", "Features": "offpolicy.policy",
-         "LOG_STD_MIN": "offpolicy.policy", "LOG_STD_MAX": "offpolicy.policy", "mlp": "offpolicy.networks",
-         "TwinQ": "offpolicy.networks", "TorchActor": "offpolicy.policy"}  # fmt: skip
+# What an algorithm may build on, imported when asked for (some with torch): the on-policy batch and
+# actor-critic, the off-policy networks' observation encoder, and the numpy encoder and MLP trunk of
+# a policy.
+_LAZY = {"ActorCritic": "onpolicy.networks", "Batch": "onpolicy.batch", "Encoder": "offpolicy.encoder",
+         "Features": "offpolicy.policy", "LOG_STD_MIN": "offpolicy.policy",
+         "LOG_STD_MAX": "offpolicy.policy", "mlp": "offpolicy.networks", "TwinQ": "offpolicy.networks",
+         "TorchActor": "offpolicy.policy"}  # fmt: skip
 
 
 def resolve_env(env: EnvRef | str) -> ResolvedEnv:
@@ -169,12 +173,22 @@ class Algorithm:
 
 
 class Network(Protocol):
-    """The runtime's actor-critic for the environment's spaces (runtime/onpolicy/networks.py)."""
+    """An on-policy actor-critic for the environment's spaces: the runtime's (ActorCritic,
+    runtime/onpolicy/networks.py), or an algorithm's own from `OnPolicy.make` (a torch module)."""
 
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per row: the log-probability of the action, the policy's entropy, the value."""
+        ...
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Per row: the value (the learner's GAE)."""
+        ...
+
+    def head(self, obs: torch.Tensor) -> torch.Tensor:
+        """Per row: the logits, or the Gaussian means beside the module's `log_std` parameter, that
+        actors sample from (what `evaluate`'s log-probabilities must be of)."""
         ...
 
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
@@ -202,8 +216,9 @@ class OnPolicy(Algorithm):
     `hidden_sizes`, `activation`), with `net.evaluate(obs, actions) -> (log_prob, entropy, value)`.
 
     Subclass it with `name`, `Config` (a frozen dataclass deriving from OnPolicyConfig) and
-    `update`; override `optimizer` for another than Adam, `preset` for tuned settings per
-    environment."""
+    `update`; override `make` for a network of your own (`ActorCritic` is the base to derive it
+    from: actors then run it in torch), `optimizer` for another than Adam, `preset` for tuned
+    settings per environment."""
 
     Config: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
     hooks = ("update",)
@@ -214,6 +229,22 @@ class OnPolicy(Algorithm):
         the same on every rank). The runtime keeps the weights and optimizer state as they were,
         and counts the update skipped, when a statistic or a weight comes out non-finite."""
         raise NotImplementedError
+
+    def make(self, cfg: Any, spaces: EnvSpaces) -> Network:
+        """The actor-critic the learner trains for `spaces` (a torch module; its state_dict is what
+        actors receive and the checkpoint holds). By default the runtime's, which actors run in
+        numpy; the policy of any other is its `head` in torch (`policy`)."""
+        return _module("onpolicy.networks").make_network(cfg, spaces)  # type: ignore[no-any-return]
+
+    def policy(self, cfg: Any, spaces: EnvSpaces, weights: Mapping[str, Any], rng: Any) -> Any:
+        """What actors and the evaluator run from the published `weights` (numpy arrays by name):
+        `act(obs_rows, deterministic) -> (actions, log_probs)` (runtime/onpolicy/policy.NumpyPolicy).
+        The runtime's network in numpy; a network of `make`'s own through its `head` in torch."""
+        policy = _module("onpolicy.policy").NumpyPolicy
+        if type(self).make is OnPolicy.make:
+            return policy(weights, spaces, cfg.activation, rng)
+        head = _module("offpolicy.policy").TorchActor(self.make(cfg, spaces), weights, "head")
+        return policy(weights, spaces, cfg.activation, rng, head=head)
 
     def optimizer(self, params: list[torch.nn.Parameter], cfg: Any) -> torch.optim.Optimizer:
         """The optimizer of the network's `params`, handed to `update` and checkpointed with its
@@ -241,12 +272,11 @@ class OnPolicy(Algorithm):
 
     def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
         spaces = _module("envs.make").spaces_of(resolved)
-        return _module("onpolicy.evaluator").checkpoint_policy(config, spaces, state, seed)
+        return _module("onpolicy.evaluator").checkpoint_policy(self, config, spaces, state, seed)
 
     def role_main(self, role: str) -> RoleMain:
         self.check_role(role)
-        main = getattr(_module(f"onpolicy.{role}"), f"run_{role}")
-        return functools.partial(main, self) if role == "learner" else main  # type: ignore[no-any-return]
+        return functools.partial(getattr(_module(f"onpolicy.{role}"), f"run_{role}"), self)
 
 
 class OffPolicy(Algorithm):

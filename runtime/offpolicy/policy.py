@@ -106,9 +106,9 @@ def to_env(actions: np.ndarray, sp: EnvSpaces) -> np.ndarray:
 class TorchActor:
     """A network of an algorithm's own, as actors run it: `module` (what `make` builds as `actor`)
     with the published weights, on the CPU with one torch thread (an actor's core steps its
-    environments too): packed rows -> its outputs as numpy (a tuple's first)."""
+    environments too): packed rows -> its outputs (of `method`) as numpy (a tuple's first)."""
 
-    def __init__(self, module: Any, weights: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, module: Any, weights: Mapping[str, np.ndarray], method: str = "forward") -> None:
         import torch
 
         torch.set_num_threads(1)
@@ -119,10 +119,11 @@ class TorchActor:
             raise ValueError(f"the published weights do not fit the actor network: "
                              f"{str(exc).splitlines()[0]}") from None  # fmt: skip
         self.module = module.eval()
+        self.call = getattr(self.module, method)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         import torch
 
         with torch.inference_mode():
-            out = self.module(torch.from_numpy(np.ascontiguousarray(obs, np.float32)))
+            out = self.call(torch.from_numpy(np.ascontiguousarray(obs, np.float32)))
         return (out[0] if isinstance(out, tuple) else out).numpy()

@@ -7,7 +7,7 @@ runtime/actor.py runs it as every family's actor is run. Actors run the policy i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,15 +30,21 @@ from surreal.runtime.onpolicy.frames import encode_stacks
 from surreal.runtime.onpolicy.policy import NumpyPolicy, policy_from_params
 from surreal.runtime.run import RunContext
 
+if TYPE_CHECKING:
+    from surreal.algorithms.api import OnPolicy
+
 
 class Actor:
     """Runs the policy on a whole EnvBatch at once; emits fragments of `fragment_length` steps.
 
-    `seed` seeds the envs ([seed, seed + num_envs)) and the policy's sampling.
+    `seed` seeds the envs ([seed, seed + num_envs)) and the policy's sampling; `algo` gives the
+    policy (the runtime's without one).
     """
 
-    def __init__(self, cfg: OnPolicyConfig, env: EnvRef | str, num_envs: int, seed: int) -> None:
-        self.cfg = cfg
+    def __init__(
+        self, cfg: OnPolicyConfig, env: EnvRef | str, num_envs: int, seed: int, algo: OnPolicy | None = None
+    ) -> None:
+        self.cfg, self.algo = cfg, algo
         self.envs = EnvBatch(env, num_envs, seed, obs_keys=cfg.obs_keys)
         self.spaces = self.envs.spaces
         self.rng = np.random.default_rng(seed)
@@ -49,7 +55,7 @@ class Actor:
         self._running_return = np.zeros(num_envs, np.float64)
 
     def set_params(self, params: Params) -> None:
-        self.policy, self._normalizer = policy_from_params(self.cfg, self.spaces, params, self.rng)
+        self.policy, self._normalizer = policy_from_params(self.cfg, self.spaces, params, self.rng, self.algo)
         self.version = params.version
 
     def collect(self) -> dict[str, np.ndarray]:
@@ -186,9 +192,9 @@ class LeafRows:
         return out
 
 
-def run_actor(cfg: OnPolicyConfig, ctx: RunContext) -> int:
+def run_actor(algo: OnPolicy, cfg: OnPolicyConfig, ctx: RunContext) -> int:
     """Send fragments to the learner rank that serves this worker until the run is done
     (runtime/actor.py); a fragment lost in flight is not missed by an on-policy learner."""
     cfg.validate()
     seed = actor_seed(ctx.seed, ctx.index)
-    return actor.run_actor(Actor(cfg, ctx.env, ctx.agents_in_worker * cfg.envs_per_agent, seed), ctx)
+    return actor.run_actor(Actor(cfg, ctx.env, ctx.agents_in_worker * cfg.envs_per_agent, seed, algo), ctx)

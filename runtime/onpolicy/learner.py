@@ -42,7 +42,6 @@ from surreal.runtime.onpolicy.fragment import (
     open_fragment,
 )
 from surreal.runtime.onpolicy.gae import compute_gae
-from surreal.runtime.onpolicy.networks import make_network
 from surreal.runtime.progress import LearnerProgress, anneal
 from surreal.runtime.ranks import (
     CollectiveFailed,
@@ -94,7 +93,10 @@ class Learner(LearnerProgress):
         self.update_seconds = 0.0  # in update(), since this process started (collectives included)
         self.device = resolve_device(cfg.device, self.group.rank)
         torch.manual_seed(seed)  # the initial weights are drawn on the CPU: the same on any device
-        self.net = make_network(cfg, spaces).to(self.device)
+        self.net: Any = hooks.call(algo, "make", algo.make, cfg, spaces)  # a Network, a torch module
+        if not isinstance(self.net, torch.nn.Module):
+            raise hooks.failed(algo, "make", f"returned {type(self.net).__name__}, not a torch.nn.Module")
+        self.net.to(self.device)
         self._params = list(self.net.parameters())
         self.optimizer = hooks.call(algo, "optimizer", algo.optimizer, self._params, cfg)
         if not isinstance(self.optimizer, torch.optim.Optimizer):
@@ -140,7 +142,8 @@ class Learner(LearnerProgress):
             "obs_var": self.obs_rms.var.copy(),
             **progress_extras(self.counters.env_steps, self.done),
         }
-        return Params(self.counters.version, self.net.weights_numpy(), extras)
+        weights = {k: v.detach().cpu().numpy().copy() for k, v in self.net.state_dict().items()}
+        return Params(self.counters.version, weights, extras)
 
     def new_version(self) -> None:
         """Bump the version without training (e.g. to announce `done` with unchanged weights)."""
@@ -557,7 +560,7 @@ def run_learner(algo: OnPolicy, cfg: OnPolicyConfig, ctx: RunContext) -> int:
     try:
         return loop.run(
             ctx, final_eval_timeout=cfg.final_eval_timeout, eval_episodes=cfg.eval_episodes,
-            policy_for=lambda params: eval_policy(cfg, spaces, params, ctx.seed), obs_keys=cfg.obs_keys,
+            policy_for=lambda params: eval_policy(cfg, spaces, params, ctx.seed, algo), obs_keys=cfg.obs_keys,
         )  # fmt: skip
     except CollectiveFailed as exc:  # said as what it is (not a bug's trace), for its agent to tell
         log.error("%s", exc)

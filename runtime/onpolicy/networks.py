@@ -8,7 +8,6 @@ import functools
 import math
 from collections.abc import Callable
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -207,10 +206,6 @@ class TrunkActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values [B]."""
         return self.critic(self.features(obs)).squeeze(-1)  # type: ignore[no-any-return]
-
-    def weights_numpy(self) -> dict[str, np.ndarray]:
-        """Parameters as float32 numpy arrays (copies), for publishing."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
 
 
 class ActorCritic(TrunkActorCritic):

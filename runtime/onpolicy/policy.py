@@ -11,16 +11,21 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from surreal.protocol.types import Params
+from surreal.runtime import hooks
 from surreal.runtime.envs import obs_leaves
 from surreal.runtime.envs.make import EnvSpaces, Obs
 from surreal.runtime.normalization import ObsNormalizer
 from surreal.runtime.numpy_mlp import Layers, forward
 from surreal.runtime.onpolicy.config import OnPolicyConfig
 from surreal.runtime.onpolicy.fragment import obs_stats_dim
+
+if TYPE_CHECKING:
+    from surreal.algorithms.api import OnPolicy
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _POLICY_KEY = re.compile(r"policy\.(\d+)\.(weight|bias)")
@@ -55,11 +60,14 @@ class NumpyPolicy:
         spaces: EnvSpaces,
         activation: str,
         rng: np.random.Generator | None = None,  # needed to sample; the mode needs none
+        head: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.spaces = spaces
         self.activation = activation
         self.head: Callable[[np.ndarray], np.ndarray]
-        if spaces.has_image:
+        if head is not None:  # a network of an algorithm's own (policy_of)
+            self.head = head
+        elif spaces.has_image:
             from surreal.runtime.onpolicy.cnn import CNNHead  # torch: only actors of image environments
 
             self.head = CNNHead(weights, spaces, activation)
@@ -149,11 +157,17 @@ def _sample_categorical(
 
 
 def policy_from_params(
-    cfg: OnPolicyConfig, spaces: EnvSpaces, params: Params, rng: np.random.Generator | None = None
+    cfg: OnPolicyConfig,
+    spaces: EnvSpaces,
+    params: Params,
+    rng: np.random.Generator | None = None,
+    algo: OnPolicy | None = None,
 ) -> tuple[NumpyPolicy, ObsNormalizer | None]:
-    """The policy in `params` and the observation normalizer shipped with it (None if unused; of
-    observations of several leaves, it normalizes their vector leaves side by side: policy_input)."""
-    policy = NumpyPolicy(params.weights, spaces, cfg.activation, rng)
+    """The policy in `params` (`algo`'s, the runtime's without one) and the observation normalizer
+    shipped with it (None if unused; of observations of several leaves, it normalizes their vector
+    leaves side by side: policy_input)."""
+    policy = (NumpyPolicy(params.weights, spaces, cfg.activation, rng) if algo is None else
+              hooks.call(algo, "policy", algo.policy, cfg, spaces, params.weights, rng))  # fmt: skip
     if not cfg.norm_obs or spaces.pixels or not obs_stats_dim(spaces):  # images: scaled in the CNN
         return policy, None
     ex = params.extras

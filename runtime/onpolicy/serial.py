@@ -66,7 +66,7 @@ def train_serial(
     )
     shares = [num_agents // workers + (i < num_agents % workers) for i in range(workers)]
     actors = [
-        Actor(cfg, env_id, share * cfg.envs_per_agent, seed=actor_seed(seed, i))
+        Actor(cfg, env_id, share * cfg.envs_per_agent, seed=actor_seed(seed, i), algo=algo)
         for i, share in enumerate(shares)
         if share > 0
     ]
@@ -78,7 +78,7 @@ def train_serial(
     def run_eval() -> float:
         nonlocal reached
         params = learner.params()
-        result = evaluate(eval_envs, eval_policy(cfg, learner.spaces, params, seed))
+        result = evaluate(eval_envs, eval_policy(cfg, learner.spaces, params, seed, algo))
         steps = learner.counters.env_steps
         learner.record_eval(result.report(params.version, steps))
         if reached is None and threshold is not None and result.mean_return >= threshold:

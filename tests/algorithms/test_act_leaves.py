@@ -83,7 +83,8 @@ def test_the_policy_samples_each_column_from_its_own_distribution() -> None:
     layout = spaces.action_layout
     rng = np.random.default_rng(0)
     out = rng.normal(0, 1.5, (1, layout.head_dim)).astype(np.float32)
-    policy = NumpyPolicy(ActorCritic(spaces).weights_numpy(), spaces, "tanh", np.random.default_rng(1))
+    weights = {k: v.detach().numpy() for k, v in ActorCritic(spaces).state_dict().items()}
+    policy = NumpyPolicy(weights, spaces, "tanh", np.random.default_rng(1))
     policy.head, policy.std = (lambda obs: np.repeat(out, len(obs), 0)), np.full(4, 0.5, np.float32)
     policy._logp_const = np.float32(-4 * np.log(0.5) - 2 * np.log(2 * np.pi))
     actions, logp = policy.act(np.zeros((20_000, 1), np.float32))

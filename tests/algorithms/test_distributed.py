@@ -40,8 +40,8 @@ def context(tmp_path: Path):
 def test_learner_actors_and_evaluator_finish_a_run(tmp_path, context):
     total = 3072
     learner = run_in_thread(run_learner, PPO(), CFG, context(total))
-    actors = [run_in_thread(run_actor, CFG, context(total, i)) for i in range(2)]
-    evaluator = run_in_thread(run_evaluator, CFG, context(total))
+    actors = [run_in_thread(run_actor, PPO(), CFG, context(total, i)) for i in range(2)]
+    evaluator = run_in_thread(run_evaluator, PPO(), CFG, context(total))
     for thread, _ in (learner, *actors, evaluator):
         thread.join(timeout=120)
     assert [r.get("rc") for _, r in (learner, *actors, evaluator)] == [0, 0, 0, 0]
@@ -59,7 +59,7 @@ def test_learner_actors_and_evaluator_finish_a_run(tmp_path, context):
 def test_learner_without_evaluator_evaluates_the_final_policy_itself(tmp_path, context):
     ctx = dataclasses.replace(context(512), has_evaluator=False)
     learner = run_in_thread(run_learner, PPO(), CFG, ctx)
-    actor = run_in_thread(run_actor, CFG, context(512))
+    actor = run_in_thread(run_actor, PPO(), CFG, context(512))
     for thread, _ in (learner, actor):
         thread.join(timeout=60)
     assert learner[1].get("rc") == 0 and actor[1].get("rc") == 0

@@ -336,3 +336,57 @@ def test_an_optimizer_hook_that_returns_no_optimizer_fails_as_the_algorithms():
 
     with pytest.raises(RoleFailed, match="its optimizer returned dict, not a torch.optim.Optimizer"):
         Learner(Broken(), CFG, spaces_for(ENV), 128, seed=1)
+
+
+def test_a_network_of_the_algorithms_own_is_trained_run_by_actors_in_torch_and_loads(tmp_path, monkeypatch):
+    """examples/ln_ppo.py's LayerNorm actor-critic (its `make`): the learner trains it, actors run
+    its policy head in torch and send the log-probabilities the learner computes for their actions
+    (what its importance ratio relies on), and its checkpoint is the policy load_policy runs."""
+    from pathlib import Path
+
+    from surreal.runtime.checkpoint import Envelope, load_checkpoint
+    from surreal.runtime.envs.make import resolve_env
+    from surreal.runtime.offpolicy.policy import TorchActor
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
+    from examples.ln_ppo import LayerNormPPO
+
+    algo = LayerNormPPO()
+    learner = Learner(algo, CFG, spaces_for(ENV), 128, seed=1, exp_dir=tmp_path)
+    assert any(isinstance(m, torch.nn.LayerNorm) for m in learner.net.modules())
+    actor = Actor(CFG, ENV, num_envs=2, seed=3, algo=algo)
+    for n in range(1, 3):
+        actor.set_params(learner.params())
+        assert isinstance(actor.policy.head, TorchActor)
+        sent = [fragment(actor) for _ in range(2)]
+        t = CFG.fragment_length
+        for frag in sent:
+            obs, actions = frag.tensors["obs"][:t], frag.tensors["actions"]
+            rows = (torch.as_tensor(x.reshape(-1, x.shape[-1])) for x in (obs, actions))
+            with torch.no_grad():
+                logp = learner.net.evaluate(*rows)[0].numpy()
+            np.testing.assert_allclose(logp, frag.tensors["logprobs"].reshape(-1), rtol=1e-4, atol=1e-4)
+            learner.add_fragment(frag)
+        learner.update()
+        assert learner.counters.updates == n
+    learner.save()
+    weights = {k: v.clone() for k, v in learner.net.state_dict().items()}
+    learner.close()
+
+    _, state = Envelope.open(load_checkpoint(tmp_path / "checkpoints"))
+    act = algo.checkpoint_policy(CFG, resolve_env(ENV), state, seed=0)
+    assert act(np.zeros((3, 3), np.float32), True).shape == (3, 1)
+    resumed = Learner(algo, CFG, spaces_for(ENV), 128, seed=9, exp_dir=tmp_path)
+    assert all(torch.equal(v, weights[k]) for k, v in resumed.net.state_dict().items())
+    resumed.close()
+
+
+def test_a_make_hook_that_returns_no_module_fails_as_the_algorithms():
+    from surreal.runtime.run import RoleFailed
+
+    class Broken(PPO):
+        def make(self, cfg, spaces):
+            return [torch.nn.Linear(3, 1)]
+
+    with pytest.raises(RoleFailed, match="its make returned list, not a torch.nn.Module"):
+        Learner(Broken(), CFG, spaces_for(ENV), 128, seed=1)

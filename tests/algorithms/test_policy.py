@@ -19,7 +19,7 @@ BOX = EnvSpaces(5, False, 2, np.full(2, -1.0, np.float32), np.full(2, 1.0, np.fl
 
 def published(net: ActorCritic) -> dict[str, np.ndarray]:
     """The weights as they reach an actor: decoded wire buffers are read-only."""
-    weights = net.weights_numpy()
+    weights = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
     for w in weights.values():
         w.flags.writeable = False
     return weights
