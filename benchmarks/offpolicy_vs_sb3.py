@@ -20,7 +20,7 @@ For each: wall seconds of the run (the learner's elapsed time; SB3's learn()), e
 the replay ratio held; the seconds to a return (`--target`; Pendulum -200, HalfCheetah 3,000,
 CartPole 475, Acrobot -100): the wall time of the first evaluation, every `--eval-every` env
 steps, whose mean reaches it; where the time goes: the share of the learner's time in gradient
-updates (SB3's in `train()` from its first call on; surreal's `replay.update_share`, over its last
+updates (SB3's in `train()` from its first call on; surreal's `update_share`, over its last
 half minute of training): near 1, the update is the cap, not sampling, the transport or the
 replay; then surreal's wall time, rates and time to the return over SB3's.
 
@@ -118,7 +118,7 @@ def surreal_run(algo: str, env: str, steps: int, agents: int, shards: int, sets:
             "updates_s": st["updates"] / seconds,
             "rows_s": st["rows_trained"] / seconds, "eval_return": st["eval_return"],
             "ratio_held": sum(s["sampled"] for s in replay["shards"]) / max(1, st["env_steps"]),
-            "update_share": replay["update_share"], "to_target": first_reaching(points, target)}  # fmt: skip
+            "update_share": st["update_share"], "to_target": first_reaching(points, target)}  # fmt: skip
 
 
 def sb3_run(model: Any, env: str, steps: int, cfg: Any, eval_every: int, target: float | None) -> dict:

@@ -56,7 +56,8 @@ class LearnerProgress:
         self.eval_episodes: int | None = None  # the episodes it is the mean of
         self.final_evaluated = False
         self._started = time.monotonic()
-        self._rate: deque[tuple[float, int]] = deque(maxlen=64)  # (time, env_steps) samples
+        # (time, env_steps, busy_seconds) samples, at least RATE_SAMPLE_SECONDS apart but the last
+        self._rate: deque[tuple[float, int, float | None]] = deque(maxlen=64)
         # The last checkpoint: its version (before a restore's jump), when it was written (wall
         # clock, so that it survives a restart) and the update count then.
         self.checkpoint_version: int | None = None
@@ -65,7 +66,22 @@ class LearnerProgress:
         self._checkpoint_updates = 0
 
     def _note_steps(self) -> None:
-        self._rate.append((time.monotonic(), self.counters.env_steps))
+        sample = (time.monotonic(), self.counters.env_steps, self.busy_seconds())
+        if len(self._rate) >= 2 and sample[0] - self._rate[-2][0] < RATE_SAMPLE_SECONDS:
+            self._rate[-1] = sample  # the window's newest point stays current
+        else:
+            self._rate.append(sample)
+
+    def busy_seconds(self) -> float | None:
+        """Seconds this process has spent in updates (None: the core does not say)."""
+        return None
+
+    def update_share(self) -> float | None:
+        """The share of the recent window this learner spent updating (None until it is known)."""
+        if len(self._rate) < 2 or self._rate[0][2] is None or self._rate[-1][2] is None:
+            return None
+        (t0, _, b0), (t1, _, b1) = self._rate[0], self._rate[-1]
+        return min(1.0, max(0.0, (b1 - b0) / (t1 - t0))) if t1 > t0 else None  # type: ignore[operator]
 
     def training_problem(self) -> str | None:
         """Why a run that reached its steps did not train, or None: a run is Succeeded only when at
@@ -157,7 +173,7 @@ class LearnerProgress:
     def steps_per_second(self) -> float:
         if len(self._rate) < 2:
             return 0.0
-        (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
+        (t0, s0, _), (t1, s1, _) = self._rate[0], self._rate[-1]
         return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
 
     def elapsed_seconds(self) -> float:
@@ -183,6 +199,8 @@ class LearnerProgress:
             "eval_stderr": self.eval_stderr,
             "eval_episodes": self.eval_episodes,
             "steps_per_second": self.steps_per_second(),
+            "update_share": (share := self.update_share()),
+            "balance": balance(share, self.done),
             "elapsed_seconds": self.elapsed_seconds(),
             "dropped_fragments": dropped,
             "connected_actors": connected_actors,
@@ -190,6 +208,27 @@ class LearnerProgress:
             "checkpoint_age_seconds": self.checkpoint_age_seconds(),
             "done": self.done and self.final_evaluated,
         }
+
+
+RATE_SAMPLE_SECONDS = 0.5
+# The learner's update share beyond which it is the run's cap, and below which it mostly waits.
+LEARNER_BOUND, ACTOR_BOUND = 0.9, 0.3
+
+
+def balance(share: float | None, done: bool = False) -> str | None:
+    """What the learner's recent update share says of the run's packing, in a line (None while it
+    is unknown or once the run is done): near 1 the learner is the cap and the actors wait on it;
+    well below, the learner waits on the actors (or on the replay's limiter, on the transport)."""
+    if share is None or done:
+        return None
+    if share >= LEARNER_BOUND:
+        return (f"the learner updates {share:.0%} of the time: it is the cap and the actors wait "
+                "on it; fewer actor CPUs would train as fast, learner ranks (--learners) or a GPU "
+                "faster")  # fmt: skip
+    if share <= ACTOR_BOUND:
+        return (f"the learner updates {share:.0%} of the time and waits on the actors the rest: more "
+                "actor CPUs (--agents, agents per pod) would feed it")  # fmt: skip
+    return f"the learner updates {share:.0%} of the time: actors and learner are in balance"
 
 
 def anneal(optimizers: Iterable[Any], left: float) -> float:

@@ -53,7 +53,7 @@ REPLAY_WIRE = {"unauthenticated": "unauthenticated", "undecodable": "undecodable
                "bad_sample": "bad_samples"}  # fmt: skip
 TB_EVERY = 100  # updates between TensorBoard points (hundreds a second: every one would be megabytes)
 # The replay's figures TensorBoard draws (replay_status's), as `surreal status` shows them.
-TB_REPLAY = ("size", "replay_ratio", "update_share", "refused_fragments", "lost")
+TB_REPLAY = ("size", "replay_ratio", "refused_fragments", "lost")
 
 
 class Shards:
@@ -143,7 +143,7 @@ class Learner(LearnerProgress):
         self._ckpt_dir: Path = ctx.exp_dir / "checkpoints"
         self._tb: Scalars | None = Scalars(ctx.exp_dir / "tb")
         self._tb_updates = 0  # updates at the last TensorBoard point
-        self._rates: deque[tuple[float, int, int, float]] = deque(maxlen=RATE_WINDOW)
+        self._rates: deque[tuple[float, int, int]] = deque(maxlen=RATE_WINDOW)
         self._updating = 0.0  # seconds in train_on since start: the update's share of the learner's time
         self._batch: dict[str, np.ndarray] | None = None
         self._unpublished = False
@@ -172,7 +172,10 @@ class Learner(LearnerProgress):
             c.episodes += 1
         now = time.monotonic()  # the window stops at done: a finished run shows the rates it trained at
         if not self.done and (not self._rates or now - self._rates[-1][0] >= 0.5):
-            self._rates.append((now, inserted, self.shards.total("sampled"), self._updating))
+            self._rates.append((now, inserted, self.shards.total("sampled")))
+
+    def busy_seconds(self) -> float:
+        return self._updating
 
     def ready(self) -> bool:
         """A batch is at hand, and the last update's version has been published (the serving loop
@@ -233,6 +236,8 @@ class Learner(LearnerProgress):
                     "skipped_updates": c.skipped_updates}  # fmt: skip
         if self.train_returns:
             progress["episode_return"] = self.train_return()
+        if (share := self.update_share()) is not None:
+            progress["update_share"] = share
         tb.add("progress", progress, step)
         replay = self.replay_status()
         tb.add("replay", {k: replay[k] for k in TB_REPLAY if replay.get(k) is not None}, step)
@@ -288,18 +293,17 @@ class Learner(LearnerProgress):
     # --- status, checkpoints
 
     def replay_status(self) -> dict[str, Any]:
-        """The replay's size, its rates over the last half minute or so, the ratio held there, and the
-        share of that time the learner spent updating (near 1: the update is the cap; well below:
-        the learner waits on the replay, that is on the actors, the transport or the limiter)."""
+        """The replay's size, its rates over the last half minute or so and the ratio held there (the
+        learner's share of that time in updates is every learner's `update_share`)."""
         if self.shards is None:
             return {}
-        first, last = (self._rates[0], self._rates[-1]) if self._rates else ((0, 0, 0, 0),) * 2
-        (t0, i0, s0, u0), (t1, i1, s1, u1) = first, last
+        first, last = (self._rates[0], self._rates[-1]) if self._rates else ((0, 0, 0),) * 2
+        (t0, i0, s0), (t1, i1, s1) = first, last
         dt = t1 - t0
         return {"size": self.shards.total("size"), "inserts_per_second": (i1 - i0) / dt if dt > 0 else 0.0,
                 "samples_per_second": (s1 - s0) / dt if dt > 0 else 0.0,
                 "replay_ratio": (s1 - s0) / (i1 - i0) if i1 > i0 else None,
-                "target_ratio": self.cfg.replay_ratio, "update_share": (u1 - u0) / dt if dt > 0 else None,
+                "target_ratio": self.cfg.replay_ratio,
                 "lost": self.shards.total("lost"), "restored": self.shards.total("restored"),
                 "refused_fragments": self.shards.total("refused"),
                 "malformed_streams": self.shards.total("malformed"),

@@ -132,6 +132,9 @@ class Learner(LearnerProgress):
         """This rank committed to the group's next update and waits for the others."""
         return self.intake.holding
 
+    def busy_seconds(self) -> float:
+        return self.update_seconds
+
     def ready(self) -> bool:
         """An update is due: the intake holds a batch (and, of a rank, the group agreed on it)."""
         return self.intake.ready()

@@ -199,6 +199,8 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
                    f"from {rank['connected_actors']} actor streams{where}")  # fmt: skip
     for i, line in enumerate(replay_lines(st)):
         click.echo(f"{'replay:' if i == 0 else '':<18}{line}")
+    if st.get("balance"):  # the learner's update share, and what it says of the packing
+        click.echo(f"{'balance:':<18}{st['balance']}")
     if st.get("group_restarts"):
         click.echo(f"{'group restarts:':<18}{st['group_restarts']} (the learner ranks, from a checkpoint)")
     for key in ("queued", "admission", "waiting_for", "problem"):

@@ -141,14 +141,14 @@ def rejections(st: dict[str, Any]) -> list[str]:
 
 def replay_lines(st: dict[str, Any]) -> list[str]:
     """An off-policy run's replay (docs/algorithms/sac.md): its size and rates, the ratio held
-    beside its target, the learner's update share, and what the shards refused or lost (none for
-    an algorithm without replay, or before the learner has heard from a shard)."""
+    beside its target, and what the shards refused or lost (none for an algorithm without replay,
+    or before the learner has heard from a shard)."""
     r = st.get("replay") or {}
     if not r:
         return []
     lines = [
         f"size {fmt(r.get('size'), ',d')} rows; ratio held {fmt(r.get('replay_ratio'))} "
-        f"(target {fmt(r.get('target_ratio'), 'g')}); update share {fmt(r.get('update_share'), '.2f')}",
+        f"(target {fmt(r.get('target_ratio'), 'g')})",
         f"inserts {fmt(r.get('inserts_per_second'), ',.0f')}/s, "
         f"samples {fmt(r.get('samples_per_second'), ',.0f')}/s; "
         f"refused {fmt(r.get('refused_fragments'), ',d')} fragments; lost {fmt(r.get('lost'), ',d')} rows, "

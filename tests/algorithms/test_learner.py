@@ -231,10 +231,21 @@ def test_status_has_the_contract_fields():
         "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
         "best_eval_return", "eval_stderr", "eval_episodes", "steps_per_second", "elapsed_seconds",
         "dropped_fragments", "connected_actors", "done", "rejected_fragments", "skipped_updates",
-        "checkpoint_version", "checkpoint_age_seconds", "update_seconds",
+        "checkpoint_version", "checkpoint_age_seconds", "update_seconds", "update_share", "balance",
     }  # fmt: skip
     assert status["env_steps"] == 32 and status["connected_actors"] == 3
     json.dumps(status)
+
+
+def test_the_learner_says_its_update_share():
+    """The on-policy learner's time in updates is its busy time (runtime/progress.py's window)."""
+    learner, actor = make()
+    for _ in range(3):
+        while not learner.ready():
+            learner.add_fragment(fragment(actor))
+        learner.update()
+    share = learner.status()["update_share"]
+    assert 0.0 < share <= 1.0 and learner.busy_seconds() == learner.update_seconds > 0
 
 
 def test_final_evaluation_is_recognized_only_for_the_final_version():

@@ -46,7 +46,7 @@ def test_sac_learns_pendulum_with_its_replay_ratio_held(cli: Cli) -> None:
         replay["size"] >= STEPS - 100
         and replay["inserts_per_second"] > 0
         and replay["samples_per_second"] > 0
-        and 0 < replay["update_share"] <= 1
+        and 0 < st["update_share"] <= 1
     )
     (shard,) = replay["shards"]
     held = shard["sampled"] / (shard["inserted"] - LEARNING_STARTS)

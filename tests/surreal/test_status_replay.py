@@ -1,6 +1,6 @@
 """`surreal status` says an off-policy run's replay as docs/algorithms/sac.md does: its size, the
-ratio held beside its target, the learner's update share, the fragments refused and the rows lost,
-and a shard the learner cannot reach; nothing of it for a run without replay."""
+ratio held beside its target, the fragments refused and the rows lost, and a shard the learner
+cannot reach; nothing of it for a run without replay. And every run's balance, when it has one."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from surreal.orchestrator.home import STATUS_FILE
 
 REPLAY = {
     "size": 19_872, "inserts_per_second": 75.4, "samples_per_second": 19_200.0, "replay_ratio": 255.94,
-    "target_ratio": 256.0, "update_share": 0.934, "lost": 1_024, "restored": 512, "refused_fragments": 7,
+    "target_ratio": 256.0, "lost": 1_024, "restored": 512, "refused_fragments": 7,
     "malformed_streams": 0, "shards": [{"size": 9_936, "reachable": True}, {"reachable": False}],
 }  # fmt: skip
 
@@ -32,7 +32,7 @@ def test_status_says_the_replay(surreal_home: Path, capsys: pytest.CaptureFixtur
     lines = out.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("replay:"))
     assert lines[at : at + 3] == [
-        f"{'replay:':<18}size 19,872 rows; ratio held 255.9 (target 256); update share 0.93",
+        f"{'replay:':<18}size 19,872 rows; ratio held 255.9 (target 256)",
         f"{'':<18}inserts 75/s, samples 19,200/s; refused 7 fragments; lost 1,024 rows, restored 512",
         f"{'':<18}shard 1 not reachable",
     ]
@@ -41,9 +41,9 @@ def test_status_says_the_replay(surreal_home: Path, capsys: pytest.CaptureFixtur
 def test_a_replay_not_measured_yet_shows_dashes(
     surreal_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    replay = {**REPLAY, "replay_ratio": None, "update_share": None, "shards": [{"reachable": True}]}
+    replay = {**REPLAY, "replay_ratio": None, "shards": [{"reachable": True}]}
     out = _status(surreal_home, capsys, {**METRICS, "replay": replay})
-    assert "ratio held - (target 256); update share -\n" in out
+    assert "ratio held - (target 256)\n" in out
     assert "not reachable" not in out
 
 
@@ -51,3 +51,14 @@ def test_a_run_without_replay_has_no_replay_lines(
     surreal_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert "replay:" not in _status(surreal_home, capsys, dict(METRICS))
+
+
+def test_status_says_the_balance(surreal_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from surreal.runtime.progress import balance
+
+    out = _status(surreal_home, capsys, {**METRICS, "update_share": 0.97, "balance": balance(0.97)})
+    assert f"{'balance:':<18}the learner updates 97% of the time: it is the cap" in out
+    no_balance = {**METRICS, "update_share": 0.9}  # a finished run's: its share, and no advice
+    (surreal_home / "experiments" / "sac1" / STATUS_FILE).write_text(json.dumps(no_balance))
+    code, out, _ = surreal(capsys, "status", "sac1")
+    assert code == 0 and "balance:" not in out

@@ -84,5 +84,5 @@ def test_sac_writes_the_training_curve_q_values_and_the_replay(tmp_path, monkeyp
     assert np.isfinite(last["train/q_value"])
     assert last["replay/size"] == 8 * TB_EVERY
     assert last["replay/replay_ratio"] == pytest.approx(32.0)  # 256 sampled per 8 inserted
-    assert 0.0 <= last["replay/update_share"] <= 1.0
+    assert 0.0 <= last["progress/update_share"] <= 1.0
     assert (last["replay/refused_fragments"], last["replay/lost"]) == (3, 5)
