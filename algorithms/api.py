@@ -158,6 +158,12 @@ class Algorithm:
         """The environments a worker of `agents_in_worker` agents steps (one each by default)."""
         return agents_in_worker
 
+    def calibrate(self, config: Any, env: EnvRef, agents_in_worker: int, budget: float = 1.0) -> Any:
+        """What one actor process of `agents_in_worker` agents makes and one learner consumes, in env
+        steps per second, measured here with this algorithm's code (runtime/calibrate.Rates; each
+        part timed for about `budget` seconds); None for an algorithm that cannot say."""
+        return None
+
     def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
         """The policy in a checkpoint's `state` (load_checkpoint's): raw observations [N, ...] and
         `deterministic` -> actions [N, ...] (runtime/evaluator.TrainedAct)."""
@@ -269,6 +275,9 @@ class OnPolicy(Algorithm):
 
     def worker_envs(self, config: Any, agents_in_worker: int) -> int:
         return agents_in_worker * int(config.envs_per_agent)
+
+    def calibrate(self, config: Any, env: EnvRef, agents_in_worker: int, budget: float = 1.0) -> Any:
+        return _module("calibrate").onpolicy(self, config, env, agents_in_worker, budget)
 
     def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
         spaces = _module("envs.make").spaces_of(resolved)
@@ -385,6 +394,9 @@ class OffPolicy(Algorithm):
 
     def worker_envs(self, config: Any, agents_in_worker: int) -> int:
         return agents_in_worker * int(config.envs_per_agent)
+
+    def calibrate(self, config: Any, env: EnvRef, agents_in_worker: int, budget: float = 1.0) -> Any:
+        return _module("calibrate").offpolicy(self, config, env, agents_in_worker, budget)
 
     def checkpoint_policy(self, config: Any, resolved: ResolvedEnv, state: Any, seed: int = 0) -> Any:
         spaces = _module("envs.make").spaces_of(resolved)
