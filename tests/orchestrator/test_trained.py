@@ -360,8 +360,11 @@ def test_surreal_record_stops_on_a_signal_within_a_second(tmp_path: Path, sig: i
     out = tmp_path / "out"
     out.mkdir()
     env = {"SURREAL_HOME": str(tmp_path), "PATH": str(Path(sys.executable).parent)}
+    # Ctrl-C as a terminal's user has it: a suite started in the background (`make test &`) ignores
+    # SIGINT, and a child that inherits SIG_IGN gets no KeyboardInterrupt from Python.
     proc = subprocess.Popen([SURREAL, "record", "sig", "-o", str(out / f"a{suffix}"), "--episodes", "1000"],
-                            env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            env=env, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     lines: queue.Queue[tuple[float, str]] = queue.Queue()
     assert proc.stderr is not None
     stderr = proc.stderr
