@@ -127,7 +127,7 @@ class ExperimentSpec:
     backend: str = "local"
     """Where components run: "local" processes or "kube" (Kubernetes)."""
     agents_per_pod: int = 1
-    """Kubernetes only: logical agents packed into one actor pod."""
+    """Containers and Kubernetes: logical agents packed into one actor pod (`--agents-per-pod`)."""
     namespace: str = "default"
     """Kubernetes only: namespace of the experiment's objects."""
     image: str = ""

@@ -63,6 +63,8 @@ def cli() -> None:
     help="Pods the learner ranks spread over (containers, kube; default 1: one pod).",
 )
 @click.option("--replay-shards", type=int, help="Replay shards, each a process or pod (default 1; SAC).")
+@click.option("--agents-per-pod", type=int, help="Agents in one actor pod (containers, kube; default 1; "
+              "benchmarks/calibration.py: what an actor CPU makes, what the learner uses).")  # fmt: skip
 @click.option("--steps", type=int, help="Environment steps to train for.")
 @click.option("--seed", type=int, help="Base random seed.")
 @click.option("--backend", help="local (default), containers or kube.")
@@ -99,6 +101,7 @@ def create(
     learners: int | None,
     learner_pods: int | None,
     replay_shards: int | None,
+    agents_per_pod: int | None,
     steps: int | None,
     seed: int | None,
     backend: str | None,
@@ -117,7 +120,8 @@ def create(
 ) -> None:
     """Create experiment NAME and run it (in the foreground unless --detach; kube: on the cluster)."""
     flags = {"algo": algo, "env": env_id, "agents": agents, "learners": learners,
-             "learner_pods": learner_pods, "replay_shards": replay_shards, "steps": steps,
+             "learner_pods": learner_pods, "replay_shards": replay_shards, "agents_per_pod": agents_per_pod,
+             "steps": steps,
              "seed": seed, "backend": backend, "namespace": namespace, "image": image, "gpu": gpu,
              "queue": queue}  # fmt: skip
     # A user's environment module imports from where this shell stands, as components will.

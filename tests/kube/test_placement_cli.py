@@ -64,3 +64,15 @@ def test_pools_need_the_kube_backend() -> None:
     result = CliRunner().invoke(cli, ["create", "p1", "--algo", "ppo", "--provider", "eks", "--dry-run"])
     assert result.exit_code == 2
     assert "need --backend kube" in result.output
+
+
+def test_agents_per_pod_is_a_flag_and_packs_the_actor_job() -> None:
+    argv = ["create", "p1", "--algo", "ppo", "--backend", "kube", "--dry-run", "--agents", "64",
+            "--agents-per-pod", "16"]  # fmt: skip
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    jobs = [o for o in yaml.safe_load_all(result.output) if o and o["kind"] == "Job"]
+    [actor] = [o for o in jobs if o["metadata"]["labels"]["surreal.io/component"] == "actor"]
+    assert actor["spec"]["completions"] == actor["spec"]["parallelism"] == 4
+    env = {e["name"]: e.get("value") for e in actor["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SURREAL_AGENTS_IN_WORKER"] == "16"

@@ -49,6 +49,8 @@ CASES = [
     (["create", "e1", "--algo", "es", "--learners", "2"], "es trains with one learner"),
     (["create", "e1", "--algo", "ppo", "--learners", "65", "--agents", "65"],
      "learners must be an integer from 1 to 64, got 65"),
+    (["create", "e1", "--algo", "ppo", "--agents", "10", "--agents-per-pod", "4", "--backend", "kube",
+      "--dry-run"], "agents (10) must be a multiple of agents_per_pod (4) on Kubernetes"),
     (["create", "e1", "--algo", "ppo", "--agents", "4", "--learners", "3", "--backend", "kube",
       "--set", "agents_per_pod=2", "--dry-run"],
      "3 learner ranks need an actor pod each, and there would be 2"),
