@@ -13,7 +13,7 @@ import numpy as np
 
 from surreal.protocol.client import ExperienceStream
 from surreal.protocol.types import Params
-from surreal.runtime import actor
+from surreal.runtime import actor, hooks
 from surreal.runtime.actor import actor_seed
 from surreal.runtime.envs import obs_leaves
 from surreal.runtime.envs.make import EnvBatch, EnvSpaces
@@ -78,9 +78,8 @@ class Actor:
         ep_lengths: list[int] = []
         cur = self._obs
         for t in range(t_len):
-            a, logprobs[t] = policy.act(track.store(t, cur))
-            actions[t] = a
-            res = self.envs.step(a)
+            actions[t], logprobs[t] = self.act(policy, track.store(t, cur), actions[t])
+            res = self.envs.step(actions[t])
             rewards[t] = res.rewards
             terminated[t] = res.terminated
             truncated[t] = res.truncated
@@ -105,6 +104,25 @@ class Actor:
             "episode_returns": np.array(ep_returns, np.float64),
             "episode_lengths": np.array(ep_lengths, np.int64),
         }
+
+    def act(self, policy: NumpyPolicy, obs: np.ndarray, like: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The policy's actions (of `like`'s shape and kind) and their log-probabilities for `obs`;
+        from an algorithm's policy, anything else fails the role as the algorithm's (hooks.py), not
+        as a crash of surreal's."""
+        if self.algo is None:
+            return policy.act(obs)
+        out = hooks.call(self.algo, "policy", policy.act, obs)
+        try:
+            found, logp = (np.asarray(x) for x in out)
+        except (TypeError, ValueError):
+            raise hooks.failed(self.algo, "policy", f"act returned {type(out).__name__}, not (actions, "
+                               "log-probabilities)") from None  # fmt: skip
+        n = len(like)
+        if found.shape != like.shape or found.dtype.kind != like.dtype.kind or logp.shape != (n,):
+            raise hooks.failed(self.algo, "policy", f"act returned {found.dtype}{list(found.shape)} and "
+                               f"{logp.dtype}{list(logp.shape)} for {n} observations: "
+                               f"{like.dtype}{list(like.shape)} and float32[{n}] expected")  # fmt: skip
+        return found, logp
 
     def _moments(self, raw_obs: np.ndarray, rewards: np.ndarray, dones: np.ndarray) -> dict[str, np.ndarray]:
         """Moment deltas the learner merges into its normalization statistics (empty if unused)."""

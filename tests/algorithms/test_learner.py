@@ -401,3 +401,29 @@ def test_a_make_hook_that_returns_no_module_fails_as_the_algorithms():
 
     with pytest.raises(RoleFailed, match="its make returned list, not a torch.nn.Module"):
         Learner(Broken(), CFG, spaces_for(ENV), 128, seed=1)
+
+
+@pytest.mark.parametrize(
+    ("act", "said"),
+    [(lambda a, logp: (a[:, None], logp), r"its policy act returned float32\[2, 1, 1\] and float32\[2\] "
+      r"for 2 observations: float32\[2, 1\] and float32\[2\] expected"),
+     (lambda a, logp: 5, "its policy act returned int, not \\(actions, log-probabilities\\)")],
+    ids=["shape", "not-a-pair"],
+)  # fmt: skip
+def test_a_policy_hook_that_acts_wrong_fails_as_the_algorithms(act, said):
+    """What an algorithm's policy returns is checked where the actor takes it, as off-policy's is:
+    one line naming the hook, not a fragment the learner refuses or a crash of surreal's."""
+    from types import SimpleNamespace
+
+    from surreal.runtime.run import RoleFailed
+
+    class Wrong(PPO):
+        def policy(self, cfg, spaces, weights, rng):
+            inner = super().policy(cfg, spaces, weights, rng)
+            return SimpleNamespace(act=lambda obs: act(*inner.act(obs)))
+
+    learner = Learner(Wrong(), CFG, spaces_for(ENV), 128, seed=1)
+    actor = Actor(CFG, ENV, num_envs=2, seed=3, algo=Wrong())
+    actor.set_params(learner.params())
+    with pytest.raises(RoleFailed, match=said):
+        actor.collect()
