@@ -65,7 +65,7 @@ class NumpyPolicy:
         self.spaces = spaces
         self.activation = activation
         self.head: Callable[[np.ndarray], np.ndarray]
-        if head is not None:  # a network of an algorithm's own (policy_of)
+        if head is not None:  # a network of an algorithm's own (api.OnPolicy.policy)
             self.head = head
         elif spaces.has_image:
             from surreal.runtime.onpolicy.cnn import CNNHead  # torch: only actors of image environments
