@@ -83,6 +83,7 @@ class ESMaster(LearnerProgress):
         self.agents: set[int] = set()  # logical agents with an accepted result
         self.train_returns: deque[float] = deque(maxlen=200)
         self.staleness: deque[float] = deque(maxlen=10)  # versions behind, per recent update
+        self._updating = 0.0  # seconds in update() since this process started
         self._init_progress()
         self._pool: list[tuple[int, int, float, float]] = []  # (seed, version, fitness+, fitness-)
         # Rounds (round_pairs > 0): the pool drains in updates once a round's pairs are in, or
@@ -211,7 +212,17 @@ class ESMaster(LearnerProgress):
 
     # --- update ---
 
+    def busy_seconds(self) -> float:
+        return self._updating
+
     def update(self) -> dict[str, float]:
+        started = time.monotonic()
+        try:
+            return self._update()
+        finally:
+            self._updating += time.monotonic() - started
+
+    def _update(self) -> dict[str, float]:
         """One ES step on the oldest `pairs_per_update` pooled pairs: centered ranks, antithetic
         estimate, weight decay, Adam. A worker's batch can hold the results of hundreds of agents
         that finished together; the rest stay pooled for the next updates (results may lag by the

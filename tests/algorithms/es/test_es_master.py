@@ -428,3 +428,22 @@ def test_a_scale_after_the_run_is_done_opens_no_version():
     assert master.done
     master.set_agents(1)
     assert master.params().version == 0 and master.status()["pairs_per_agent"] == 6
+
+
+def test_the_masters_time_in_updates_is_its_busy_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What status's update_share and balance are made of (runtime/progress.py), as the on- and
+    off-policy learners' are: the seconds spent in update(), a failed one's too."""
+    import surreal.runtime.es.master as master_module
+
+    clock = Clock()
+    monkeypatch.setattr(master_module, "time", clock)
+    master = ESMaster(CFG, SPACES, total_steps=10**9, num_agents=2, seed=0)
+
+    def update() -> dict[str, float]:
+        clock.now += 1.5
+        raise RuntimeError("a bug in an update")
+
+    monkeypatch.setattr(master, "_update", update)
+    with pytest.raises(RuntimeError):
+        master.update()
+    assert master.busy_seconds() == 1.5
