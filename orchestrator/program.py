@@ -198,6 +198,7 @@ ENV_IMPORT_PATH = IMPORT_PATH_VAR  # folders a component imports a user's enviro
 LEARNER_PORT = 6000  # rank 0's in a pod (rank r listens on LEARNER_PORT + r); locally free ports
 # A learner's memory: one rank's, and each further rank's (its own network, optimizer and batch).
 LEARNER_MEMORY_MB = bounds.LEARNER_MEMORY_MB
+ACTOR_CPU, ACTOR_MEMORY_MB = 1.0, 1024  # an actor pod of one agent, and at most (sizing.py)
 
 
 @dataclass(frozen=True)
@@ -225,11 +226,21 @@ class Target:
     replay_addr: str = ""
 
 
-def local_split(agents: int, cpus: int | None = None, learners: int = 1) -> list[int]:
-    """Agents per local actor process: at most one process per core (more is slower, not faster),
-    but one per learner rank at least (each rank serves workers index % learners), the agents
-    spread as evenly as possible (the first ones get one more)."""
-    workers = max(1, min(agents, max(learners, cpus or os.cpu_count() or 1)))
+def cores() -> int:
+    """The cores this process may run on (its affinity, where the OS says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def local_split(agents: int, cpus: int | None = None, learners: int = 1, per_worker: int = 1) -> list[int]:
+    """Agents per local actor process: `per_worker` each (the sizing's, sizing.py), but at most one
+    process per core (more is slower, not faster) and one per learner rank at least (each rank
+    serves workers index % learners), the agents spread as evenly as possible (the first ones get
+    one more)."""
+    wanted = math.ceil(agents / max(1, per_worker))
+    workers = max(1, min(agents, max(learners, min(wanted, cpus or cores()))))
     base, extra = divmod(agents, workers)
     return [base + (1 if i < extra else 0) for i in range(workers)]
 
@@ -316,7 +327,13 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
     learner = component("learner", learner_env, cpu=float(ranks), memory_mb=LEARNER_MEMORY_MB * ranks,
                         port=learner_ports(target.learner_addr)[0])  # fmt: skip
     evaluator = component("evaluator", {}, cpu=0.5, memory_mb=1024)
-    template = component("actor", {}, cpu=1.0, memory_mb=1024)  # actor_group names each worker
+    sizing = spec.sizing or {}  # an actor pod's CPU and memory, as the sizing chose (sizing.py)
+    template = component(
+        "actor",
+        {},
+        cpu=float(sizing.get("actor_cpu", ACTOR_CPU)),
+        memory_mb=int(sizing.get("actor_memory_mb", ACTOR_MEMORY_MB)),
+    )  # actor_group names each worker
     shards = []
     if target.replay_addr:  # an off-policy algorithm's replay shards, each on its port
         shard = component(

@@ -104,6 +104,9 @@ def status_object(
     for key in EXTRA_METRICS:
         if key in metrics:
             out[key] = metrics[key]
+    sizing = spec.get("sizing")  # how the agents were packed, and why (sizing.py)
+    if isinstance(sizing, Mapping) and sizing.get("why"):
+        out["sizing"] = sizing["why"]
     out["components"] = [dict(c) for c in components]
     out.update({k: v for k, v in extra.items() if v is not None})
     return out

@@ -90,8 +90,9 @@ ENV_KWARGS = "env_kwargs"
 # under a deterministic policy) would hold its actor's returns and the final evaluation forever.
 MAX_EPISODE_STEPS, DEFAULT_MAX_EPISODE_STEPS = "max_episode_steps", 10_000
 RESOLVED = "resolved"  # the spec file's section of ExperimentSpec.resolved
+SIZING = "sizing"  # and of ExperimentSpec.sizing
 # What a spec file holds besides settings: a --config that is one (a dry run's) has them too.
-DERIVED_KEYS = ("name", RESOLVED)
+DERIVED_KEYS = ("name", RESOLVED, SIZING)
 
 
 class SpecError(ValueError):
@@ -148,6 +149,9 @@ class ExperimentSpec:
     """What resolving `env` with `env_kwargs` found at create (its spaces, Atari or images): the
     spec file's `resolved` section, so that components neither resolve nor build it to learn
     that. build_spec always fills it; None only in a spec built by hand."""
+    sizing: dict[str, Any] | None = field(default=None)
+    """How the agents are packed into actor workers and why (orchestrator/sizing.py fills it at
+    create): {"by": "you"} alone when the user set agents_per_pod and nothing was sized yet."""
 
     @property
     def env_ref(self) -> EnvRef:
@@ -172,6 +176,8 @@ class ExperimentSpec:
             for leaves in ("obs_leaves", "act_leaves"):  # one Box, plain actions: as they were
                 if not getattr(self.resolved, leaves):
                     del data[RESOLVED][leaves]
+        if self.sizing is not None:
+            data[SIZING] = _plain(self.sizing)
         return data
 
     def to_yaml(self) -> str:
@@ -419,6 +425,7 @@ def _build_spec(
     top.update({k: v for k, v in flags.items() if v is not None})
 
     overrides = dict(overrides or {})
+    by_user = _packed_by_user(file_data, flags, overrides)
     for key in [k for k in (MAX_EPISODE_STEPS,) if k in overrides]:  # gym.make's: an env_kwargs key
         overrides[f"{ENV_KWARGS}.{key}"] = overrides.pop(key)
     for key in list(overrides):
@@ -472,7 +479,11 @@ def _build_spec(
         # A learner given GPUs trains on one, or fails saying why: never silently on the CPU.
         config = dataclasses.replace(config, device="cuda")
     spec = ExperimentSpec(
-        name=name, config=config, resolved=resolved, **{**spec_values, "algo": algo_name, "env": env_id}
+        name=name,
+        config=config,
+        resolved=resolved,
+        **{**spec_values, "algo": algo_name, "env": env_id},
+        sizing={"by": "you"} if by_user else None,  # what the user set wins (sizing.py)
     )
     _validate(spec)
     try:
@@ -489,6 +500,19 @@ def _build_spec(
         except ValueError as exc:
             raise SpecError(str(exc)) from None
     return spec
+
+
+def _packed_by_user(
+    file_data: Mapping[str, Any], flags: Mapping[str, Any], overrides: Mapping[str, Any]
+) -> bool:
+    """Whether the user set agents_per_pod: a flag, --set, or a file's, unless the file is a spec
+    that create packed itself (its sizing section says by whom)."""
+    if flags.get("agents_per_pod") is not None or "agents_per_pod" in overrides:
+        return True
+    sizing = file_data.get(SIZING)
+    return "agents_per_pod" in file_data and (
+        not isinstance(sizing, dict) or sizing.get("by", "you") == "you"
+    )
 
 
 def _env_kwargs(value: Any) -> dict[str, Any]:
@@ -758,13 +782,17 @@ def spec_from_dict(data: dict[str, Any]) -> ExperimentSpec:
     if not isinstance(section, dict):
         raise SpecError(f"{algo} must be a mapping of {algo} settings, got {short(section)}")
     raw_resolved = data.pop(RESOLVED, None)
+    sizing = data.pop(SIZING, None)
+    if sizing is not None and not isinstance(sizing, dict):
+        raise SpecError(f"{SIZING} must be a mapping (what `surreal create` wrote), got {short(sizing)}")
     for key in data:
         if key not in TOP_LEVEL_KEYS:
             raise SpecError(f"unknown key {short(key)}")
     resolved = _resolved_section(raw_resolved) if raw_resolved is not None else None
-    return _build_spec(
+    spec = _build_spec(
         name,
         flags=data,
         overrides={f"{algo}.{k}": v for k, v in section.items()},
         resolved=resolved,
     )
+    return dataclasses.replace(spec, sizing=sizing)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,10 @@ TESTS = Path(__file__).parent
 CONTAINERS = TESTS / "containers"
 # cli_world (the installed command run in-process) serves the CLI tests of every layer.
 sys.path.insert(0, str(TESTS / "surreal"))
+# Creates measure nothing (one agent an actor worker, as before the sizing) unless a test asks: the
+# packing a test proves something with stays the one it names, and no create spends seconds
+# measuring. tests/orchestrator/test_sizing.py measures, and so does the README's job.
+os.environ["SURREAL_NO_CALIBRATE"] = "1"
 
 
 @pytest.fixture

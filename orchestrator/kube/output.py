@@ -22,7 +22,7 @@ from surreal.orchestrator.kube.render import (
 )
 from surreal.orchestrator.program import replay_shards
 from surreal.provisioner import ROLES, NodePool, Placement, placement_for
-from surreal.spec import RESOLVED, ExperimentSpec
+from surreal.spec import RESOLVED, SIZING, ExperimentSpec
 
 
 class _Dumper(yaml.SafeDumper):
@@ -115,6 +115,7 @@ def helm_values(
         **({"queue": spec.queue} if spec.queue else {}),
         "config": data[spec.algo],
         **({RESOLVED: data[RESOLVED]} if _helm_readable(data.get(RESOLVED)) else {}),
+        **({SIZING: data[SIZING]} if SIZING in data else {}),  # how create packed the agents
         "storage": {
             "type": settings.storage,
             "size": settings.storage_size,

@@ -77,7 +77,7 @@ def free_ports(count: int) -> list[int]:
 
 def checked_split(spec: ExperimentSpec) -> list[int]:
     """The agents of each local actor process, refused (CreateRefused) where they could not run."""
-    split = local_split(spec.agents, learners=spec.learners)
+    split = local_split(spec.agents, learners=spec.learners, per_worker=spec.agents_per_pod)
     problem = workers_problem(spec, split, "process", LOCAL_KNOB)
     if problem is not None:
         raise CreateRefused(problem)

@@ -96,7 +96,10 @@ class _InPlace:
 
     def problem(self, agents: int) -> str | None:
         return workers_problem(
-            self.spec, local_split(agents, learners=self.spec.learners), "process", LOCAL_KNOB
+            self.spec,
+            local_split(agents, learners=self.spec.learners, per_worker=self.spec.agents_per_pod),
+            "process",
+            LOCAL_KNOB,
         )
 
     def not_running(self) -> str | None:
@@ -115,7 +118,8 @@ class _InPlace:
     def resize_actors(self, agents: int) -> str:
         try:
             program = rescaled(
-                local.load_program(self.exp_dir), local_split(agents, learners=self.spec.learners)
+                local.load_program(self.exp_dir),
+                local_split(agents, learners=self.spec.learners, per_worker=self.spec.agents_per_pod),
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise LauncherError(

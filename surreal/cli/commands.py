@@ -26,7 +26,7 @@ from surreal.cli.common import (
 from surreal.cli.plot import plot
 from surreal.cli.provision import provision
 from surreal.cli.record import record
-from surreal.orchestrator import home
+from surreal.orchestrator import home, sizing
 from surreal.orchestrator.launcher import LauncherError, Placement
 from surreal.orchestrator.local import processes as local
 from surreal.orchestrator.status import METRIC_FIELDS
@@ -76,6 +76,9 @@ def cli() -> None:
 )
 @click.option("-o", "--output", type=click.Choice(["yaml", "json", "helm-values"]),
               help="Dry-run output format (helm-values: values for helm/surreal; kube only).")  # fmt: skip
+@click.option("--no-calibrate", is_flag=True, envvar=sizing.SKIP_VAR,
+              help=f"Measure nothing at create: one agent an actor worker unless --agents-per-pod "
+                   f"(${sizing.SKIP_VAR}=1 too).")  # fmt: skip
 @click.option("--namespace", help="Kubernetes namespace (default: default).")
 @click.option("--image", help="Container image (containers, kube; default surreal:local).")
 @click.option("--gpu", type=int, help="GPUs for the learner.")
@@ -110,6 +113,7 @@ def create(
     detach: bool,
     dry_run: bool,
     output: str | None,
+    no_calibrate: bool,
     namespace: str | None,
     image: str | None,
     gpu: int | None,
@@ -134,6 +138,13 @@ def create(
             spec = build_spec(name, flags=flags, config_file=config_file, overrides=parse_set(sets))
     except SpecError as exc:
         fail(str(exc), code=2)
+    # How the agents are packed into workers, from what this machine measures (sizing.py).
+    with theirs:
+        spec = sizing.size(spec, None if no_calibrate else sizing.measurer(spec),
+                           lambda line: click.echo(f"surreal: sizing: {line}", err=True))  # fmt: skip
+    if spec.sizing and "calibration_seconds" in spec.sizing:  # what it measured, and chose
+        took = spec.sizing["calibration_seconds"]
+        click.echo(f"surreal: sizing: {spec.sizing['why']} (measured in {took:g} s)", err=True)
     for line in notes(spec):
         click.echo(f"surreal: note: {line}", err=True)
     launcher = launcher_for(spec.backend, spec.namespace, context)
@@ -203,6 +214,8 @@ def status_cmd(name: str, output: str, backend: str, namespace: str, context: st
                    f"from {rank['connected_actors']} actor streams{where}")  # fmt: skip
     for i, line in enumerate(replay_lines(st)):
         click.echo(f"{'replay:' if i == 0 else '':<18}{line}")
+    if st.get("sizing"):  # how create packed the agents, and why
+        click.echo(f"{'sizing:':<18}{st['sizing']}")
     if st.get("balance"):  # the learner's update share, and what it says of the packing
         click.echo(f"{'balance:':<18}{st['balance']}")
     if st.get("group_restarts"):

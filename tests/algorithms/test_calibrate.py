@@ -66,7 +66,9 @@ def test_an_algorithm_that_cannot_say_calibrates_to_none() -> None:
 
 def test_timed_calls_once_untimed_then_while_the_budget_lasts() -> None:
     calls = []
-    assert timed(lambda: calls.append(1), 0.0) >= 0 and len(calls) == 2  # at least one timed call
+    assert timed(lambda: calls.append(1), 0.05) >= 0 and len(calls) >= 2  # at least one timed call
+    calls.clear()  # a first call that takes the budget is the answer: a create never waits twice
+    assert timed(lambda: calls.append(time.sleep(0.02)), 0.01) >= 0.02 and len(calls) == 1
 
 
 def test_the_callers_torch_threads_are_left_as_they_were() -> None:
