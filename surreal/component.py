@@ -19,6 +19,7 @@ from typing import Any
 
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import program as prog
+from surreal.orchestrator import sizing
 from surreal.orchestrator.launcher import start_jobs_watch as start_watch
 from surreal.protocol.ratelimit import RateLimitFilter
 from surreal.runtime import preemption
@@ -159,6 +160,8 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
             lambda f: write_termination_message(ctx.exp_dir, f.code, f, learner=role == prog.LEARNER_ROLE)
         )
     main = get_algorithm(spec.algo).role_main(role)
+    if role == prog.LEARNER_ROLE and rank_from_environ() is None:
+        measure_again(spec, ctx.exp_dir)
     if role == prog.LEARNER_ROLE and ctx.learners > 1 and rank_from_environ() is None:
         main = run_ranks  # this process starts the learner's ranks (each runs `main`) and watches them
     code = 1
@@ -183,6 +186,30 @@ def run_component(role: str, spec_path: Path, index: int) -> int:
             watch.stop()
         exit_within(EXIT_SECONDS, code)
     return code
+
+
+def measure_again(spec: ExperimentSpec, exp_dir: Path) -> str | None:
+    """A learner on another machine than the one create measured on (a pod's CPU is seldom the
+    laptop's) measures again before it starts, once per machine (kept beside its checkpoints), and
+    logs what the packing would be here; the line, or None where nothing was measured again."""
+    done = spec.sizing or {}
+    if "measured_on" not in done or done["measured_on"] == sizing.machine():
+        return None
+    log = logging.getLogger(__name__)
+    try:
+        found = sizing.measurer(spec, cache=exp_dir / "calibration")(int(done["measured_agents_in_worker"]))
+    except Exception as exc:  # the learner will meet it again, and say so where it is
+        log.warning("sizing: could not measure again on this machine: %s", " ".join(str(exc).split())[:200])
+        return None
+    need = spec.learners * found.learner_steps_per_second / found.actor_steps_per_second
+    here, there = sizing.machine(), done["measured_on"]
+    line = (f"sizing: measured again on {here} (create measured on {there}): one "
+            f"learner consumes ~{found.learner_steps_per_second:,.0f} env steps/s, one actor CPU makes "
+            f"~{found.actor_steps_per_second:,.0f} with {found.agents_in_worker} agents: ~{need:.2f} "
+            f"actor CPUs keep {'it' if spec.learners == 1 else 'the ranks'} busy, against "
+            f"{done['workers'] * done['actor_cpu']:g} asked ({done['why']})")  # fmt: skip
+    log.info("%s", line)
+    return line
 
 
 def start_jobs_watch(role: str) -> Any:

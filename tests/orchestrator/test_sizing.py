@@ -204,3 +204,30 @@ def test_create_measures_once_and_the_dry_run_shows_it(
     assert yaml.safe_load(next(yaml.safe_load_all(out))["data"]["spec.yaml"])["sizing"]["cached"] is True
     code, out, _ = surreal(capsys, *args, "--no-calibrate")
     assert yaml.safe_load(next(yaml.safe_load_all(out))["data"]["spec.yaml"])["sizing"]["by"] == "default"
+
+
+def test_a_learner_on_another_machine_measures_again_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from surreal.algorithms.api import OnPolicy
+    from surreal.component import measure_again
+    from surreal.runtime.calibrate import Rates as Found
+
+    calls: list[int] = []
+
+    def calibrate(self, config, env, agents, budget=1.0):  # type: ignore[no-untyped-def]
+        calls.append(agents)
+        return Found(12_000.0, 36_000.0, agents, 0.5, 3.0)
+
+    monkeypatch.setattr(OnPolicy, "calibrate", calibrate)
+    sized = sizing.size(spec(), Rates(48_000, lambda k: 6_000.0))
+    assert measure_again(sized, tmp_path) is None and calls == []  # where create measured
+    monkeypatch.setattr(sizing, "machine", lambda: "16 x a pod's CPU")
+    with caplog.at_level("INFO"):
+        line = measure_again(sized, tmp_path)
+    assert line is not None and line in caplog.text and calls == [32]
+    assert line.startswith("sizing: measured again on 16 x a pod's CPU (create measured on ")
+    assert ("one learner consumes ~36,000 env steps/s, one actor CPU makes ~12,000 with 32 agents: "
+            "~3.00 actor CPUs keep it busy, against 8 asked") in line  # fmt: skip
+    assert measure_again(sized, tmp_path) == line and calls == [32]  # kept beside its checkpoints
+    assert measure_again(sizing.size(spec(), None), tmp_path) is None  # create measured nothing
