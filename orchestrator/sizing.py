@@ -156,21 +156,22 @@ def pack(spec: ExperimentSpec, workers: int, actor_cpus: float | None, memory_mb
 
 def choose(spec: ExperimentSpec, measure: Measure) -> tuple[Packing, Measured, float]:
     """The packing of `spec` from `measure`, the measurement it rests on, and the actor CPUs the
-    learner ranks consume. At most two measurements: at FIRST_PROBE agents a worker, then, when
-    the packing it implies has smaller workers (slower per CPU: smaller batches), there."""
+    learner ranks consume. Measured at FIRST_PROBE agents a worker, and again where the packing
+    that implies has smaller workers (slower per CPU: smaller batches)."""
     most = largest_worker(spec)
     probe = min(FIRST_PROBE, most, max(1, spec.agents // spec.learners))
     found = measure(probe)
-    need = spec.learners * found.learner_steps_per_second / found.actor_steps_per_second
-    workers = workers_for(spec, math.ceil(need), most)
-    per_worker = math.ceil(spec.agents / workers)
-    if per_worker < probe:
-        again = measure(per_worker)
-        found = dataclasses.replace(again, learner_steps_per_second=found.learner_steps_per_second,
-                                    seconds=found.seconds + again.seconds)  # fmt: skip
+
+    def packed(found: Measured) -> tuple[float, int, int]:
         need = spec.learners * found.learner_steps_per_second / found.actor_steps_per_second
         workers = workers_for(spec, math.ceil(need), most)
-        per_worker = math.ceil(spec.agents / workers)
+        return need, workers, math.ceil(spec.agents / workers)
+
+    need, workers, per_worker = packed(found)
+    if per_worker < probe:
+        again = measure(per_worker)
+        found = dataclasses.replace(again, learner_steps_per_second=found.learner_steps_per_second)
+        need, workers, per_worker = packed(found)
     memory = found.actor_memory_mb * per_worker / found.agents_in_worker
     return pack(spec, workers, need, memory), found, need
 
@@ -179,7 +180,9 @@ def size(spec: ExperimentSpec, measure: Measure | None, say: Callable[[str], Non
          ) -> ExperimentSpec:  # fmt: skip
     """`spec` packed: `agents_per_pod` and `sizing` filled from `measure` (None: not measured, the
     packing stays the user's or one agent a worker). A spec whose packing the user set keeps it;
-    the measurement then only reports how it compares."""
+    the measurement then only reports how it compares. The learner's threads stay the preset's or
+    the user's: measured alone, a second thread sped CartPole's update but slowed the run beside
+    its actor (benchmarks/sizing_grid.py)."""
     by_user = spec.sizing is not None and spec.sizing.get("by") == "you"
     found: Measured | None = None
     need = 0.0
@@ -204,24 +207,22 @@ def size(spec: ExperimentSpec, measure: Measure | None, say: Callable[[str], Non
             found = dataclasses.replace(found, seconds=round(time.perf_counter() - started, 2))
     if packing is None:  # the user's packing, or one agent a worker
         workers = workers_for(spec, math.ceil(spec.agents / spec.agents_per_pod), spec.agents)
-        memory = (
-            0.0 if found is None else found.actor_memory_mb * spec.agents_per_pod / found.agents_in_worker
-        )
-        packing = dataclasses.replace(
-            pack(spec, workers, None, memory), agents_per_worker=spec.agents_per_pod
-        )
+        per = spec.agents_per_pod
+        memory = 0.0 if found is None else found.actor_memory_mb * per / found.agents_in_worker
+        packing = dataclasses.replace(pack(spec, workers, None, memory), agents_per_worker=per)
     sizing: dict[str, Any] = {
         "by": "you" if by_user else "calibration" if found is not None else "default",
         "workers": packing.workers,
         "agents_per_worker": packing.agents_per_worker,
         "actor_cpu": packing.actor_cpu,
         "actor_memory_mb": packing.actor_memory_mb,
+        "learner_threads": int(getattr(spec.config, "learner_threads", 1)),
     }
     if found is not None:
         sizing.update({
             "actor_steps_per_second": round(found.actor_steps_per_second),
             "learner_steps_per_second": round(found.learner_steps_per_second),
-            "actor_cpus_needed": round(need, 2),
+            "actor_cpus_needed": round(need, 4),
             "measured_agents_in_worker": found.agents_in_worker,
             "measured_on": machine(),
             "calibration_seconds": found.seconds,
@@ -246,7 +247,13 @@ def why(spec: ExperimentSpec, sizing: dict[str, Any]) -> str:
     learner = "one learner" if spec.learners == 1 else f"{spec.learners} learner ranks, each,"
     rates = (f"{learner} consumes ~{sizing['learner_steps_per_second']:,} env steps/s; one actor CPU makes "
              f"~{sizing['actor_steps_per_second']:,} with {sizing['measured_agents_in_worker']} agents: "
-             f"~{sizing['actor_cpus_needed']:g} actor CPUs keep the learner busy")  # fmt: skip
+             f"~{sizing['actor_cpus_needed']:.2g} actor CPUs keep the learner busy")  # fmt: skip
+    if (
+        spec.backend != "local"
+        and sizing["actor_cpu"] == MIN_ACTOR_CPU
+        and n * MIN_ACTOR_CPU > 2 * sizing["actor_cpus_needed"]
+    ):
+        rates += f" ({MIN_ACTOR_CPU:g} CPU is the least an actor pod asks for)"
     if spec.backend == "local" and n < math.ceil(sizing["actor_cpus_needed"]):
         rates += f" (this machine has {cores()} cores)"
     return f"{chosen}{', set by you' if sizing['by'] == 'you' else ''}: {rates}"
