@@ -64,6 +64,8 @@ bench: install
 	$(BIN)/python benchmarks/pixel_bytes.py
 	$(BIN)/python benchmarks/render_scale.py
 	$(BIN)/python benchmarks/box_paths.py
+	$(BIN)/python benchmarks/calibration.py
+	$(BIN)/python benchmarks/sizing_grid.py
 
 # The failure policy's outcomes, measured: each role SIGKILLed past its budget, on real processes and
 # in containers (benchmarks/failure_outcomes.py; minutes: not part of bench).
