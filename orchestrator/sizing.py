@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from typing import Any
 
 from surreal.algorithms.registry import get_algorithm
 from surreal.orchestrator import home
+from surreal.orchestrator.files import write_json_atomic
 from surreal.orchestrator.program import ACTOR_CPU, ACTOR_MEMORY_MB, cores, envs_problem, fragment_problem
 from surreal.spec import ExperimentSpec
 
@@ -91,9 +91,7 @@ def measurer(spec: ExperimentSpec, budget: float = BUDGET, cache: Path | None = 
                          rates.actor_memory_mb, rates.seconds)  # fmt: skip
         try:
             cache.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(dataclasses.asdict(found)))
-            os.replace(tmp, path)
+            write_json_atomic(path, dataclasses.asdict(found))
         except OSError:  # a cache that cannot be written only costs the next create its seconds
             pass
         return found
