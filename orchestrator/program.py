@@ -85,8 +85,10 @@ class Component:
     restart: bool = True
     # Worker index among components of the same role (actor 0, 1, ...).
     index: int = 0
-    # CPU cores requested (Kubernetes requests/limits; informational locally).
+    # CPU cores requested (Kubernetes requests; informational locally).
     cpu: float = 1.0
+    # The most CPU cores it may use (Kubernetes and container limits); None: `cpu`, requests = limits.
+    cpu_limit: float | None = None
     # Memory requested, in MiB (Kubernetes requests/limits; informational locally).
     memory_mb: int = 512
     # TCP port the component listens on, if any (a Service port on Kubernetes).
@@ -103,6 +105,8 @@ class Component:
             raise ValueError(f"component {self.name!r} needs a non-empty argv of strings")
         if self.index < 0 or self.cpu <= 0 or self.memory_mb <= 0:
             raise ValueError(f"component {self.name!r}: index >= 0, cpu > 0, memory_mb > 0")
+        if self.cpu_limit is not None and self.cpu_limit < self.cpu:
+            raise ValueError(f"component {self.name!r}: cpu_limit {self.cpu_limit} under cpu {self.cpu}")
         if self.port is not None and not 0 < self.port < 65536:
             raise ValueError(f"component {self.name!r}: port {self.port} out of range")
 
@@ -198,7 +202,9 @@ ENV_IMPORT_PATH = IMPORT_PATH_VAR  # folders a component imports a user's enviro
 LEARNER_PORT = 6000  # rank 0's in a pod (rank r listens on LEARNER_PORT + r); locally free ports
 # A learner's memory: one rank's, and each further rank's (its own network, optimizer and batch).
 LEARNER_MEMORY_MB = bounds.LEARNER_MEMORY_MB
-ACTOR_CPU, ACTOR_MEMORY_MB = 1.0, 1024  # an actor pod of one agent, and at most (sizing.py)
+# An actor pod's most CPU (one process: its steps, forwards and sends are one thread's) and its
+# memory of one agent; the sizing asks for the share the learner needs (sizing.py).
+ACTOR_CPU, ACTOR_MEMORY_MB = 1.0, 1024
 
 
 @dataclass(frozen=True)
@@ -332,6 +338,7 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
         "actor",
         {},
         cpu=float(sizing.get("actor_cpu", ACTOR_CPU)),
+        cpu_limit=ACTOR_CPU,
         memory_mb=int(sizing.get("actor_memory_mb", ACTOR_MEMORY_MB)),
     )  # actor_group names each worker
     shards = []

@@ -9,7 +9,8 @@ one per core), each actor pod's CPU and memory, and `spec.sizing`, the spec's se
 what was chosen and why (the dry run prints it, `surreal status` shows its line).
 
 The rule: the fewest actor workers whose CPUs make what the learner ranks consume, each worker's
-CPU the share it needs (an actor pod of 300m when a third of a core keeps the learner busy). What
+CPU request the share it needs (an actor pod asks for 300m when a third of a core keeps the learner
+busy; its limit stays a core, so it starts and bursts as fast as a whole one). What
 the user set (`--agents-per-pod`) wins; the measurement then only says how it compares.
 """
 
@@ -34,8 +35,6 @@ from surreal.spec import ExperimentSpec
 SKIP_VAR = "SURREAL_NO_CALIBRATE"  # create's --no-calibrate, as an environment variable (1, true)
 BUDGET = 0.5  # seconds each part of a measurement is timed for
 FIRST_PROBE = 32  # agents in the first worker measured
-MIN_ACTOR_CPU = 0.2  # an actor pod's least CPU: below, its start (torch's import) takes minutes
-CPU_STEP = 0.1  # actor pods' CPU is asked in steps of 100m
 MEMORY_STEP_MB = 256
 
 
@@ -146,8 +145,9 @@ def pack(spec: ExperimentSpec, workers: int, actor_cpus: float | None, memory_mb
     per_worker = math.ceil(spec.agents / workers)
     cpu = ACTOR_CPU
     if actor_cpus is not None and spec.backend != "local":  # a process locally: it takes what it takes
-        share = actor_cpus / workers
-        cpu = min(ACTOR_CPU, max(MIN_ACTOR_CPU, math.ceil(round(share / CPU_STEP, 6)) * CPU_STEP))
+        # Its share, to Kubernetes' precision (1m); its limit stays a core (program.ACTOR_CPU), so a
+        # small share only sets what the scheduler reserves, never how fast it starts or bursts.
+        cpu = min(ACTOR_CPU, max(1, math.ceil(round(actor_cpus / workers * 1000, 6))) / 1000)
     memory = ACTOR_MEMORY_MB + MEMORY_STEP_MB * math.ceil(max(0.0, memory_mb) / MEMORY_STEP_MB)
     return Packing(workers, per_worker, round(cpu, 3), memory)
 
@@ -246,12 +246,6 @@ def why(spec: ExperimentSpec, sizing: dict[str, Any]) -> str:
     rates = (f"{learner} consumes ~{sizing['learner_steps_per_second']:,} env steps/s; one actor CPU makes "
              f"~{sizing['actor_steps_per_second']:,} with {sizing['measured_agents_in_worker']} agents: "
              f"~{sizing['actor_cpus_needed']:.2g} actor CPUs keep the learner busy")  # fmt: skip
-    if (
-        spec.backend != "local"
-        and sizing["actor_cpu"] == MIN_ACTOR_CPU
-        and n * MIN_ACTOR_CPU > 2 * sizing["actor_cpus_needed"]
-    ):
-        rates += f" ({MIN_ACTOR_CPU:g} CPU is the least an actor pod asks for)"
     if spec.backend == "local" and n < math.ceil(sizing["actor_cpus_needed"]):
         rates += f" (this machine has {cores()} cores)"
     return f"{chosen}{', set by you' if sizing['by'] == 'you' else ''}: {rates}"

@@ -38,9 +38,12 @@ def cpu_quantity(cores: float) -> str:
 
 
 def default_resources(component: Component) -> dict[str, dict[str, str]]:
-    """Requests = limits (Guaranteed QoS: an RL worker is steady, and no surprise eviction)."""
+    """Requests = limits (Guaranteed QoS: an RL worker is steady, and no surprise eviction), but for
+    a CPU limit above the request: an actor asks for the share the learner needs and may use a
+    core the node has spare (Burstable; its memory still requests = limits)."""
     amount = {"cpu": cpu_quantity(component.cpu), "memory": f"{component.memory_mb}Mi"}
-    return {"requests": dict(amount), "limits": dict(amount)}
+    limit = {**amount, "cpu": cpu_quantity(max(component.cpu, component.cpu_limit or 0))}
+    return {"requests": amount, "limits": limit}
 
 
 def with_gpu(resources: Mapping[str, Mapping[str, str]], gpus: int) -> dict[str, dict[str, str]]:

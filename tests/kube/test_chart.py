@@ -175,12 +175,12 @@ def test_chart_renders_the_cli_objects_for_the_same_values(case: str, tmp_path: 
 
 
 def test_the_chart_renders_a_sized_experiment_as_the_cli(tmp_path: Path) -> None:
-    # Packed by the sizing (orchestrator/sizing.py): 4 actor pods of 128 agents at 700m, more memory.
+    # Packed by the sizing (orchestrator/sizing.py): 4 actor pods of 128 agents asking 650m, more memory.
     def measure(agents: int) -> sizing.Measured:
         return sizing.Measured(agents, 10_000.0, 26_000.0, 2.0 * agents, 1.0)
 
     spec = sizing.size(make_spec(agents=512), measure)
-    assert (spec.agents_per_pod, spec.sizing["actor_cpu"]) == (128, 0.7)
+    assert (spec.agents_per_pod, spec.sizing["actor_cpu"]) == (128, 0.65)
     cli = kr.render(spec, token="t" * 43)
     assert_same(cli, render_chart(ko.helm_values(spec), namespace="elsewhere"), tmp_path)
     printed = ko.dry_run(spec, "helm-values", token="unused")

@@ -39,8 +39,12 @@ class Rates:
         return sizing.Measured(agents, self.actor(agents), self.learner, self.memory * agents, 0.25)
 
 
+def actor_job(objects: list[dict]) -> dict:
+    return next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].endswith("-actor"))
+
+
 def actor_pods(objects: list[dict]) -> tuple[int, float]:
-    job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].endswith("-actor"))
+    job = actor_job(objects)
     cpu = job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
     return job["spec"]["parallelism"], float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
 
@@ -57,12 +61,23 @@ def test_actor_pods_make_what_the_learner_consumes() -> None:
     assert pods == 8 and pods * cpu == pytest.approx(8.0)
 
 
-def test_a_learner_that_needs_a_fraction_of_a_core_gets_one_pod_of_that_fraction() -> None:
-    sized = sizing.size(spec(), Rates(9_000, lambda k: 30_000.0))
-    assert (sized.sizing["workers"], sized.agents_per_pod, sized.sizing["actor_cpu"]) == (1, 512, 0.3)
+@pytest.mark.parametrize(
+    ("learner", "actor", "asked"),
+    [(9_000, 30_000, "300m"), (52, 25_000, "3m")],  # PPO CartPole's share; SAC Pendulum's (update-bound)
+)
+def test_a_learner_that_needs_a_fraction_of_a_core_gets_one_pod_asking_for_that_fraction(
+    learner: float, actor: float, asked: str
+) -> None:
+    sized = sizing.size(spec(), Rates(learner, lambda k: actor))
+    assert (sized.sizing["workers"], sized.agents_per_pod) == (1, 512)
     need = sized.sizing["actor_cpus_needed"]
-    pods, cpu = actor_pods(kr.render(sized, token="t" * 43))
+    objects = kr.render(sized, token="t" * 43)
+    pods, cpu = actor_pods(objects)
     assert need <= pods * cpu <= 2 * need  # within 2x of what the learner consumes
+    resources = actor_job(objects)["spec"]["template"]["spec"]["containers"][0]["resources"]
+    # The request is the share; the limit a core, so the pod starts and bursts as a whole one would.
+    assert resources["requests"]["cpu"] == asked and resources["limits"]["cpu"] == "1"
+    assert resources["requests"]["memory"] == resources["limits"]["memory"]
     # Memory follows the agents a pod holds: 1 MiB an agent measured, in steps of 256 MiB.
     assert sized.sizing["actor_memory_mb"] == ACTOR_MEMORY_MB + 512
 
@@ -198,7 +213,7 @@ def test_create_measures_once_and_the_dry_run_shows_it(
         pods * found["agents_per_worker"] == 512 and spec_data["agents_per_pod"] == found["agents_per_worker"]
     )
     need = found["actor_cpus_needed"]
-    assert pods * cpu <= max(2 * need, sizing.MIN_ACTOR_CPU)  # within 2x, or the least a pod asks
+    assert need <= pods * cpu <= 2 * need  # within 2x of what the learner consumes
     code, out, err = surreal(capsys, *args)  # the same environment, algorithm, settings, machine
     assert code == 0, err
     assert yaml.safe_load(next(yaml.safe_load_all(out))["data"]["spec.yaml"])["sizing"]["cached"] is True
