@@ -1,12 +1,16 @@
-"""What the benchmarks share: a real learner component in its own process, its RSS over time."""
+"""What the benchmarks share: a real learner component in its own process, its RSS over time, and
+a whole `surreal create` in the foreground sampled through its status.json."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,59 @@ def read_json(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
+
+
+def foreground_create(args: list[str], steps: int, target: float | None = None) -> dict[str, Any]:
+    """`surreal create bench --steps STEPS ARGS` in the foreground in a home of its own, its
+    learner's status.json sampled. `rate`: env steps/s between 10 % of the steps and the last
+    sample before the end (start-up and the final evaluation left out), each sample timed by the
+    learner's own `elapsed_seconds` when it wrote the file (about once a second); `wall_rate`
+    includes them. `to_target_s` and `to_target_steps`: when the evaluation first reached
+    `target` (None: never). `sizing`: the spec's section. Create measures its packing unless ARGS
+    say --no-calibrate (SURREAL_NO_CALIBRATE is dropped from the environment)."""
+    home = Path(tempfile.mkdtemp(prefix="surreal-bench-"))
+    exe = shutil.which("surreal", path=str(Path(sys.executable).parent)) or shutil.which("surreal")
+    if exe is None:
+        sys.exit("the surreal command is not installed (make install)")
+    environ = {k: v for k, v in os.environ.items() if k != "SURREAL_NO_CALIBRATE"}
+    status_file = home / "experiments" / "bench" / "status.json"
+    samples: list[tuple[float, int]] = []
+    reached: tuple[float, int] | None = None
+    try:
+        start = time.perf_counter()
+        proc = subprocess.Popen([exe, "create", "bench", "--steps", str(steps), *args],
+                                env={**environ, "SURREAL_HOME": str(home)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        while proc.poll() is None:
+            time.sleep(0.25)
+            status = read_json(status_file)
+            if "env_steps" not in status:
+                continue
+            samples.append((float(status["elapsed_seconds"]), int(status["env_steps"])))
+            ret = status.get("eval_return")
+            if reached is None and target is not None and ret is not None and ret >= target:
+                reached = (float(status["elapsed_seconds"]), int(status["env_steps"]))
+        wall = time.perf_counter() - start
+        err = proc.stderr.read() if proc.stderr else ""
+        if proc.returncode != 0:
+            sys.exit(f"surreal create {' '.join(args)} failed with exit code {proc.returncode}: {err[-500:]}")
+        final = read_json(status_file)
+        import yaml
+
+        spec = yaml.safe_load((home / "experiments" / "bench" / "spec.yaml").read_text())
+        sizing = spec.get("sizing") or {}
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    window = [(t, s) for t, s in samples if steps * 0.1 <= s < steps] or samples
+    (t0, s0), (t1, s1) = window[0], window[-1]
+    return {
+        "rate": (s1 - s0) / max(t1 - t0, 1e-9),
+        "wall_rate": final["env_steps"] / wall,
+        "eval_return": final.get("eval_return"),
+        "to_target_s": reached[0] if reached else None,
+        "to_target_steps": reached[1] if reached else None,
+        "sizing": sizing,
+    }
 
 
 def start_learner(tmp: Path, flags: dict[str, Any], overrides: dict[str, str] | None = None,

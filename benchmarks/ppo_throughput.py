@@ -16,15 +16,10 @@ Shared machines are noisy: read the ratios of one run, not absolute figures acro
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
+from bench_support import foreground_create
 from raw_stepping import raw_rate
 
 ENV_ID = "HalfCheetah-v5"
@@ -39,47 +34,14 @@ SB3_EQUAL = {
 
 
 def surreal_rate(steps: int, agents: int, sets: dict[str, str]) -> dict:
-    """Run `surreal create` in the foreground and sample the learner's status.json.
-
-    The training rate is measured between 10% of the steps and the last sample before the end, so
-    process start-up and the final evaluation are left out; the wall-clock rate includes them. Each
-    sample is timed by the learner's own `elapsed_seconds` at the moment it wrote status.json (about
-    once a second), not by when this loop happened to read it.
-    """
-    home = Path(tempfile.mkdtemp(prefix="surreal-bench-"))
-    exe = shutil.which("surreal", path=str(Path(sys.executable).parent)) or shutil.which("surreal")
-    if exe is None:
-        sys.exit("the surreal command is not installed (make install)")
-    argv = [exe, "create", "bench", "--algo", "ppo", "--env", ENV_ID, "--agents", str(agents),
-            "--steps", str(steps), "--seed", "0", "--set", "eval_episodes=1"]  # fmt: skip
+    """`surreal create` in the foreground, its learner's status.json sampled
+    (bench_support.foreground_create: the training rate leaves start-up and the final evaluation
+    out; the wall-clock rate includes them)."""
+    args = ["--algo", "ppo", "--env", ENV_ID, "--agents", str(agents), "--seed", "0"]
+    args += ["--set", "eval_episodes=1"]
     for key, value in sets.items():
-        argv += ["--set", f"{key}={value}"]
-    status_file = home / "experiments" / "bench" / "status.json"
-    samples: list[tuple[float, int]] = []
-    try:
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, env={**os.environ, "SURREAL_HOME": str(home)},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        while proc.poll() is None:
-            time.sleep(0.25)
-            try:
-                status = json.loads(status_file.read_text())
-            except (OSError, ValueError):
-                continue
-            samples.append((float(status["elapsed_seconds"]), int(status["env_steps"])))
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            sys.exit(f"surreal create failed with exit code {proc.returncode}")
-        final = json.loads(status_file.read_text())
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-    window = [(t, s) for t, s in samples if steps * 0.1 <= s < steps]
-    (t0, s0), (t1, s1) = window[0], window[-1]
-    return {
-        "rate": (s1 - s0) / (t1 - t0),
-        "wall_rate": final["env_steps"] / wall,
-        "eval_return": final["eval_return"],
-    }
+        args += ["--set", f"{key}={value}"]
+    return foreground_create(args, steps)
 
 
 def sb3_rate(steps: int) -> float:
