@@ -6,12 +6,13 @@ this machine can run (actor processes x agents per process, by `--agents-per-pod
 threads, by `--set learner_threads`; these measure nothing at create). Each is a real `surreal
 create` in the foreground on the local backend (bench_support.foreground_create): env steps/s
 by the learner's own clock, and the first moment its evaluation reached the target return.
-`--repeats R` runs R rounds, each packing once a round in turn (a drift of the machine falls on
-all alike), and compares medians. Prints each run, then the sized default's ratios to the grid's
-best.
+`--repeats R` runs R rounds a seed of `--seeds`, each packing once a round, each round starting
+at another packing (a drift of the machine falls on all alike), and compares medians: time to a
+return depends on the trajectory a seed takes more than on the packing. Prints each run, then
+the sized default's ratios to the grid's best.
 
     python benchmarks/sizing_grid.py [--only ppo-cartpole,ppo-halfcheetah,sac-pendulum] [--agents 2]
-                                     [--repeats 3]
+                                     [--repeats 3] [--seeds 0,1,2]
 
 The sizing's claim: within 10 % of the grid's best steps/s, and no slower to the target return
 than the grid's fastest. One packing's steps/s moved 11 % between two runs here: read medians.
@@ -56,17 +57,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(RUNS), help="comma-separated runs")
     parser.add_argument("--agents", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3, help="rounds; each packing runs once a round")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds a seed; each packing once a round")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds, each run --repeats rounds")
     args = parser.parse_args()
-    print(f"{'run':<16} {'round':>5} {'packing':<28} {'steps/s':>9} {'to target s':>11} {'steps':>8} "
-          f"{'final':>8} {'calib s':>7}")  # fmt: skip
+    seeds = [int(x) for x in args.seeds.split(",")]
+    print(f"{'run':<16} {'seed':>4} {'round':>5} {'packing':<28} {'steps/s':>9} {'to target s':>11} "
+          f"{'steps':>8} {'final':>8} {'calib s':>7}")  # fmt: skip
     for name in args.only.split(","):
         algo, env, steps, target = RUNS[name]
         grid = packings(algo, args.agents)
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in grid}
-        for round_ in range(args.repeats):
-            for label, extra in grid:
-                flags = ["--algo", algo, "--env", env, "--agents", str(args.agents), "--seed", "0", *extra]
+        rounds = [(seed, r) for seed in seeds for r in range(args.repeats)]
+        for i, (seed, round_) in enumerate(rounds):
+            for label, extra in grid[i % len(grid) :] + grid[: i % len(grid)]:  # no packing always first
+                flags = ["--algo", algo, "--env", env, "--agents", str(args.agents), "--seed", str(seed),
+                         *extra]  # fmt: skip
                 r = foreground_create(flags, steps, target)
                 runs[label].append(r)
                 sz = r["sizing"]
@@ -75,14 +80,15 @@ def main() -> None:
                 to = "-" if r["to_target_s"] is None else f"{r['to_target_s']:.1f}"
                 st = "-" if r["to_target_steps"] is None else f"{r['to_target_steps']:,}"
                 calib = sz.get("calibration_seconds")
-                print(f"{name:<16} {round_:>5} {shown:<28} {r['rate']:>9,.0f} {to:>11} {st:>8} "
+                print(f"{name:<16} {seed:>4} {round_:>5} {shown:<28} {r['rate']:>9,.0f} {to:>11} {st:>8} "
                       f"{r['eval_return']:>8.1f} {'' if calib is None else f'{calib:.1f}':>7}",
                       flush=True)  # fmt: skip
         rate = {label: statistics.median(r["rate"] for r in rs) for label, rs in runs.items()}
         to_target = {label: median([r["to_target_s"] for r in rs]) for label, rs in runs.items()}
         best = max((label for label in rate if label != SIZED), key=rate.__getitem__)
-        line = (f"{name:<16} medians of {args.repeats}: sized {rate[SIZED]:,.0f} steps/s, best {best} "
-                f"{rate[best]:,.0f}: sized / best {rate[SIZED] / rate[best]:.3f}")  # fmt: skip
+        line = (f"{name:<16} medians of {len(rounds)} (seeds {args.seeds}): sized {rate[SIZED]:,.0f} "
+                f"steps/s, best {best} {rate[best]:,.0f}: "
+                f"sized / best {rate[SIZED] / rate[best]:.3f}")  # fmt: skip
         reached = {label: t for label, t in to_target.items() if label != SIZED and t is not None}
         if reached and to_target[SIZED] is not None:
             fastest = min(reached, key=reached.__getitem__)
