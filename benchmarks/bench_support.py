@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 TOKEN = "bench-token"
 
 
@@ -65,8 +67,6 @@ def foreground_create(args: list[str], steps: int, target: float | None = None) 
         if proc.returncode != 0:
             sys.exit(f"surreal create {' '.join(args)} failed with exit code {proc.returncode}: {err[-500:]}")
         final = read_json(status_file)
-        import yaml
-
         spec = yaml.safe_load((home / "experiments" / "bench" / "spec.yaml").read_text())
         sizing = spec.get("sizing") or {}
     finally:

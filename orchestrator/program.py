@@ -334,11 +334,12 @@ def make_program(spec: ExperimentSpec, target: Target, split: Sequence[int]) -> 
                         port=learner_ports(target.learner_addr)[0])  # fmt: skip
     evaluator = component("evaluator", {}, cpu=0.5, memory_mb=1024)
     sizing = spec.sizing or {}  # an actor pod's CPU and memory, as the sizing chose (sizing.py)
+    cpu = float(sizing.get("actor_cpu", ACTOR_CPU))
     template = component(
         "actor",
         {},
-        cpu=float(sizing.get("actor_cpu", ACTOR_CPU)),
-        cpu_limit=ACTOR_CPU,
+        cpu=cpu,
+        cpu_limit=max(cpu, ACTOR_CPU),  # a spec file's sizing may ask for more than the sizing would
         memory_mb=int(sizing.get("actor_memory_mb", ACTOR_MEMORY_MB)),
     )  # actor_group names each worker
     shards = []

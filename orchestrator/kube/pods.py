@@ -42,7 +42,7 @@ def default_resources(component: Component) -> dict[str, dict[str, str]]:
     a CPU limit above the request: an actor asks for the share the learner needs and may use a
     core the node has spare (Burstable; its memory still requests = limits)."""
     amount = {"cpu": cpu_quantity(component.cpu), "memory": f"{component.memory_mb}Mi"}
-    limit = {**amount, "cpu": cpu_quantity(max(component.cpu, component.cpu_limit or 0))}
+    limit = {**amount, "cpu": cpu_quantity(component.cpu_limit or component.cpu)}
     return {"requests": amount, "limits": limit}
 
 
