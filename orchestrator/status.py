@@ -63,7 +63,7 @@ EXTRA_METRICS = (
     "waiting_for",
     "agents_reporting", "results_accepted", "results_rejected", "staleness", "short_rounds",
     "pairs_per_update", "round_pairs", "pairs_per_agent", "max_staleness", "step_size",
-    "replay", "rows_trained", "update_share", "balance",
+    "replay", "rows_trained", "update_share", "actor_wait_share", "balance",
 )  # fmt: skip
 
 IDENTITY_FIELDS = ("name", "algo", "env", "backend", "agents", "target_steps")

@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from surreal.protocol.auth import TOKEN_METADATA_KEY
 from surreal.protocol.codec import decode_map, encode_map
+from surreal.protocol.messages import MAX_SPAN_MS
 from surreal.protocol.options import MAX_MESSAGE_BYTES, client_options
 from surreal.protocol.types import EvalReport, Params, ReplayState, Sampled
 from surreal.protocol.v1 import surreal_pb2 as pb
@@ -48,6 +49,8 @@ class ExperienceStream:
 
     A background thread reads credits; the grpc call consumes requests from a queue. Meant for
     one sending thread (concurrent senders are safe, but their fragments' order is not defined).
+    Each fragment says how long its sender took since the previous one and how much of that it
+    waited (for a credit, and what `note_wait` adds): the learner's actors' waiting share.
     """
 
     def __init__(self, stream: Any, metadata: tuple, worker_id: str) -> None:
@@ -60,6 +63,8 @@ class ExperienceStream:
         self._sent = 0  # fragments queued
         self._acked = 0  # credits handed back since the opening grant: fragments the learner took
         self._latest_version: int | None = None
+        self._since = time.monotonic()  # when the previous fragment was queued (or the stream opened)
+        self._waited = 0.0  # seconds waited since then
         self._error: ProtocolError | None = None
         self._closed = False
         self._call = stream(self._request_iter(), metadata=metadata)
@@ -100,13 +105,13 @@ class ExperienceStream:
         """Queue one fragment once a credit is available. The arrays are copied before this
         returns. Raises ProtocolError if the stream broke or was closed, TimeoutError if no
         credit came within `timeout` seconds (the stream stays usable)."""
-        request = pb.ExperienceRequest(
-            fragment=pb.Fragment(policy_version=policy_version, tensors=encode_map(tensors))
-        )
+        fragment = pb.Fragment(policy_version=policy_version, tensors=encode_map(tensors))
+        asked = time.monotonic()
         with self._cond:
             ready = self._cond.wait_for(
                 lambda: self._credits > 0 or self._error is not None or self._closed, timeout
             )
+            self._waited += time.monotonic() - asked  # a timeout's wait too: the next send says it
             if self._closed:
                 raise ProtocolError("CANCELLED", "the experience stream was closed")
             if self._error is not None:
@@ -115,7 +120,17 @@ class ExperienceStream:
                 raise TimeoutError(f"no credit from the learner within {timeout} s")
             self._credits -= 1
             self._sent += 1
-        self._requests.put(request)
+            now = time.monotonic()
+            fragment.span_ms = min(MAX_SPAN_MS, round(1000 * (now - self._since)))
+            fragment.waited_ms = min(fragment.span_ms, round(1000 * self._waited))
+            self._since, self._waited = now, 0.0
+        self._requests.put(pb.ExperienceRequest(fragment=fragment))
+
+    def note_wait(self, seconds: float) -> None:
+        """Count `seconds` the sender waited on the learner's side outside `send` (idle with nothing
+        to do): the next fragment says it."""
+        with self._cond:
+            self._waited += max(0.0, seconds)
 
     def wait_acknowledged(self, timeout: float) -> bool:
         """Wait until the learner has handed back the credit of every fragment sent so far (from

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from surreal.protocol.codec import CodecError, TensorSpec, decode_map
-from surreal.protocol.messages import Undecodable, peer_host, worker_id_problem
+from surreal.protocol.messages import Undecodable, peer_host, timing_problem, worker_id_problem
 from surreal.protocol.ratelimit import RejectionLog
 from surreal.protocol.stats import Counters
 from surreal.protocol.types import Fragment
@@ -269,10 +269,15 @@ class ExperienceService:
         if stream.outstanding <= 0:
             return grpc.StatusCode.INVALID_ARGUMENT, "fragment sent without a credit"
         stream.outstanding -= 1
+        fragment = request.fragment
         try:
-            tensors = decode_map(request.fragment.tensors, self._schema)
+            tensors = decode_map(fragment.tensors, self._schema)
         except CodecError as e:
             return grpc.StatusCode.INVALID_ARGUMENT, f"invalid fragment: {e}"
-        self._fragments.put((Fragment(stream.worker_id, request.fragment.policy_version, tensors), stream))
+        if (problem := timing_problem(fragment.span_ms, fragment.waited_ms)) is not None:
+            return grpc.StatusCode.INVALID_ARGUMENT, f"invalid fragment: {problem}"
+        self._fragments.put((Fragment(stream.worker_id, fragment.policy_version, tensors), stream))
         self._counters.add("fragments_received")
+        self._counters.add("actor_span_ms", fragment.span_ms)
+        self._counters.add("actor_waited_ms", fragment.waited_ms)
         return None

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 MAX_WORKER_ID = 128  # characters of a Hello's worker_id
+MAX_SPAN_MS = 86_400_000  # a fragment's span_ms at most: a sender idle longer says this much
 
 
 class Undecodable:
@@ -43,6 +44,13 @@ def worker_id_problem(worker_id: str) -> str | None:
         return f"worker_id longer than {MAX_WORKER_ID} characters"
     if not worker_id.isprintable():
         return "worker_id has non-printable characters"
+    return None
+
+
+def timing_problem(span_ms: int, waited_ms: int) -> str | None:
+    """Why a fragment's timing (Fragment.span_ms, waited_ms) cannot be true, or None."""
+    if not 0 <= waited_ms <= span_ms <= MAX_SPAN_MS:
+        return f"impossible timing: waited {waited_ms} ms of {span_ms} (0 <= waited <= span <= {MAX_SPAN_MS})"
     return None
 
 

@@ -48,6 +48,8 @@ STAT_NAMES: tuple[str, ...] = (
     "rejected_streams",  # streams refused because max_streams were open
     "fragments_received",  # valid fragments queued for the learner
     "fragments_taken",  # fragments handed to the learner by next_fragment
+    "actor_span_ms",  # what the received fragments said of their senders' time (Fragment.span_ms)
+    "actor_waited_ms",  # and of its share they waited (Fragment.waited_ms)
     "rejected_invalid",  # streams aborted with INVALID_ARGUMENT (bad tensors, protocol misuse)
     "rejected_undecodable",  # messages that are not valid protobuf, on any method (INVALID_ARGUMENT)
     "rejected_auth",  # calls refused with UNAUTHENTICATED
@@ -337,6 +339,11 @@ class LearnerServer:
     def stats(self) -> dict[str, int]:
         """A snapshot of the counters named in STAT_NAMES."""
         return self._counters.snapshot()
+
+    def actor_seconds(self) -> tuple[float, float]:
+        """(seconds spanned, seconds waited) that the received fragments said of their senders."""
+        stats = self._counters.snapshot()
+        return stats["actor_span_ms"] / 1000, stats["actor_waited_ms"] / 1000
 
     # ---- handlers (on the event loop)
 

@@ -67,6 +67,9 @@ class ReplayState:
     undecodable: int = 0
     too_many_streams: int = 0
     bad_samples: int = 0
+    # What its actors said of their time with their fragments (Fragment.span_ms, waited_ms), summed.
+    actor_span_ms: int = 0
+    actor_waited_ms: int = 0
 
 
 @dataclass(frozen=True, eq=False)

@@ -91,7 +91,8 @@ def serve(learner: LearnerClient, stream: ExperienceStream, core: Core, apart: b
 
     The learner's credits say which version is current: the actor asks only when it is not the one
     held, when nobody said (a shard's credits), or when the core is idle. When the stream is not the
-    learner's (`apart`), an unreachable learner (restarting) is asked again for GIVE_UP_SECONDS."""
+    learner's (`apart`), an unreachable learner (restarting) is asked again for GIVE_UP_SECONDS.
+    Its idle time is noted on the stream (the actors' waiting share, as their credit waits are)."""
     sent, idle = 0, 0
     next_report, heard_at = time.monotonic() + PROGRESS_LOG_SECONDS, time.monotonic()
     while True:
@@ -106,7 +107,7 @@ def serve(learner: LearnerClient, stream: ExperienceStream, core: Core, apart: b
                 if not apart or time.monotonic() - heard_at > GIVE_UP_SECONDS:
                     raise  # the learner's own stream: work_connected reconnects
                 log.info("learner unreachable (%s); asking again", exc)
-                time.sleep(1.0)
+                wait(stream, 1.0)
                 continue
             heard_at = time.monotonic()
         if params is not None:
@@ -117,5 +118,12 @@ def serve(learner: LearnerClient, stream: ExperienceStream, core: Core, apart: b
         if core.version >= 0 and core.work(stream):
             sent, idle = sent + 1, 0
         else:  # no parameters yet, or nothing to do with them
-            time.sleep(idle_backoff(idle))
+            wait(stream, idle_backoff(idle))
             idle += 1
+
+
+def wait(stream: ExperienceStream, seconds: float) -> None:
+    """Sleep `seconds` on the learner's side's account: the next fragment says it was waited."""
+    started = time.monotonic()
+    time.sleep(seconds)
+    stream.note_wait(time.monotonic() - started)

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +56,11 @@ class LearnerProgress:
         self.eval_episodes: int | None = None  # the episodes it is the mean of
         self.final_evaluated = False
         self._started = time.monotonic()
-        # (time, env_steps, busy_seconds) samples, at least RATE_SAMPLE_SECONDS apart but the last
-        self._rate: deque[tuple[float, int, float | None]] = deque(maxlen=64)
+        # (time, env_steps, busy_seconds, actor_seconds) samples, RATE_SAMPLE_SECONDS apart but the last
+        self._rate: deque[tuple[float, int, float | None, tuple[float, float]]] = deque(maxlen=64)
+        # (seconds spanned, seconds waited) of the actors feeding this process, as their fragments
+        # said them (Fragment.span_ms, waited_ms) to its server: the serving loop sets the server's.
+        self.actor_clock: Callable[[], tuple[float, float]] = lambda: (0.0, 0.0)
         # The last checkpoint: its version (before a restore's jump), when it was written (wall
         # clock, so that it survives a restart) and the update count then.
         self.checkpoint_version: int | None = None
@@ -66,7 +69,7 @@ class LearnerProgress:
         self._checkpoint_updates = 0
 
     def _note_steps(self) -> None:
-        sample = (time.monotonic(), self.counters.env_steps, self.busy_seconds())
+        sample = (time.monotonic(), self.counters.env_steps, self.busy_seconds(), self.actor_seconds())
         if len(self._rate) >= 2 and sample[0] - self._rate[-2][0] < RATE_SAMPLE_SECONDS:
             self._rate[-1] = sample  # the window's newest point stays current
         else:
@@ -76,12 +79,25 @@ class LearnerProgress:
         """Seconds this process has spent in updates (None: the core does not say)."""
         return None
 
+    def actor_seconds(self) -> tuple[float, float]:
+        """(seconds spanned, seconds waited) that the actors feeding this learner said since it
+        started: the fragments' its server received (an off-policy learner's: its shards')."""
+        return self.actor_clock()
+
     def update_share(self) -> float | None:
         """The share of the recent window this learner spent updating (None until it is known)."""
         if len(self._rate) < 2 or self._rate[0][2] is None or self._rate[-1][2] is None:
             return None
-        (t0, _, b0), (t1, _, b1) = self._rate[0], self._rate[-1]
+        (t0, _, b0, _), (t1, _, b1, _) = self._rate[0], self._rate[-1]
         return min(1.0, max(0.0, (b1 - b0) / (t1 - t0))) if t1 > t0 else None  # type: ignore[operator]
+
+    def wait_share(self) -> float | None:
+        """The share of their time in the recent window that the actors feeding this learner spent
+        waiting on it (for credits, or idle), as they said it; None until one said it."""
+        if len(self._rate) < 2:
+            return None
+        (_, _, _, (span0, waited0)), (_, _, _, (span1, waited1)) = self._rate[0], self._rate[-1]
+        return min(1.0, max(0.0, (waited1 - waited0) / (span1 - span0))) if span1 > span0 else None
 
     def training_problem(self) -> str | None:
         """Why a run that reached its steps did not train, or None: a run is Succeeded only when at
@@ -173,7 +189,7 @@ class LearnerProgress:
     def steps_per_second(self) -> float:
         if len(self._rate) < 2:
             return 0.0
-        (t0, s0, _), (t1, s1, _) = self._rate[0], self._rate[-1]
+        (t0, s0, _, _), (t1, s1, _, _) = self._rate[0], self._rate[-1]
         return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
 
     def elapsed_seconds(self) -> float:
@@ -200,7 +216,8 @@ class LearnerProgress:
             "eval_episodes": self.eval_episodes,
             "steps_per_second": self.steps_per_second(),
             "update_share": (share := self.update_share()),
-            "balance": balance(share, self.done),
+            "actor_wait_share": (wait := self.wait_share()),
+            "balance": balance(share, wait, self.done),
             "elapsed_seconds": self.elapsed_seconds(),
             "dropped_fragments": dropped,
             "connected_actors": connected_actors,
@@ -213,22 +230,31 @@ class LearnerProgress:
 RATE_SAMPLE_SECONDS = 0.5
 # The learner's update share beyond which it is the run's cap, and below which it mostly waits.
 LEARNER_BOUND, ACTOR_BOUND = 0.9, 0.3
+WAITING_BOUND = 0.5  # the actors' wait share beyond which they wait on the learner most of the time
 
 
-def balance(share: float | None, done: bool = False) -> str | None:
-    """What the learner's recent update share says of the run's packing, in a line (None while it
-    is unknown or once the run is done): near 1 the learner is the cap and the actors wait on it;
-    well below, the learner waits on the actors (or on the replay's limiter, on the transport)."""
-    if share is None or done:
+def balance(update: float | None, wait: float | None = None, done: bool = False) -> str | None:
+    """What the learner's recent update share and its actors' wait share say of the run's packing,
+    in a line (None while neither is known, or once the run is done): a learner that updates nearly
+    all the time, or actors that wait most of theirs, is the cap; a learner mostly idle while its
+    actors do not wait waits on them; both idle, the transport or the replay's limiter holds them."""
+    if done or (update is None and wait is None):
         return None
-    if share >= LEARNER_BOUND:
-        return (f"the learner updates {share:.0%} of the time: it is the cap and the actors wait "
-                "on it; fewer actor CPUs would train as fast, learner ranks (--learners) or a GPU "
-                "faster")  # fmt: skip
-    if share <= ACTOR_BOUND:
-        return (f"the learner updates {share:.0%} of the time and waits on the actors the rest: more "
-                "actor CPUs (--agents, agents per pod) would feed it")  # fmt: skip
-    return f"the learner updates {share:.0%} of the time: actors and learner are in balance"
+    said = " and ".join(part for part in (
+        None if update is None else f"the learner updates {update:.0%} of the time",
+        None if wait is None else f"the actors wait on it {wait:.0%} of theirs") if part)  # fmt: skip
+    capped = (update is not None and update >= LEARNER_BOUND) or (wait is not None and wait >= WAITING_BOUND)
+    starved = update is not None and update <= ACTOR_BOUND
+    if capped and starved:
+        return (f"{said}: both wait, so neither the packing nor the learner holds the run: the transport "
+                "does, or the replay's limiter (replay_ratio, credits_per_worker)")  # fmt: skip
+    if capped:
+        return (f"{said}: the learner is the cap; fewer actor CPUs (--agents-per-pod) would train as "
+                "fast, learner ranks (--learners) or a GPU faster")  # fmt: skip
+    if starved:
+        return (f"{said}: the learner waits on the actors; more actor CPUs (--agents, --agents-per-pod) "
+                "would feed it")  # fmt: skip
+    return f"{said}: actors and learner are in balance"
 
 
 def anneal(optimizers: Iterable[Any], left: float) -> float:

@@ -99,6 +99,7 @@ WIRE_REJECTIONS = (
 class LearnerCore(Protocol):
     final_evaluated: bool
     cfg: Any  # the algorithm's config (progress_deadline_seconds)
+    actor_clock: Callable[[], tuple[float, float]]  # what its actors said of their time (progress.py)
     counters: Any  # env_steps, updates (applied), ...
 
     def training_problem(self) -> str | None: ...  # why a run at its steps did not train, or None
@@ -180,6 +181,7 @@ class ServingLoop:
             on_eval=self.evals.put,
             credit_on_take=credit_on_take,
         )
+        core.actor_clock = self.server.actor_seconds  # what the actors said with their fragments
         self.check_scale()  # the learner made its core for initial_agents(): normally no change
         self.server.start()
         self._status_at = 0.0

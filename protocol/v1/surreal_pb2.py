@@ -24,49 +24,49 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18surreal/v1/surreal.proto\x12\nsurreal.v1\"U\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x05\x64type\x18\x02 \x01(\x0e\x32\x11.surreal.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\x1a\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\"G\n\x08\x46ragment\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12#\n\x07tensors\x18\x02 \x03(\x0b\x32\x12.surreal.v1.Tensor\"i\n\x11\x45xperienceRequest\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.surreal.v1.HelloH\x00\x12(\n\x08\x66ragment\x18\x02 \x01(\x0b\x32\x14.surreal.v1.FragmentH\x00\x42\x06\n\x04kind\"I\n\x06\x43redit\x12\x0f\n\x07\x63redits\x18\x01 \x01(\x05\x12\x1b\n\x0elatest_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_latest_version\"0\n\tGetParams\x12\x15\n\rknown_version\x18\x01 \x01(\x03\x12\x0c\n\x04role\x18\x02 \x01(\t\"u\n\x06Params\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x11\n\tunchanged\x18\x02 \x01(\x08\x12#\n\x07weights\x18\x03 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12\"\n\x06\x65xtras\x18\x04 \x03(\x0b\x32\x12.surreal.v1.Tensor\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x87\x01\n\nEvalReport\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tenv_steps\x18\x02 \x01(\x03\x12\x13\n\x0bmean_return\x18\x03 \x01(\x01\x12\x12\n\nstd_return\x18\x04 \x01(\x01\x12\x10\n\x08\x65pisodes\x18\x05 \x01(\x05\x12\x13\n\x0bmean_length\x18\x06 \x01(\x01\"\x05\n\x03\x41\x63k\".\n\rSampleRequest\x12\x0c\n\x04rows\x18\x01 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x02 \x01(\x05\"\xdf\x01\n\x0bReplayState\x12\x0c\n\x04size\x18\x01 \x01(\x03\x12\x10\n\x08inserted\x18\x02 \x01(\x03\x12\x0f\n\x07sampled\x18\x03 \x01(\x03\x12\x10\n\x08restored\x18\x04 \x01(\x03\x12\x0c\n\x04lost\x18\x05 \x01(\x03\x12\x0f\n\x07refused\x18\x06 \x01(\x03\x12\x11\n\tmalformed\x18\x07 \x01(\x03\x12\x17\n\x0funauthenticated\x18\x08 \x01(\x03\x12\x13\n\x0bundecodable\x18\t \x01(\x03\x12\x18\n\x10too_many_streams\x18\n \x01(\x03\x12\x13\n\x0b\x62\x61\x64_samples\x18\x0b \x01(\x03\"~\n\x07Sampled\x12\r\n\x05ready\x18\x01 \x01(\x08\x12#\n\x07tensors\x18\x02 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12&\n\x05state\x18\x03 \x01(\x0b\x32\x17.surreal.v1.ReplayState\x12\x17\n\x0f\x65pisode_returns\x18\x04 \x03(\x01*c\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x46LOAT32\x10\x01\x12\x0b\n\x07\x46LOAT64\x10\x02\x12\t\n\x05INT32\x10\x03\x12\t\n\x05INT64\x10\x04\x12\t\n\x05UINT8\x10\x05\x12\x08\n\x04\x42OOL\x10\x06\x32M\n\nExperience\x12?\n\x06Stream\x12\x1d.surreal.v1.ExperienceRequest\x1a\x12.surreal.v1.Credit(\x01\x30\x01\x32>\n\nParameters\x12\x30\n\x03Get\x12\x15.surreal.v1.GetParams\x1a\x12.surreal.v1.Params2z\n\x06Status\x12\x39\n\x03Get\x12\x19.surreal.v1.StatusRequest\x1a\x17.surreal.v1.StatusReply\x12\x35\n\nReportEval\x12\x16.surreal.v1.EvalReport\x1a\x0f.surreal.v1.Ack2B\n\x06Replay\x12\x38\n\x06Sample\x12\x19.surreal.v1.SampleRequest\x1a\x13.surreal.v1.Sampledb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18surreal/v1/surreal.proto\x12\nsurreal.v1\"U\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x05\x64type\x18\x02 \x01(\x0e\x32\x11.surreal.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\x1a\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\"k\n\x08\x46ragment\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12#\n\x07tensors\x18\x02 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12\x0f\n\x07span_ms\x18\x03 \x01(\x03\x12\x11\n\twaited_ms\x18\x04 \x01(\x03\"i\n\x11\x45xperienceRequest\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.surreal.v1.HelloH\x00\x12(\n\x08\x66ragment\x18\x02 \x01(\x0b\x32\x14.surreal.v1.FragmentH\x00\x42\x06\n\x04kind\"I\n\x06\x43redit\x12\x0f\n\x07\x63redits\x18\x01 \x01(\x05\x12\x1b\n\x0elatest_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_latest_version\"0\n\tGetParams\x12\x15\n\rknown_version\x18\x01 \x01(\x03\x12\x0c\n\x04role\x18\x02 \x01(\t\"u\n\x06Params\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x11\n\tunchanged\x18\x02 \x01(\x08\x12#\n\x07weights\x18\x03 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12\"\n\x06\x65xtras\x18\x04 \x03(\x0b\x32\x12.surreal.v1.Tensor\"\x0f\n\rStatusRequest\"\x1b\n\x0bStatusReply\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x87\x01\n\nEvalReport\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x11\n\tenv_steps\x18\x02 \x01(\x03\x12\x13\n\x0bmean_return\x18\x03 \x01(\x01\x12\x12\n\nstd_return\x18\x04 \x01(\x01\x12\x10\n\x08\x65pisodes\x18\x05 \x01(\x05\x12\x13\n\x0bmean_length\x18\x06 \x01(\x01\"\x05\n\x03\x41\x63k\".\n\rSampleRequest\x12\x0c\n\x04rows\x18\x01 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x02 \x01(\x05\"\x8f\x02\n\x0bReplayState\x12\x0c\n\x04size\x18\x01 \x01(\x03\x12\x10\n\x08inserted\x18\x02 \x01(\x03\x12\x0f\n\x07sampled\x18\x03 \x01(\x03\x12\x10\n\x08restored\x18\x04 \x01(\x03\x12\x0c\n\x04lost\x18\x05 \x01(\x03\x12\x0f\n\x07refused\x18\x06 \x01(\x03\x12\x11\n\tmalformed\x18\x07 \x01(\x03\x12\x17\n\x0funauthenticated\x18\x08 \x01(\x03\x12\x13\n\x0bundecodable\x18\t \x01(\x03\x12\x18\n\x10too_many_streams\x18\n \x01(\x03\x12\x13\n\x0b\x62\x61\x64_samples\x18\x0b \x01(\x03\x12\x15\n\ractor_span_ms\x18\x0c \x01(\x03\x12\x17\n\x0f\x61\x63tor_waited_ms\x18\r \x01(\x03\"~\n\x07Sampled\x12\r\n\x05ready\x18\x01 \x01(\x08\x12#\n\x07tensors\x18\x02 \x03(\x0b\x32\x12.surreal.v1.Tensor\x12&\n\x05state\x18\x03 \x01(\x0b\x32\x17.surreal.v1.ReplayState\x12\x17\n\x0f\x65pisode_returns\x18\x04 \x03(\x01*c\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x46LOAT32\x10\x01\x12\x0b\n\x07\x46LOAT64\x10\x02\x12\t\n\x05INT32\x10\x03\x12\t\n\x05INT64\x10\x04\x12\t\n\x05UINT8\x10\x05\x12\x08\n\x04\x42OOL\x10\x06\x32M\n\nExperience\x12?\n\x06Stream\x12\x1d.surreal.v1.ExperienceRequest\x1a\x12.surreal.v1.Credit(\x01\x30\x01\x32>\n\nParameters\x12\x30\n\x03Get\x12\x15.surreal.v1.GetParams\x1a\x12.surreal.v1.Params2z\n\x06Status\x12\x39\n\x03Get\x12\x19.surreal.v1.StatusRequest\x1a\x17.surreal.v1.StatusReply\x12\x35\n\nReportEval\x12\x16.surreal.v1.EvalReport\x1a\x0f.surreal.v1.Ack2B\n\x06Replay\x12\x38\n\x06Sample\x12\x19.surreal.v1.SampleRequest\x1a\x13.surreal.v1.Sampledb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'surreal.protocol.v1.surreal_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DTYPE']._serialized_start=1172
-  _globals['_DTYPE']._serialized_end=1271
+  _globals['_DTYPE']._serialized_start=1256
+  _globals['_DTYPE']._serialized_end=1355
   _globals['_TENSOR']._serialized_start=40
   _globals['_TENSOR']._serialized_end=125
   _globals['_HELLO']._serialized_start=127
   _globals['_HELLO']._serialized_end=153
   _globals['_FRAGMENT']._serialized_start=155
-  _globals['_FRAGMENT']._serialized_end=226
-  _globals['_EXPERIENCEREQUEST']._serialized_start=228
-  _globals['_EXPERIENCEREQUEST']._serialized_end=333
-  _globals['_CREDIT']._serialized_start=335
-  _globals['_CREDIT']._serialized_end=408
-  _globals['_GETPARAMS']._serialized_start=410
-  _globals['_GETPARAMS']._serialized_end=458
-  _globals['_PARAMS']._serialized_start=460
-  _globals['_PARAMS']._serialized_end=577
-  _globals['_STATUSREQUEST']._serialized_start=579
-  _globals['_STATUSREQUEST']._serialized_end=594
-  _globals['_STATUSREPLY']._serialized_start=596
-  _globals['_STATUSREPLY']._serialized_end=623
-  _globals['_EVALREPORT']._serialized_start=626
-  _globals['_EVALREPORT']._serialized_end=761
-  _globals['_ACK']._serialized_start=763
-  _globals['_ACK']._serialized_end=768
-  _globals['_SAMPLEREQUEST']._serialized_start=770
-  _globals['_SAMPLEREQUEST']._serialized_end=816
-  _globals['_REPLAYSTATE']._serialized_start=819
-  _globals['_REPLAYSTATE']._serialized_end=1042
-  _globals['_SAMPLED']._serialized_start=1044
-  _globals['_SAMPLED']._serialized_end=1170
-  _globals['_EXPERIENCE']._serialized_start=1273
-  _globals['_EXPERIENCE']._serialized_end=1350
-  _globals['_PARAMETERS']._serialized_start=1352
-  _globals['_PARAMETERS']._serialized_end=1414
-  _globals['_STATUS']._serialized_start=1416
-  _globals['_STATUS']._serialized_end=1538
-  _globals['_REPLAY']._serialized_start=1540
-  _globals['_REPLAY']._serialized_end=1606
+  _globals['_FRAGMENT']._serialized_end=262
+  _globals['_EXPERIENCEREQUEST']._serialized_start=264
+  _globals['_EXPERIENCEREQUEST']._serialized_end=369
+  _globals['_CREDIT']._serialized_start=371
+  _globals['_CREDIT']._serialized_end=444
+  _globals['_GETPARAMS']._serialized_start=446
+  _globals['_GETPARAMS']._serialized_end=494
+  _globals['_PARAMS']._serialized_start=496
+  _globals['_PARAMS']._serialized_end=613
+  _globals['_STATUSREQUEST']._serialized_start=615
+  _globals['_STATUSREQUEST']._serialized_end=630
+  _globals['_STATUSREPLY']._serialized_start=632
+  _globals['_STATUSREPLY']._serialized_end=659
+  _globals['_EVALREPORT']._serialized_start=662
+  _globals['_EVALREPORT']._serialized_end=797
+  _globals['_ACK']._serialized_start=799
+  _globals['_ACK']._serialized_end=804
+  _globals['_SAMPLEREQUEST']._serialized_start=806
+  _globals['_SAMPLEREQUEST']._serialized_end=852
+  _globals['_REPLAYSTATE']._serialized_start=855
+  _globals['_REPLAYSTATE']._serialized_end=1126
+  _globals['_SAMPLED']._serialized_start=1128
+  _globals['_SAMPLED']._serialized_end=1254
+  _globals['_EXPERIENCE']._serialized_start=1357
+  _globals['_EXPERIENCE']._serialized_end=1434
+  _globals['_PARAMETERS']._serialized_start=1436
+  _globals['_PARAMETERS']._serialized_end=1498
+  _globals['_STATUS']._serialized_start=1500
+  _globals['_STATUS']._serialized_end=1622
+  _globals['_REPLAY']._serialized_start=1624
+  _globals['_REPLAY']._serialized_end=1690
 # @@protoc_insertion_point(module_scope)

@@ -44,12 +44,16 @@ class Hello(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
 
 class Fragment(_message.Message):
-    __slots__ = ("policy_version", "tensors")
+    __slots__ = ("policy_version", "tensors", "span_ms", "waited_ms")
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     TENSORS_FIELD_NUMBER: _ClassVar[int]
+    SPAN_MS_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
     policy_version: int
     tensors: _containers.RepeatedCompositeFieldContainer[Tensor]
-    def __init__(self, policy_version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+    span_ms: int
+    waited_ms: int
+    def __init__(self, policy_version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., span_ms: _Optional[int] = ..., waited_ms: _Optional[int] = ...) -> None: ...
 
 class ExperienceRequest(_message.Message):
     __slots__ = ("hello", "fragment")
@@ -126,7 +130,7 @@ class SampleRequest(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class ReplayState(_message.Message):
-    __slots__ = ("size", "inserted", "sampled", "restored", "lost", "refused", "malformed", "unauthenticated", "undecodable", "too_many_streams", "bad_samples")
+    __slots__ = ("size", "inserted", "sampled", "restored", "lost", "refused", "malformed", "unauthenticated", "undecodable", "too_many_streams", "bad_samples", "actor_span_ms", "actor_waited_ms")
     SIZE_FIELD_NUMBER: _ClassVar[int]
     INSERTED_FIELD_NUMBER: _ClassVar[int]
     SAMPLED_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +142,8 @@ class ReplayState(_message.Message):
     UNDECODABLE_FIELD_NUMBER: _ClassVar[int]
     TOO_MANY_STREAMS_FIELD_NUMBER: _ClassVar[int]
     BAD_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_SPAN_MS_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_WAITED_MS_FIELD_NUMBER: _ClassVar[int]
     size: int
     inserted: int
     sampled: int
@@ -149,7 +155,9 @@ class ReplayState(_message.Message):
     undecodable: int
     too_many_streams: int
     bad_samples: int
-    def __init__(self, size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., restored: _Optional[int] = ..., lost: _Optional[int] = ..., refused: _Optional[int] = ..., malformed: _Optional[int] = ..., unauthenticated: _Optional[int] = ..., undecodable: _Optional[int] = ..., too_many_streams: _Optional[int] = ..., bad_samples: _Optional[int] = ...) -> None: ...
+    actor_span_ms: int
+    actor_waited_ms: int
+    def __init__(self, size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., restored: _Optional[int] = ..., lost: _Optional[int] = ..., refused: _Optional[int] = ..., malformed: _Optional[int] = ..., unauthenticated: _Optional[int] = ..., undecodable: _Optional[int] = ..., too_many_streams: _Optional[int] = ..., bad_samples: _Optional[int] = ..., actor_span_ms: _Optional[int] = ..., actor_waited_ms: _Optional[int] = ...) -> None: ...
 
 class Sampled(_message.Message):
     __slots__ = ("ready", "tensors", "state", "episode_returns")

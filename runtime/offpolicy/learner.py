@@ -177,6 +177,12 @@ class Learner(LearnerProgress):
     def busy_seconds(self) -> float:
         return self._updating
 
+    def actor_seconds(self) -> tuple[float, float]:
+        """The actors insert into the shards, which pass on what they said of their time."""
+        if self.shards is None:
+            return super().actor_seconds()
+        return self.shards.total("actor_span_ms") / 1000, self.shards.total("actor_waited_ms") / 1000
+
     def ready(self) -> bool:
         """A batch is at hand, and the last update's version has been published (the serving loop
         runs updates while its core is ready, then publishes: each update() is one version)."""

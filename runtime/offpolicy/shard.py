@@ -54,10 +54,12 @@ RELEASE_SECONDS = 30.0  # after the end, the longest it serves for its actors to
 MAX_EPISODES_KEPT = 10_000  # episode returns kept for the learner between two of its samples
 SHARD_DIR = "replay"
 STATUS_FILE = "status.json"  # the learner's (serving.py), in the experiment's folder
-# What the shard's server refused (LearnerServer.stats), under ReplayState's names.
+# What the shard's server refused and what its actors said of their time (LearnerServer.stats),
+# under ReplayState's names.
 WIRE_COUNTS = {"malformed": "rejected_invalid", "unauthenticated": "rejected_auth",
                "undecodable": "rejected_undecodable", "too_many_streams": "rejected_streams",
-               "bad_samples": "rejected_samples"}  # fmt: skip
+               "bad_samples": "rejected_samples", "actor_span_ms": "actor_span_ms",
+               "actor_waited_ms": "actor_waited_ms"}  # fmt: skip
 COUNTS = ("inserted", "sampled", "lost", "refused", *WIRE_COUNTS)  # noted, and summed over lives
 
 

@@ -231,7 +231,8 @@ def test_status_has_the_contract_fields():
         "env_steps", "updates", "policy_version", "episodes", "train_return", "eval_return",
         "best_eval_return", "eval_stderr", "eval_episodes", "steps_per_second", "elapsed_seconds",
         "dropped_fragments", "connected_actors", "done", "rejected_fragments", "skipped_updates",
-        "checkpoint_version", "checkpoint_age_seconds", "update_seconds", "update_share", "balance",
+        "checkpoint_version", "checkpoint_age_seconds", "update_seconds", "update_share",
+        "actor_wait_share", "balance",
     }  # fmt: skip
     assert status["env_steps"] == 32 and status["connected_actors"] == 3
     json.dumps(status)
@@ -301,6 +302,49 @@ def test_an_actor_asks_for_parameters_only_when_its_credits_say_they_changed():
     assert serve(client, stream, actor) == 0
     assert client.asked == [-1, 0]  # once at the start, once when the credits said version 1
     assert stream.sent == [0, 0, 0, 0, 0]
+
+
+def test_an_idle_actor_says_its_idle_time_was_waited(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An actor with nothing to do (no parameters yet, ES's pairs all handed out) polls with backoff,
+    and its stream hears each sleep as waited (the actors' wait share)."""
+    from fake_time import Clock
+
+    from surreal.runtime import actor as actor_module
+    from surreal.runtime.actor import idle_backoff, serve
+    from surreal.runtime.run import progress_extras
+
+    monkeypatch.setattr(actor_module, "time", Clock(0.0))
+    done = Params(1, {}, progress_extras(10_000, True))
+
+    class Core:
+        version, calls = 0, 0
+
+        def set_params(self, params):
+            self.version = params.version
+
+        def work(self, stream):
+            self.calls += 1
+            return self.calls > 3  # nothing to do three times
+
+    core = Core()
+
+    class Stream:
+        waited = 0.0
+
+        @property
+        def latest_version(self):
+            return 1 if core.calls > 3 else 0
+
+        def note_wait(self, seconds):
+            self.waited += seconds
+
+    class Client:
+        def get_params(self, known):
+            return done if core.calls > 3 else None
+
+    stream = Stream()
+    assert serve(Client(), stream, core) == 0
+    assert stream.waited == pytest.approx(sum(idle_backoff(i) for i in range(3)))
 
 
 class SGDPPO(PPO):

@@ -46,6 +46,7 @@ def test_it_runs_from_two_shards_and_its_policy_loads_and_films(
             timeout=RUN_TIMEOUT)  # fmt: skip
     st = cli.status(name)
     assert st["phase"] == "Succeeded" and st["updates"] > 0 and st["skipped_updates"] == 0, st
+    assert 0 <= st["actor_wait_share"] <= 1, st  # what the actors said to the learner or the shards
     if SHARDS[0] in RUNS[name]:
         shards = st["replay"]["shards"]
         assert len(shards) == 2 and all(s["inserted"] > 0 for s in shards), shards

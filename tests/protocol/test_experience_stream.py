@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from surreal.protocol import Params, ProtocolError
+from surreal.protocol import client as client_module
 from surreal.protocol.client import rpc
+from surreal.protocol.messages import MAX_SPAN_MS
 from surreal.protocol.v1 import surreal_pb2 as pb
 
 
@@ -89,6 +91,44 @@ def test_credits_bound_the_queue_and_block_the_sender(make_server, make_client, 
     assert _eventually(lambda: server.pending() == 2)  # 1 left + the one just sent
     assert [server.next_fragment(1).policy_version for _ in range(2)] == [1, 2]  # type: ignore[union-attr]
     assert server.next_fragment(timeout=0.05) is None
+
+
+class _Clock:
+    """The client's `time` on a clock the test moves (its waits on credits still take real time)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_fragments_say_their_senders_time_and_how_much_of_it_they_waited(
+    make_server, make_client, make_fragment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the learner's actors' wait share is made of: each fragment says the sender's time since
+    its previous one (since the stream opened, for the first) and how much of it the sender waited:
+    for a credit, and idle (note_wait)."""
+    clock = _Clock()
+    monkeypatch.setattr(client_module, "time", clock)
+    server, address = make_server(credits_per_stream=1)
+    stream = make_client(address).experience("w")
+    clock.now += 10.0
+    stream.note_wait(4.0)  # idle 4 s of its first 10
+    stream.send(0, make_fragment(), timeout=5)
+    assert _eventually(lambda: server.stats["fragments_received"] == 1)
+    assert server.actor_seconds() == (10.0, 4.0)
+
+    sent = threading.Event()
+    thread = threading.Thread(target=lambda: (stream.send(1, make_fragment(), timeout=10), sent.set()))
+    thread.start()
+    assert _eventually(lambda: bool(stream._cond._waiters)), "the second send must wait for a credit"
+    clock.now += 3.0  # 3 s blocked while the learner holds the credit
+    server.next_fragment(timeout=5)
+    assert sent.wait(5)
+    thread.join(5)
+    assert _eventually(lambda: server.stats["fragments_received"] == 2)
+    assert server.actor_seconds() == (13.0, 7.0)
 
 
 def test_invalid_fragment_aborts_only_its_stream(make_server, make_client, make_fragment) -> None:
@@ -241,8 +281,8 @@ def test_max_streams_must_stay_a_positive_integer(make_server, bad) -> None:
     assert server.max_streams == 2
 
 
-def _raw_fragment(tensors: list[pb.Tensor]) -> pb.ExperienceRequest:
-    return pb.ExperienceRequest(fragment=pb.Fragment(policy_version=0, tensors=tensors))
+def _raw_fragment(tensors: list[pb.Tensor], **timing: int) -> pb.ExperienceRequest:
+    return pb.ExperienceRequest(fragment=pb.Fragment(policy_version=0, tensors=tensors, **timing))
 
 
 _HELLO = pb.ExperienceRequest(hello=pb.Hello(worker_id="raw"))
@@ -262,8 +302,12 @@ _GOOD = [
         ([_HELLO, _raw_fragment([_GOOD[0], pb.Tensor(name="act", dtype=42, shape=[1],
                                                       data=bytes(8))])], "unknown dtype"),
         ([_HELLO, _HELLO], "expected a Fragment"),
+        ([_HELLO, _raw_fragment(_GOOD, span_ms=5, waited_ms=6)], "impossible timing"),
+        ([_HELLO, _raw_fragment(_GOOD, span_ms=-1, waited_ms=-1)], "impossible timing"),
+        ([_HELLO, _raw_fragment(_GOOD, span_ms=MAX_SPAN_MS + 1)], "impossible timing"),
     ],
-    ids=["no-hello", "ignores-credits", "bytes-vs-shape", "unknown-dtype", "second-hello"],
+    ids=["no-hello", "ignores-credits", "bytes-vs-shape", "unknown-dtype", "second-hello",
+         "waited-beyond-span", "negative-time", "span-beyond-a-day"],
 )  # fmt: skip
 def test_protocol_violations_from_a_raw_client(make_server, token, requests, match) -> None:
     server, address = make_server(credits_per_stream=2)

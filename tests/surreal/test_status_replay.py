@@ -56,8 +56,10 @@ def test_a_run_without_replay_has_no_replay_lines(
 def test_status_says_the_balance(surreal_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from surreal.runtime.progress import balance
 
-    out = _status(surreal_home, capsys, {**METRICS, "update_share": 0.97, "balance": balance(0.97)})
-    assert f"{'balance:':<18}the learner updates 97% of the time: it is the cap" in out
+    out = _status(surreal_home, capsys, {**METRICS, "update_share": 0.97, "actor_wait_share": 0.8,
+                                         "balance": balance(0.97, 0.8)})  # fmt: skip
+    assert (f"{'balance:':<18}the learner updates 97% of the time and the actors wait on it 80% of "
+            "theirs: the learner is the cap") in out  # fmt: skip
     no_balance = {**METRICS, "update_share": 0.9}  # a finished run's: its share, and no advice
     (surreal_home / "experiments" / "sac1" / STATUS_FILE).write_text(json.dumps(no_balance))
     code, out, _ = surreal(capsys, "status", "sac1")

@@ -54,6 +54,7 @@ def test_master_workers_and_evaluator_finish_a_run(tmp_path, context):
     assert status["done"] is True and status["env_steps"] >= total
     assert status["agents_reporting"] == 2 * AGENTS_IN_WORKER
     assert status["updates"] >= 1 and status["eval_return"] is not None
+    assert 0 <= status["actor_wait_share"] <= 1, status  # what the workers said of their time
     assert set(status["results_rejected"]) >= {"stale", "unknown_version", "unknown_seed", "nan"}
     assert (tmp_path / "checkpoints" / "latest.pt").exists()
     assert list((tmp_path / "tb").iterdir())
