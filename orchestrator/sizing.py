@@ -203,9 +203,9 @@ def size(spec: ExperimentSpec, measure: Measure | None, say: Callable[[str], Non
             found = None
         else:
             found = dataclasses.replace(found, seconds=round(time.perf_counter() - started, 2))
-    if packing is None:  # the user's packing, or one agent a worker
+    if packing is None:  # the user's packing, or one agent a worker (locally, a process a core at most)
         workers = workers_for(spec, math.ceil(spec.agents / spec.agents_per_pod), spec.agents)
-        per = spec.agents_per_pod
+        per = math.ceil(spec.agents / workers) if spec.backend == "local" else spec.agents_per_pod
         memory = 0.0 if found is None else found.actor_memory_mb * per / found.agents_in_worker
         packing = dataclasses.replace(pack(spec, workers, None, memory), agents_per_worker=per)
     sizing: dict[str, Any] = {

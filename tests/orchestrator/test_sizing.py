@@ -159,7 +159,22 @@ def test_unmeasured_it_is_one_agent_a_worker_as_before() -> None:
         assert sized.sizing["actor_cpu"] == ACTOR_CPU and sized.sizing["actor_memory_mb"] == ACTOR_MEMORY_MB
     assert said[-1].startswith("the measurement failed (RuntimeError: their calibrate broke)")
     local = sizing.size(spec("local", agents=8), None)
-    assert local.agents_per_pod == 1 and local.sizing["workers"] == min(8, sizing.cores())
+    assert local.sizing["workers"] == min(8, sizing.cores())
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 3, 8, 16])
+def test_an_unmeasured_local_packing_says_the_processes_it_runs(monkeypatch: pytest.MonkeyPatch, cpus: int
+                                                                 ) -> None:  # fmt: skip
+    """Locally a process a core at most: 8 agents on 2 cores are 2 processes of 4, and the sizing
+    line says so (it said "2 actor processes x 1 agent" for 8 agents: seen with ES)."""
+    monkeypatch.setattr(sizing, "cores", lambda: cpus)
+    for flags in ({}, {"agents_per_pod": 1}, {"agents_per_pod": 2}):
+        local = sizing.size(spec("local", agents=8, **flags), None)
+        split = local_split(8, cpus, per_worker=local.agents_per_pod)
+        assert split == local_split(8, cpus, per_worker=flags.get("agents_per_pod", 1))  # as the user's
+        assert (local.sizing["workers"], local.agents_per_pod) == (len(split), max(split)), local.sizing
+        assert local.sizing["why"].startswith(f"{len(split)} actor process"), local.sizing["why"]
+        assert f"x {max(split)} agent" in local.sizing["why"]
 
 
 def test_status_shows_the_sizing_line() -> None:
