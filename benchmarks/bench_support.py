@@ -38,8 +38,9 @@ def foreground_create(args: list[str], steps: int, target: float | None = None) 
     sample before the end (start-up and the final evaluation left out), each sample timed by the
     learner's own `elapsed_seconds` when it wrote the file (about once a second); `wall_rate`
     includes them. `to_target_s` and `to_target_steps`: when the evaluation first reached
-    `target` (None: never). `sizing`: the spec's section. Create measures its packing unless ARGS
-    say --no-calibrate (SURREAL_NO_CALIBRATE is dropped from the environment)."""
+    `target` (None: never). `sizing`: the spec's section. `update_share` and `actor_wait_share`:
+    the learner's and its actors' over the end of training, as status says them. Create measures its
+    packing unless ARGS say --no-calibrate (SURREAL_NO_CALIBRATE is dropped from the environment)."""
     home = Path(tempfile.mkdtemp(prefix="surreal-bench-"))
     exe = shutil.which("surreal", path=str(Path(sys.executable).parent)) or shutil.which("surreal")
     if exe is None:
@@ -72,6 +73,8 @@ def foreground_create(args: list[str], steps: int, target: float | None = None) 
     finally:
         shutil.rmtree(home, ignore_errors=True)
     window = [(t, s) for t, s in samples if steps * 0.1 <= s < steps] or samples
+    if len(window) < 2:  # over before two samples: the learner's own rate over the whole run
+        window = [(0.0, 0), (float(final["elapsed_seconds"]), int(final["env_steps"]))]
     (t0, s0), (t1, s1) = window[0], window[-1]
     return {
         "rate": (s1 - s0) / max(t1 - t0, 1e-9),
@@ -80,6 +83,8 @@ def foreground_create(args: list[str], steps: int, target: float | None = None) 
         "to_target_s": reached[0] if reached else None,
         "to_target_steps": reached[1] if reached else None,
         "sizing": sizing,
+        "update_share": final.get("update_share"),
+        "actor_wait_share": final.get("actor_wait_share"),
     }
 
 

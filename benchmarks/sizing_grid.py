@@ -5,7 +5,8 @@ packing create chooses from its measurement (orchestrator/sizing.py), then every
 this machine can run (actor processes x agents per process, by `--agents-per-pod`; the learner's
 threads, by `--set learner_threads`; these measure nothing at create). Each is a real `surreal
 create` in the foreground on the local backend (bench_support.foreground_create): env steps/s
-by the learner's own clock, and the first moment its evaluation reached the target return.
+by the learner's own clock, the first moment its evaluation reached the target return, and the
+balance status read at the end (`busy`: the learner's update share; `wait`: its actors' wait share).
 `--repeats R` runs R rounds a seed of `--seeds`, each packing once a round, each round starting
 at another packing (a drift of the machine falls on all alike), and compares medians: time to a
 return depends on the trajectory a seed takes more than on the packing. Prints each run, then
@@ -62,7 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     seeds = [int(x) for x in args.seeds.split(",")]
     print(f"{'run':<16} {'seed':>4} {'round':>5} {'packing':<28} {'steps/s':>9} {'to target s':>11} "
-          f"{'steps':>8} {'final':>8} {'calib s':>7}")  # fmt: skip
+          f"{'steps':>8} {'final':>8} {'calib s':>7} {'busy':>5} {'wait':>5}")  # fmt: skip
     for name in args.only.split(","):
         algo, env, steps, target = RUNS[name]
         grid = packings(algo, args.agents)
@@ -80,9 +81,11 @@ def main() -> None:
                 to = "-" if r["to_target_s"] is None else f"{r['to_target_s']:.1f}"
                 st = "-" if r["to_target_steps"] is None else f"{r['to_target_steps']:,}"
                 calib = sz.get("calibration_seconds")
+                shares = (r["update_share"], r["actor_wait_share"])
+                busy, wait = ("-" if x is None else f"{x:.0%}" for x in shares)
                 print(f"{name:<16} {seed:>4} {round_:>5} {shown:<28} {r['rate']:>9,.0f} {to:>11} {st:>8} "
-                      f"{r['eval_return']:>8.1f} {'' if calib is None else f'{calib:.1f}':>7}",
-                      flush=True)  # fmt: skip
+                      f"{r['eval_return']:>8.1f} {'' if calib is None else f'{calib:.1f}':>7} {busy:>5} "
+                      f"{wait:>5}", flush=True)  # fmt: skip
         rate = {label: statistics.median(r["rate"] for r in rs) for label, rs in runs.items()}
         to_target = {label: median([r["to_target_s"] for r in rs]) for label, rs in runs.items()}
         best = max((label for label in rate if label != SIZED), key=rate.__getitem__)
