@@ -228,30 +228,35 @@ class LearnerProgress:
 
 
 RATE_SAMPLE_SECONDS = 0.5
-# The learner's update share beyond which it is the run's cap, and below which it mostly waits.
+# With the learner's update share alone (actors that do not say their time): the share beyond which
+# it is the run's cap, and below which it mostly waits.
 LEARNER_BOUND, ACTOR_BOUND = 0.9, 0.3
-WAITING_BOUND = 0.5  # the actors' wait share beyond which they wait on the learner most of the time
+MOSTLY = 0.5  # with both sides' shares: a side that waits this much of its time or more waits on the other
 
 
 def balance(update: float | None, wait: float | None = None, done: bool = False) -> str | None:
     """What the learner's recent update share and its actors' wait share say of the run's packing,
-    in a line (None while neither is known, or once the run is done): a learner that updates nearly
-    all the time, or actors that wait most of theirs, is the cap; a learner mostly idle while its
-    actors do not wait waits on them; both idle, the transport or the replay's limiter holds them."""
+    in a line (None while neither is known, or once the run is done). With both: the side that
+    waits most of its time waits on the other (the learner idle: it waits on the actors; the actors
+    waiting: the learner is the cap); both, and neither holds the run: the transport or the replay's
+    limiter does. With the learner's alone, only its extremes say it (LEARNER_BOUND, ACTOR_BOUND)."""
     if done or (update is None and wait is None):
         return None
     said = " and ".join(part for part in (
         None if update is None else f"the learner updates {update:.0%} of the time",
         None if wait is None else f"the actors wait on it {wait:.0%} of theirs") if part)  # fmt: skip
-    capped = (update is not None and update >= LEARNER_BOUND) or (wait is not None and wait >= WAITING_BOUND)
-    starved = update is not None and update <= ACTOR_BOUND
-    if capped and starved:
+    if update is not None and wait is not None:
+        learner_waits, actors_wait = 1 - update >= MOSTLY, wait >= MOSTLY
+    else:
+        learner_waits = update is not None and update <= ACTOR_BOUND
+        actors_wait = (update or 0.0) >= LEARNER_BOUND or (wait or 0.0) >= MOSTLY
+    if learner_waits and actors_wait:
         return (f"{said}: both wait, so neither the packing nor the learner holds the run: the transport "
                 "does, or the replay's limiter (replay_ratio, credits_per_worker)")  # fmt: skip
-    if capped:
+    if actors_wait:
         return (f"{said}: the learner is the cap; fewer actor CPUs (--agents-per-pod) would train as "
                 "fast, learner ranks (--learners) or a GPU faster")  # fmt: skip
-    if starved:
+    if learner_waits:
         return (f"{said}: the learner waits on the actors; more actor CPUs (--agents, --agents-per-pod) "
                 "would feed it")  # fmt: skip
     return f"{said}: actors and learner are in balance"

@@ -10,7 +10,7 @@ import pytest
 from fake_time import Clock
 
 from surreal.runtime import progress
-from surreal.runtime.progress import ACTOR_BOUND, LEARNER_BOUND, WAITING_BOUND, LearnerProgress, balance
+from surreal.runtime.progress import ACTOR_BOUND, LEARNER_BOUND, MOSTLY, LearnerProgress, balance
 
 
 class Core(LearnerProgress):
@@ -116,15 +116,19 @@ MIDDLE = (LEARNER_BOUND + ACTOR_BOUND) / 2  # an update share of a learner in ba
 @pytest.mark.parametrize(
     ("update", "wait", "says"),
     [
+        # the learner's share alone (actors that do not say their time): its extremes
         (LEARNER_BOUND, None, "the learner is the cap; fewer actor CPUs"),
-        (1.0, 0.2, "learner ranks (--learners) or a GPU faster"),
-        (MIDDLE, WAITING_BOUND, "the actors wait on it 50% of theirs: the learner is the cap"),
-        (None, 0.9, "the actors wait on it 90% of theirs: the learner is the cap"),
         (ACTOR_BOUND, None, "the learner waits on the actors; more actor CPUs"),
-        (0.0, 0.1, "the actors wait on it 10% of theirs: the learner waits on the actors"),
-        (0.1, 0.8, "both wait"),
         (MIDDLE, None, "actors and learner are in balance"),
-        (MIDDLE, WAITING_BOUND - 0.01, "actors and learner are in balance"),
+        (None, MOSTLY, "the actors wait on it 50% of theirs: the learner is the cap"),
+        # both: the side that waits most of its time waits on the other
+        (0.98, 0.77, "the learner is the cap"),  # PPO CartPole, 2 agents, seen here
+        (1.0, MOSTLY, "learner ranks (--learners) or a GPU faster"),
+        (0.41, 0.0, "the actors wait on it 0% of theirs: the learner waits on the actors"),  # HalfCheetah
+        (0.01, 0.01, "the learner waits on the actors; more actor CPUs"),  # ES CartPole, 8 agents
+        (0.1, 0.8, "both wait"),
+        (0.95, 0.2, "actors and learner are in balance"),  # both busy
+        (1 - MOSTLY + 0.01, MOSTLY - 0.01, "actors and learner are in balance"),
     ],
 )
 def test_balance_says_which_side_waits_and_what_to_change(update: float | None, wait: float | None,
