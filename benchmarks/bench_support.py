@@ -57,8 +57,8 @@ def foreground_create(args: list[str], steps: int, target: float | None = None) 
         while proc.poll() is None:
             time.sleep(0.25)
             status = read_json(status_file)
-            if "env_steps" not in status:
-                continue
+            if "env_steps" not in status or (samples and samples[-1][0] == status["elapsed_seconds"]):
+                continue  # not written yet, or not since the last look (it is written about once a second)
             samples.append((float(status["elapsed_seconds"]), int(status["env_steps"])))
             ret = status.get("eval_return")
             if reached is None and target is not None and ret is not None and ret >= target:

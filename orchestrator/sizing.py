@@ -203,7 +203,9 @@ def size(spec: ExperimentSpec, measure: Measure | None, say: Callable[[str], Non
             found = None
         else:
             found = dataclasses.replace(found, seconds=round(time.perf_counter() - started, 2))
-    if packing is None:  # the user's packing, or one agent a worker (locally, a process a core at most)
+    agents_per_pod = spec.agents_per_pod if packing is None else packing.agents_per_worker
+    if packing is None:  # the user's packing, or one agent a worker (locally, a process a core at most:
+        # the section says what each process hosts, and the spec keeps the packing `surreal scale` splits by)
         workers = workers_for(spec, math.ceil(spec.agents / spec.agents_per_pod), spec.agents)
         per = math.ceil(spec.agents / workers) if spec.backend == "local" else spec.agents_per_pod
         memory = 0.0 if found is None else found.actor_memory_mb * per / found.agents_in_worker
@@ -227,7 +229,7 @@ def size(spec: ExperimentSpec, measure: Measure | None, say: Callable[[str], Non
             "cached": found.cached,
         })  # fmt: skip
     sizing["why"] = why(spec, sizing)
-    return dataclasses.replace(spec, agents_per_pod=packing.agents_per_worker, sizing=sizing)
+    return dataclasses.replace(spec, agents_per_pod=agents_per_pod, sizing=sizing)
 
 
 def why(spec: ExperimentSpec, sizing: dict[str, Any]) -> str:

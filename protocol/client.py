@@ -18,7 +18,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from surreal.protocol.auth import TOKEN_METADATA_KEY
 from surreal.protocol.codec import decode_map, encode_map
-from surreal.protocol.messages import MAX_SPAN_MS
 from surreal.protocol.options import MAX_MESSAGE_BYTES, client_options
 from surreal.protocol.types import EvalReport, Params, ReplayState, Sampled
 from surreal.protocol.v1 import surreal_pb2 as pb
@@ -49,8 +48,9 @@ class ExperienceStream:
 
     A background thread reads credits; the grpc call consumes requests from a queue. Meant for
     one sending thread (concurrent senders are safe, but their fragments' order is not defined).
-    Each fragment says how long its sender took since the previous one and how much of that it
-    waited (for a credit, and what `note_wait` adds): the learner's actors' waiting share.
+    Each fragment says how long its sender took since the previous one (the first: since the
+    stream's opening grant, when the server opened it) and how much of that it waited: for a
+    credit, for an acknowledgement, and what `note_wait` adds (the learner's actors' wait share).
     """
 
     def __init__(self, stream: Any, metadata: tuple, worker_id: str) -> None:
@@ -63,8 +63,8 @@ class ExperienceStream:
         self._sent = 0  # fragments queued
         self._acked = 0  # credits handed back since the opening grant: fragments the learner took
         self._latest_version: int | None = None
-        self._since = time.monotonic()  # when the previous fragment was queued (or the stream opened)
-        self._waited = 0.0  # seconds waited since then
+        self._since = time.monotonic()  # the previous fragment's time said (the opening grant's first)
+        self._waited = 0.0  # seconds waited and not said yet
         self._error: ProtocolError | None = None
         self._closed = False
         self._call = stream(self._request_iter(), metadata=metadata)
@@ -84,6 +84,8 @@ class ExperienceStream:
                     self._credits += credit.credits
                     if self._opened:
                         self._acked += credit.credits
+                    else:
+                        self._since = time.monotonic()
                     self._opened = True
                     if credit.HasField("latest_version"):
                         self._latest_version = credit.latest_version
@@ -120,10 +122,12 @@ class ExperienceStream:
                 raise TimeoutError(f"no credit from the learner within {timeout} s")
             self._credits -= 1
             self._sent += 1
-            now = time.monotonic()
-            fragment.span_ms = min(MAX_SPAN_MS, round(1000 * (now - self._since)))
+            # Whole milliseconds, the rest carried to the next fragment (off-policy actors send one
+            # every millisecond or so: rounding each would lose or make up most of the time).
+            fragment.span_ms = round(1000 * (time.monotonic() - self._since))
             fragment.waited_ms = min(fragment.span_ms, round(1000 * self._waited))
-            self._since, self._waited = now, 0.0
+            self._since += fragment.span_ms / 1000
+            self._waited = max(0.0, self._waited - fragment.waited_ms / 1000)
         self._requests.put(pb.ExperienceRequest(fragment=fragment))
 
     def note_wait(self, seconds: float) -> None:
@@ -136,13 +140,13 @@ class ExperienceStream:
         """Wait until the learner has handed back the credit of every fragment sent so far (from
         a learner that releases credits after dealing with fragments, this means "dealt with").
         Returns False on timeout, or if the stream broke or was closed meanwhile."""
+        asked = time.monotonic()
         with self._cond:
-            return (
-                self._cond.wait_for(
-                    lambda: self._acked >= self._sent or self._error is not None or self._closed, timeout
-                )
-                and self._acked >= self._sent
+            done = self._cond.wait_for(
+                lambda: self._acked >= self._sent or self._error is not None or self._closed, timeout
             )
+            self._waited += time.monotonic() - asked  # on the learner: the next fragment says it
+            return done and self._acked >= self._sent
 
     @property
     def latest_version(self) -> int | None:

@@ -43,6 +43,8 @@ class _Stream:
     grants: asyncio.Queue[int | None] = field(default_factory=asyncio.Queue)
     # Set by the reader when the client broke the protocol; the handler aborts with it.
     error: tuple[grpc.StatusCode, str] | None = None
+    opened: float = field(default_factory=lambda: time.monotonic())  # when the server opened it
+    said_ms: int = 0  # the span its fragments said, summed (Fragment.span_ms)
 
 
 class ExperienceService:
@@ -270,14 +272,17 @@ class ExperienceService:
             return grpc.StatusCode.INVALID_ARGUMENT, "fragment sent without a credit"
         stream.outstanding -= 1
         fragment = request.fragment
+        age_ms = 1000 * (time.monotonic() - stream.opened)
+        problem = timing_problem(fragment.span_ms, fragment.waited_ms, stream.said_ms, age_ms)
+        if problem is not None:  # checked first: it costs nothing, the decode does
+            return grpc.StatusCode.INVALID_ARGUMENT, f"invalid fragment: {problem}"
         try:
             tensors = decode_map(fragment.tensors, self._schema)
         except CodecError as e:
             return grpc.StatusCode.INVALID_ARGUMENT, f"invalid fragment: {e}"
-        if (problem := timing_problem(fragment.span_ms, fragment.waited_ms)) is not None:
-            return grpc.StatusCode.INVALID_ARGUMENT, f"invalid fragment: {problem}"
-        self._fragments.put((Fragment(stream.worker_id, fragment.policy_version, tensors), stream))
-        self._counters.add("fragments_received")
+        stream.said_ms += fragment.span_ms
         self._counters.add("actor_span_ms", fragment.span_ms)
         self._counters.add("actor_waited_ms", fragment.waited_ms)
+        self._fragments.put((Fragment(stream.worker_id, fragment.policy_version, tensors), stream))
+        self._counters.add("fragments_received")
         return None

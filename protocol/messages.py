@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 MAX_WORKER_ID = 128  # characters of a Hello's worker_id
-MAX_SPAN_MS = 86_400_000  # a fragment's span_ms at most: a sender idle longer says this much
+SPAN_SLACK_MS = 2_000  # how far a stream's spans may run ahead of its age on the server's clock
 
 
 class Undecodable:
@@ -47,10 +47,14 @@ def worker_id_problem(worker_id: str) -> str | None:
     return None
 
 
-def timing_problem(span_ms: int, waited_ms: int) -> str | None:
-    """Why a fragment's timing (Fragment.span_ms, waited_ms) cannot be true, or None."""
-    if not 0 <= waited_ms <= span_ms <= MAX_SPAN_MS:
-        return f"impossible timing: waited {waited_ms} ms of {span_ms} (0 <= waited <= span <= {MAX_SPAN_MS})"
+def timing_problem(span_ms: int, waited_ms: int, said_ms: int, age_ms: float) -> str | None:
+    """Why a fragment's timing (Fragment.span_ms, waited_ms) cannot be true, or None: its stream's
+    earlier fragments said `said_ms`, and it has been open `age_ms` by the server's clock (an
+    honest sender counts from the opening grant, so its spans never run ahead of that)."""
+    if not 0 <= waited_ms <= span_ms:
+        return f"impossible timing: waited {waited_ms} ms of {span_ms}"
+    if said_ms + span_ms > age_ms + SPAN_SLACK_MS:
+        return f"impossible timing: {said_ms + span_ms} ms said on a stream open {age_ms:.0f} ms"
     return None
 
 

@@ -81,7 +81,7 @@ class LearnerProgress:
 
     def actor_seconds(self) -> tuple[float, float]:
         """(seconds spanned, seconds waited) that the actors feeding this learner said since it
-        started: the fragments' its server received (an off-policy learner's: its shards')."""
+        started, with the fragments its server received (an off-policy learner's: its shards')."""
         return self.actor_clock()
 
     def update_share(self) -> float | None:
@@ -89,7 +89,7 @@ class LearnerProgress:
         if len(self._rate) < 2 or self._rate[0][2] is None or self._rate[-1][2] is None:
             return None
         (t0, _, b0, _), (t1, _, b1, _) = self._rate[0], self._rate[-1]
-        return min(1.0, max(0.0, (b1 - b0) / (t1 - t0))) if t1 > t0 else None  # type: ignore[operator]
+        return fraction(b1 - b0, t1 - t0)  # type: ignore[operator]
 
     def wait_share(self) -> float | None:
         """The share of their time in the recent window that the actors feeding this learner spent
@@ -97,7 +97,7 @@ class LearnerProgress:
         if len(self._rate) < 2:
             return None
         (_, _, _, (span0, waited0)), (_, _, _, (span1, waited1)) = self._rate[0], self._rate[-1]
-        return min(1.0, max(0.0, (waited1 - waited0) / (span1 - span0))) if span1 > span0 else None
+        return fraction(waited1 - waited0, span1 - span0)
 
     def training_problem(self) -> str | None:
         """Why a run that reached its steps did not train, or None: a run is Succeeded only when at
@@ -234,6 +234,11 @@ LEARNER_BOUND, ACTOR_BOUND = 0.9, 0.3
 MOSTLY = 0.5  # with both sides' shares: a side that waits this much of its time or more waits on the other
 
 
+def fraction(part: float, whole: float) -> float | None:
+    """`part` of `whole` in [0, 1] (counts that went back clipped); None when `whole` did not grow."""
+    return min(1.0, max(0.0, part / whole)) if whole > 0 else None
+
+
 def balance(update: float | None, wait: float | None = None, done: bool = False) -> str | None:
     """What the learner's recent update share and its actors' wait share say of the run's packing,
     in a line (None while neither is known, or once the run is done). With both: the side that
@@ -245,11 +250,10 @@ def balance(update: float | None, wait: float | None = None, done: bool = False)
     said = " and ".join(part for part in (
         None if update is None else f"the learner updates {update:.0%} of the time",
         None if wait is None else f"the actors wait on it {wait:.0%} of theirs") if part)  # fmt: skip
-    if update is not None and wait is not None:
-        learner_waits, actors_wait = 1 - update >= MOSTLY, wait >= MOSTLY
+    if wait is None:  # then `update` is known
+        learner_waits, actors_wait = update <= ACTOR_BOUND, update >= LEARNER_BOUND  # type: ignore[operator]
     else:
-        learner_waits = update is not None and update <= ACTOR_BOUND
-        actors_wait = (update or 0.0) >= LEARNER_BOUND or (wait or 0.0) >= MOSTLY
+        learner_waits, actors_wait = update is not None and 1 - update >= MOSTLY, wait >= MOSTLY
     if learner_waits and actors_wait:
         return (f"{said}: both wait, so neither the packing nor the learner holds the run: the transport "
                 "does, or the replay's limiter (replay_ratio, credits_per_worker)")  # fmt: skip

@@ -62,6 +62,10 @@ class Shards:
     def __init__(self, addrs: tuple[str, ...], token: str, rows: int) -> None:
         self.batches: queue.Queue[dict[str, np.ndarray]] = queue.Queue(PREFETCH * len(addrs))
         self.states: list[ReplayState | None] = [None] * len(addrs)  # None: not heard from yet
+        # Per shard, (span, waited) ms its actors said since this learner first heard from it: only
+        # growth counts (a shard first heard after a restart brings no history into the window, and
+        # one restarted from an older note does not go back).
+        self.actor_ms: list[tuple[int, int]] = [(0, 0)] * len(addrs)
         self.reachable = [False] * len(addrs)
         self.returns: deque[float] = deque(maxlen=100_000)
         self._stop = threading.Event()
@@ -83,7 +87,8 @@ class Shards:
                 self._stop.wait(backoff)
                 backoff = min(2 * backoff, 2.0)
                 continue
-            backoff, self.reachable[i], self.states[i] = 0.1, True, sampled.state
+            backoff, self.reachable[i] = 0.1, True
+            self._heard(i, sampled.state)
             self.returns.extend(sampled.episode_returns)
             while sampled.rows is not None and not self._stop.is_set():
                 try:
@@ -98,9 +103,22 @@ class Shards:
         """Shard `i`'s state from its Status, without a sample."""
         try:
             found = self._clients[i].status(timeout=STATE_SECONDS)
-            self.states[i] = ReplayState(**{k: int(found[k]) for k in REPLAY_COUNTS if k in found})
+            self._heard(i, ReplayState(**{k: int(found[k]) for k in REPLAY_COUNTS if k in found}))
         except (ProtocolError, ValueError, TypeError, AttributeError):
             pass
+
+    def _heard(self, i: int, state: ReplayState) -> None:
+        before = self.states[i]
+        if before is not None:
+            span, waited = self.actor_ms[i]
+            self.actor_ms[i] = (span + max(0, state.actor_span_ms - before.actor_span_ms),
+                                waited + max(0, state.actor_waited_ms - before.actor_waited_ms))  # fmt: skip
+        self.states[i] = state
+
+    def actor_seconds(self) -> tuple[float, float]:
+        """(span, waited) seconds the shards' actors said since this learner heard from them."""
+        said = list(self.actor_ms)
+        return sum(s for s, _ in said) / 1000, sum(w for _, w in said) / 1000
 
     def total(self, field: str) -> int:
         return sum(getattr(s, field) for s in self.states if s is not None)
@@ -179,9 +197,7 @@ class Learner(LearnerProgress):
 
     def actor_seconds(self) -> tuple[float, float]:
         """The actors insert into the shards, which pass on what they said of their time."""
-        if self.shards is None:
-            return super().actor_seconds()
-        return self.shards.total("actor_span_ms") / 1000, self.shards.total("actor_waited_ms") / 1000
+        return super().actor_seconds() if self.shards is None else self.shards.actor_seconds()
 
     def ready(self) -> bool:
         """A batch is at hand, and the last update's version has been published (the serving loop

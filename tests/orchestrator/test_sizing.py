@@ -166,13 +166,14 @@ def test_unmeasured_it_is_one_agent_a_worker_as_before() -> None:
 def test_an_unmeasured_local_packing_says_the_processes_it_runs(monkeypatch: pytest.MonkeyPatch, cpus: int
                                                                  ) -> None:  # fmt: skip
     """Locally a process a core at most: 8 agents on 2 cores are 2 processes of 4, and the sizing
-    line says so (it said "2 actor processes x 1 agent" for 8 agents: seen with ES)."""
+    line says so (it said "2 actor processes x 1 agent" for 8 agents: seen with ES). The spec keeps
+    the packing it split by, which `surreal scale` splits a new count by."""
     monkeypatch.setattr(sizing, "cores", lambda: cpus)
     for flags in ({}, {"agents_per_pod": 1}, {"agents_per_pod": 2}):
         local = sizing.size(spec("local", agents=8, **flags), None)
+        assert local.agents_per_pod == flags.get("agents_per_pod", 1)
         split = local_split(8, cpus, per_worker=local.agents_per_pod)
-        assert split == local_split(8, cpus, per_worker=flags.get("agents_per_pod", 1))  # as the user's
-        assert (local.sizing["workers"], local.agents_per_pod) == (len(split), max(split)), local.sizing
+        assert (local.sizing["workers"], local.sizing["agents_per_worker"]) == (len(split), max(split))
         assert local.sizing["why"].startswith(f"{len(split)} actor process"), local.sizing["why"]
         assert f"x {max(split)} agent" in local.sizing["why"]
 

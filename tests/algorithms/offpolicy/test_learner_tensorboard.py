@@ -49,6 +49,9 @@ class FakeShards:
     def total(self, field: str) -> int:
         return self.counts.get(field, 0)
 
+    def actor_seconds(self) -> tuple[float, float]:
+        return 0.0, 0.0
+
     def status(self) -> list[dict[str, Any]]:
         return [{"size": self.counts["size"], "reachable": True}]
 

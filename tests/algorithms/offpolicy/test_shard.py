@@ -22,7 +22,7 @@ from surreal.protocol import LearnerClient, LearnerServer, ProtocolError
 from surreal.protocol.auth import TOKEN_METADATA_KEY
 from surreal.protocol.client import rpc
 from surreal.protocol.ratelimit import RejectionLog
-from surreal.protocol.types import Fragment
+from surreal.protocol.types import Fragment, ReplayState
 from surreal.protocol.v1 import surreal_pb2 as pb
 from surreal.runtime.envs.make import spaces_for
 from surreal.runtime.offpolicy.learner import Learner, Shards
@@ -238,6 +238,21 @@ def test_the_learner_follows_a_shards_counts_while_no_update_takes_its_batches(t
     finally:
         shards.close()
         server.stop(grace=0)
+
+
+def test_the_learner_counts_only_the_growth_of_a_shards_actor_time() -> None:
+    """What the off-policy learner's actors' wait share is made of: each shard's actor time as it
+    grows while this learner hears it. A shard first heard late (after a learner restart) brings
+    no history into the window, and one restarted from an older note does not count backwards."""
+    shards = Shards.__new__(Shards)  # no threads: its states as the pull threads would hear them
+    shards.states, shards.actor_ms = [None, None], [(0, 0), (0, 0)]
+    heard = [(0, 50_000, 40_000), (0, 51_000, 40_500), (1, 10, 0), (1, 1_010, 0)]
+    for i, span, waited in heard:
+        shards._heard(i, ReplayState(actor_span_ms=span, actor_waited_ms=waited))
+    assert shards.actor_seconds() == (2.0, 0.5)
+    for span, waited in [(49_000, 39_000), (50_000, 40_000)]:  # SIGKILLed: from its last note
+        shards._heard(0, ReplayState(actor_span_ms=span, actor_waited_ms=waited))
+    assert shards.actor_seconds() == (3.0, 1.5)
 
 
 def _until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
