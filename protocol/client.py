@@ -84,8 +84,8 @@ class ExperienceStream:
                     self._credits += credit.credits
                     if self._opened:
                         self._acked += credit.credits
-                    else:
-                        self._since = time.monotonic()
+                    else:  # what the stream's fragments say counts from here
+                        self._since, self._waited = time.monotonic(), 0.0
                     self._opened = True
                     if credit.HasField("latest_version"):
                         self._latest_version = credit.latest_version
@@ -113,7 +113,8 @@ class ExperienceStream:
             ready = self._cond.wait_for(
                 lambda: self._credits > 0 or self._error is not None or self._closed, timeout
             )
-            self._waited += time.monotonic() - asked  # a timeout's wait too: the next send says it
+            # A timeout's wait too (the next send says it), but not a wait for the opening grant.
+            self._waited += time.monotonic() - max(asked, self._since)
             if self._closed:
                 raise ProtocolError("CANCELLED", "the experience stream was closed")
             if self._error is not None:
@@ -124,10 +125,12 @@ class ExperienceStream:
             self._sent += 1
             # Whole milliseconds, the rest carried to the next fragment (off-policy actors send one
             # every millisecond or so: rounding each would lose or make up most of the time).
-            fragment.span_ms = round(1000 * (time.monotonic() - self._since))
+            now = time.monotonic()
+            fragment.span_ms = round(1000 * (now - self._since))
             fragment.waited_ms = min(fragment.span_ms, round(1000 * self._waited))
             self._since += fragment.span_ms / 1000
-            self._waited = max(0.0, self._waited - fragment.waited_ms / 1000)
+            unsaid = max(0.0, now - self._since)  # a wait carried over is never longer than the span
+            self._waited = min(max(0.0, self._waited - fragment.waited_ms / 1000), unsaid)
         self._requests.put(pb.ExperienceRequest(fragment=fragment))
 
     def note_wait(self, seconds: float) -> None:

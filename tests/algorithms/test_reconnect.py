@@ -23,9 +23,10 @@ class FakeClient:
     """wait_ready fails while `down` > 0 (counting down per call)."""
 
     def __init__(self, down: int) -> None:
-        self.down, self.streams = down, []
+        self.down, self.streams, self.waits = down, [], []
 
     def wait_ready(self, timeout: float) -> None:
+        self.waits.append(timeout)
         if self.down > 0:
             self.down -= 1
             raise ConnectionError("learner not ready")
@@ -66,6 +67,25 @@ def test_a_stream_lost_mid_work_reconnects_with_a_fresh_backoff(sleeps: list[flo
     # 0.5 before the first connection; after the loss the backoff starts again at 0.5, not 1.0
     assert sleeps == [0.5, 0.5, 1.0]
     assert len(calls) == 2 and all(s.closed for s in client.streams)
+
+
+def test_a_worker_apart_from_the_learner_asks_it_often_whether_the_run_is_over(sleeps: list[float]) -> None:
+    """An actor whose shard is out of reach asks the learner whether the run is over after every
+    short wait and backoff: the learner, at the end, serves on only for workers that asked it within
+    ASKING_SECONDS (serving.release_workers), and an actor that waited 30 s for its shard near the
+    end was not among them (it then found shard and learner gone: seen in CI)."""
+    from surreal.runtime.serving import ASKING_SECONDS
+
+    client, asked = FakeClient(down=10**6), []
+
+    def ended() -> bool:
+        asked.append(1)
+        return len(asked) == 8
+
+    assert reconnect.work_connected(client, "actor-0", lambda s: 1, ended=ended) == 0  # type: ignore[arg-type]
+    assert len(asked) == 8 and client.streams == []
+    gaps = [wait + sleep for wait, sleep in zip(client.waits, [*sleeps, 0.0], strict=True)]
+    assert max(gaps) == 2 * reconnect.ENDED_CHECK_SECONDS < ASKING_SECONDS, gaps
 
 
 def test_gives_up_with_the_learner_gone_exit_code(sleeps: list[float]) -> None:
